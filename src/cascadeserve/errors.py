@@ -1,0 +1,63 @@
+"""Exceptions that cascadeserve raises for problems a user can fix.
+
+Every user-facing error derives from :class:`CascadeServeError`. The CLI turns one into a one-line message on
+stderr and exit code 2, with no traceback. Errors about files carry the path and, where it is known, the line
+and column, so a user can jump straight to the problem.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "CascadeServeError",
+    "InfeasibleError",
+    "PlanError",
+    "ProfileError",
+    "TraceError",
+]
+
+
+class CascadeServeError(Exception):
+    """Base class for errors caused by user input or an unreachable objective (CLI exit code 2)."""
+
+    exit_code = 2
+
+
+class _LocatedError(CascadeServeError):
+    """An error that points at a place in a file: ``path:line:column: message``."""
+
+    def __init__(
+        self, message: str, *, path: str | Path | None = None, line: int | None = None, column: str | int | None = None
+    ) -> None:
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.column = column
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        if self.column is not None:
+            where.append(f"column {self.column}")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+class ProfileError(_LocatedError):
+    """A profile directory or one of its files is malformed."""
+
+
+class PlanError(_LocatedError):
+    """A gear plan is malformed or does not fit its profile or hardware."""
+
+
+class TraceError(_LocatedError):
+    """A trace file or trace spec cannot be read."""
+
+
+class InfeasibleError(CascadeServeError):
+    """The SLO cannot be met on the given hardware (raised by the planner, in the user's terms)."""

@@ -1,0 +1,259 @@
+"""Gear plans: the planner's output and the runtime's input.
+
+A :class:`GearPlan` is frozen data with a JSON round trip and a schema version:
+
+* ``devices``: name, memory and kind of each device;
+* ``replicas``: the placement, one entry per model replica, with an id ``model@device``;
+* ``gears``: for each QPS range ``[qps_low, qps_high)``, the cascade (models and thresholds) and, per replica
+  that serves it, the minimum queue length that triggers a batch and the replica's share of its model's load;
+* the SLO it was planned for, and each gear's predicted p95 and accuracy;
+* online knobs: the hysteresis factor ``alpha``, the producer tick, an optional batch ``max_wait_ms`` and
+  ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs).
+
+Validation happens twice: :class:`GearPlan` checks itself (ranges contiguous, shares sum to one per model,
+replicas exist), and :meth:`GearPlan.check_against` checks it against a profile (models exist, memory fits,
+naming the device that overflows).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.errors import PlanError
+from cascadeserve.profile import Profile
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SLO",
+    "Device",
+    "Gear",
+    "GearPlan",
+    "Replica",
+    "ReplicaGear",
+    "fixed_plan",
+    "load_plan",
+]
+
+SCHEMA_VERSION = 1
+_SHARE_TOL = 1e-6
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Device(_Frozen):
+    name: str = Field(min_length=1)
+    memory_mb: float = Field(gt=0)
+    kind: str = "cpu"
+
+
+class Replica(_Frozen):
+    model: str = Field(min_length=1)
+    device: str = Field(min_length=1)
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}@{self.device}"
+
+
+class ReplicaGear(_Frozen):
+    """A replica's settings inside one gear."""
+
+    min_queue: int = Field(default=1, ge=1)
+    share: float = Field(ge=0.0, le=1.0)
+
+
+class SLO(_Frozen):
+    """Either ``p95_ms`` (p95 latency ≤ value; maximise accuracy) or ``accuracy`` (≥ value; minimise latency)."""
+
+    kind: Literal["p95_ms", "accuracy"]
+    value: float = Field(gt=0)
+
+    def __str__(self) -> str:
+        return f"p95 ≤ {self.value:g} ms" if self.kind == "p95_ms" else f"accuracy ≥ {self.value:g}"
+
+
+class Gear(_Frozen):
+    qps_low: float = Field(ge=0)
+    qps_high: float = Field(gt=0)
+    models: tuple[str, ...] = Field(min_length=1)
+    thresholds: tuple[float, ...] = ()
+    replicas: dict[str, ReplicaGear]
+    predicted_p95_ms: float | None = None
+    predicted_accuracy: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Gear:
+        if self.qps_high <= self.qps_low:
+            raise ValueError(f"qps_high ({self.qps_high}) must exceed qps_low ({self.qps_low})")
+        Cascade(self.models, self.thresholds)  # raises ValueError with a clear message
+        for m in self.models:
+            shares = [rg.share for rid, rg in self.replicas.items() if rid.split("@", 1)[0] == m]
+            if abs(sum(shares) - 1.0) > _SHARE_TOL:
+                raise ValueError(f"the shares of model {m!r}'s replicas sum to {sum(shares):g}, not 1")
+        for rid in self.replicas:
+            if rid.split("@", 1)[0] not in self.models:
+                raise ValueError(f"replica {rid!r} serves a model that is not in this gear's cascade")
+        return self
+
+    @property
+    def cascade(self) -> Cascade:
+        return Cascade(self.models, self.thresholds)
+
+
+class GearPlan(_Frozen):
+    schema_version: Literal[1] = 1
+    profile: str
+    devices: tuple[Device, ...] = Field(min_length=1)
+    replicas: tuple[Replica, ...] = Field(min_length=1)
+    gears: tuple[Gear, ...] = Field(min_length=1)
+    slo: SLO | None = None
+    alpha: float = Field(default=8.0, ge=0)
+    tick_ms: float = Field(default=100.0, gt=0)
+    max_wait_ms: float | None = Field(default=None, gt=0)
+    max_batch: int | None = Field(default=None, ge=1)
+    qps_scale: float = Field(default=1.0, gt=0)
+    notes: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> GearPlan:
+        names = [d.name for d in self.devices]
+        if len(set(names)) != len(names):
+            raise ValueError("device names must be unique")
+        ids = [r.id for r in self.replicas]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a model has two replicas on one device")
+        for r in self.replicas:
+            if r.device not in names:
+                raise ValueError(f"replica {r.id!r} is on unknown device {r.device!r}")
+        if self.gears[0].qps_low != 0:
+            raise ValueError("the first gear must start at qps_low = 0")
+        for a, b in zip(self.gears, self.gears[1:], strict=False):
+            if abs(a.qps_high - b.qps_low) > 1e-9:
+                raise ValueError(f"gear ranges must be contiguous: {a.qps_high:g} is followed by {b.qps_low:g}")
+        for g in self.gears:
+            for rid in g.replicas:
+                if rid not in ids:
+                    raise ValueError(f"gear {g.qps_low:g}-{g.qps_high:g} QPS names unknown replica {rid!r}")
+        return self
+
+    # -- derived views --------------------------------------------------------------------------------------
+    @cached_property
+    def replica_index(self) -> dict[str, int]:
+        return {r.id: i for i, r in enumerate(self.replicas)}
+
+    @cached_property
+    def device_index(self) -> dict[str, int]:
+        return {d.name: i for i, d in enumerate(self.devices)}
+
+    @property
+    def max_qps(self) -> float:
+        return self.gears[-1].qps_high
+
+    def models(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.model for r in self.replicas))
+
+    # -- validation against a profile -----------------------------------------------------------------------
+    def check_against(self, profile: Profile, *, path: str | Path | None = None) -> None:
+        """Raise :class:`PlanError` if the plan names models the profile lacks, or overfills a device."""
+        known = set(profile.model_names)
+        for r in self.replicas:
+            if r.model not in known:
+                raise PlanError(f"replica {r.id!r} names model {r.model!r}, which profile {profile.name!r} does "
+                                f"not have (it has {', '.join(profile.model_names)})", path=path)
+        for g in self.gears:
+            for m in g.models:
+                if m not in known:
+                    raise PlanError(f"gear {g.qps_low:g}-{g.qps_high:g} QPS uses unknown model {m!r}", path=path)
+        for d in self.devices:
+            used = sum(profile.model(r.model).memory_mb for r in self.replicas if r.device == d.name)
+            if used > d.memory_mb + 1e-9:
+                on = ", ".join(r.model for r in self.replicas if r.device == d.name)
+                raise PlanError(f"device {d.name!r} is overfilled: its replicas ({on}) need {used:g} MB but it has "
+                                f"{d.memory_mb:g} MB", path=path)
+
+    # -- JSON -----------------------------------------------------------------------------------------------
+    def to_json(self, indent: int | None = 2) -> str:
+        return self.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str, *, path: str | Path | None = None) -> GearPlan:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PlanError(f"invalid JSON: {e.msg}", path=path, line=e.lineno, column=e.colno) from None
+        if isinstance(raw, dict) and raw.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise PlanError(f"unsupported schema_version {raw.get('schema_version')!r}; this cascadeserve reads "
+                            f"version {SCHEMA_VERSION}", path=path)
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "plan"
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            raise PlanError(f"{where}: {msg}", path=path) from None
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.write_text(self.to_json() + "\n", encoding="utf-8")
+        return p
+
+
+def load_plan(path: str | Path, profile: Profile | None = None) -> GearPlan:
+    """Read a plan file, validate it, and (given a profile) check it against the profile."""
+    p = Path(path)
+    if not p.is_file():
+        raise PlanError("plan file does not exist", path=p)
+    plan = GearPlan.from_json(p.read_text(encoding="utf-8"), path=p)
+    if profile is not None:
+        plan.check_against(profile, path=p)
+    return plan
+
+
+def fixed_plan(
+    profile: Profile,
+    cascade: Cascade,
+    devices: Sequence[Device],
+    *,
+    max_qps: float = 1e9,
+    min_queue: int = 1,
+    slo: SLO | None = None,
+    max_wait_ms: float | None = None,
+    max_batch: int | None = None,
+) -> GearPlan:
+    """A one-gear plan: every cascade model on every device where it still fits, load split evenly.
+
+    Models are placed in cascade order, so when memory is short the earlier (cheaper) stages win the space.
+    This is the hand-made plan for tests and baselines; the planner does better.
+    """
+    for m in cascade.models:
+        profile.index(m)  # unknown model -> KeyError with the list of known ones
+    replicas: list[Replica] = []
+    for d in devices:
+        free = d.memory_mb
+        for m in cascade.models:
+            need = profile.model(m).memory_mb
+            if need <= free:
+                replicas.append(Replica(model=m, device=d.name))
+                free -= need
+    for m in cascade.models:
+        if not any(r.model == m for r in replicas):
+            raise PlanError(f"model {m!r} needs {profile.model(m).memory_mb:g} MB and fits on no device")
+    per_model = {m: sum(r.model == m for r in replicas) for m in cascade.models}
+    gear = Gear(
+        qps_low=0.0,
+        qps_high=max_qps,
+        models=cascade.models,
+        thresholds=cascade.thresholds,
+        replicas={r.id: ReplicaGear(min_queue=min_queue, share=1.0 / per_model[r.model]) for r in replicas},
+    )
+    return GearPlan(profile=profile.name, devices=tuple(devices), replicas=tuple(replicas), gears=(gear,), slo=slo,
+                    max_wait_ms=max_wait_ms, max_batch=max_batch)

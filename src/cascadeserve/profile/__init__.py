@@ -1,0 +1,29 @@
+"""Profiles: a model family's measured facts (memory, runtimes per batch size, per-sample records)."""
+
+from __future__ import annotations
+
+from cascadeserve.profile.certainty import (
+    CERTAINTY_FUNCTIONS,
+    CertaintyFn,
+    certainty_function,
+    margin,
+    max_probability,
+    negative_entropy,
+)
+from cascadeserve.profile.io import load_profile, save_profile
+from cascadeserve.profile.profile import ModelProfile, Profile
+from cascadeserve.profile.runtime import RuntimeCurve
+
+__all__ = [
+    "CERTAINTY_FUNCTIONS",
+    "CertaintyFn",
+    "ModelProfile",
+    "Profile",
+    "RuntimeCurve",
+    "certainty_function",
+    "load_profile",
+    "margin",
+    "max_probability",
+    "negative_entropy",
+    "save_profile",
+]

@@ -1,0 +1,242 @@
+"""Read and write the profile interchange format (see ARCHITECTURE.md and the README).
+
+::
+
+    PROFILE_DIR/
+      profile.yaml             name, task, device, source, certainty,
+                               models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch}}]
+      labels.csv               sample_id,label
+      predictions/<model>.csv  sample_id,prediction,certainty   (certainty in [0, 1], higher = surer)
+
+Everything is validated on the way in, and every error names the file, the line and the column, so that a user
+with a 10,000-row CSV can find the one bad cell. YAML positions come from the composed node tree, which keeps
+source marks; CSVs are read with the standard ``csv`` module, one row at a time.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from cascadeserve.errors import ProfileError
+from cascadeserve.profile.profile import ModelProfile, Profile
+from cascadeserve.profile.runtime import RuntimeCurve
+
+__all__ = ["load_profile", "save_profile"]
+
+PROFILE_FILE = "profile.yaml"
+LABELS_FILE = "labels.csv"
+PREDICTIONS_DIR = "predictions"
+
+
+def _err(path: Path, node: yaml.Node | None, message: str) -> ProfileError:
+    if node is None:
+        return ProfileError(message, path=path)
+    return ProfileError(message, path=path, line=node.start_mark.line + 1, column=node.start_mark.column + 1)
+
+
+def _mapping(path: Path, node: yaml.Node, what: str) -> dict[str, yaml.Node]:
+    if not isinstance(node, yaml.MappingNode):
+        raise _err(path, node, f"{what} must be a mapping")
+    out: dict[str, yaml.Node] = {}
+    for k, v in node.value:
+        key = str(k.value)
+        if key in out:
+            raise _err(path, k, f"duplicate key {key!r} in {what}")
+        out[key] = v
+    return out
+
+
+def _number(path: Path, node: yaml.Node, what: str, *, positive: bool = False) -> float:
+    if not isinstance(node, yaml.ScalarNode):
+        raise _err(path, node, f"{what} must be a number")
+    try:
+        value = float(node.value)
+    except ValueError:
+        raise _err(path, node, f"{what} must be a number, got {node.value!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise _err(path, node, f"{what} must be a {'positive' if positive else 'non-negative'} number, got {node.value!r}")
+    return value
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfile, yaml.Node]]]:
+    if not path.is_file():
+        raise ProfileError(f"missing {PROFILE_FILE}; a profile directory needs {PROFILE_FILE}, {LABELS_FILE} "
+                           f"and {PREDICTIONS_DIR}/<model>.csv", path=path)
+    try:
+        root = yaml.compose(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        raise ProfileError(f"invalid YAML: {e.problem}", path=path, line=mark.line + 1 if mark else None,
+                           column=mark.column + 1 if mark else None) from None
+    if root is None:
+        raise ProfileError("empty file", path=path)
+    top = _mapping(path, root, "the profile")
+    if "models" not in top:
+        raise _err(path, root, "missing key 'models'")
+    models_node = top["models"]
+    if not isinstance(models_node, yaml.SequenceNode) or not models_node.value:
+        raise _err(path, models_node, "'models' must be a non-empty list")
+    models: list[tuple[ModelProfile, yaml.Node]] = []
+    seen: dict[str, yaml.Node] = {}
+    for item in models_node.value:
+        m = _mapping(path, item, "a model entry")
+        for key in ("name", "memory_mb", "runtime_ms"):
+            if key not in m:
+                raise _err(path, item, f"model entry is missing {key!r}")
+        name = str(m["name"].value)
+        if name in seen:
+            first = seen[name].start_mark.line + 1
+            raise _err(path, m["name"], f"duplicate model name {name!r} (first defined on line {first})")
+        seen[name] = m["name"]
+        if "/" in name or name.startswith("."):
+            raise _err(path, m["name"], f"model name {name!r} cannot be used as a file name")
+        memory = _number(path, m["memory_mb"], f"model {name!r}: memory_mb")
+        rt = _mapping(path, m["runtime_ms"], f"model {name!r}: runtime_ms")
+        if not rt:
+            raise _err(path, m["runtime_ms"], f"model {name!r}: runtime_ms needs at least one batch size")
+        curve: dict[int, float] = {}
+        for b_str, v in rt.items():
+            try:
+                b = int(b_str)
+            except ValueError:
+                b = 0
+            if b < 1:
+                raise _err(path, v, f"model {name!r}: batch size {b_str!r} must be a positive integer")
+            curve[b] = _number(path, v, f"model {name!r}: runtime_ms[{b}]", positive=True)
+        models.append((ModelProfile(name, memory, RuntimeCurve.from_mapping(curve)), item))
+    return top, models
+
+
+def _rows(path: Path, header: tuple[str, ...]) -> list[tuple[int, list[str]]]:
+    if not path.is_file():
+        raise ProfileError("file is missing", path=path)
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        first = next(reader, None)
+        if first is None:
+            raise ProfileError(f"empty file; expected header {','.join(header)}", path=path, line=1)
+        if tuple(c.strip() for c in first) != header:
+            raise ProfileError(f"header must be {','.join(header)}, got {','.join(first)}", path=path, line=1)
+        rows = []
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ProfileError(f"expected {len(header)} fields, got {len(row)}", path=path, line=reader.line_num)
+            rows.append((reader.line_num, row))
+    if not rows:
+        raise ProfileError("no data rows", path=path, line=2)
+    return rows
+
+
+def _int_cell(path: Path, line: int, column: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ProfileError(f"expected an integer class index, got {value!r}", path=path, line=line,
+                           column=column) from None
+
+
+def load_profile(directory: str | Path) -> Profile:
+    """Read and validate a profile directory; raise :class:`ProfileError` naming file, line and column."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise ProfileError("profile directory does not exist", path=d)
+    ypath = d / PROFILE_FILE
+    top, models = _read_yaml(ypath)
+
+    lpath = d / LABELS_FILE
+    ids: list[str] = []
+    labels: list[int] = []
+    where: dict[str, int] = {}
+    for line, (sid, label) in _rows(lpath, ("sample_id", "label")):
+        sid = sid.strip()
+        if sid in where:
+            raise ProfileError(f"duplicate sample_id {sid!r} (first on line {where[sid]})", path=lpath, line=line,
+                               column="sample_id")
+        where[sid] = line
+        ids.append(sid)
+        labels.append(_int_cell(lpath, line, "label", label))
+    pos = {sid: i for i, sid in enumerate(ids)}
+    n = len(ids)
+
+    preds = np.empty((len(models), n), dtype=np.int64)
+    certs = np.empty((len(models), n), dtype=np.float64)
+    for mi, (m, node) in enumerate(models):
+        ppath = d / PREDICTIONS_DIR / f"{m.name}.csv"
+        if not ppath.is_file():
+            raise ProfileError(f"predictions for model {m.name!r} are missing (declared on line "
+                               f"{node.start_mark.line + 1} of {ypath})", path=ppath)
+        seen = np.zeros(n, dtype=bool)
+        for line, (sid, pred, cert) in _rows(ppath, ("sample_id", "prediction", "certainty")):
+            sid = sid.strip()
+            i = pos.get(sid)
+            if i is None:
+                raise ProfileError(f"sample_id {sid!r} is not in {LABELS_FILE}", path=ppath, line=line,
+                                   column="sample_id")
+            if seen[i]:
+                raise ProfileError(f"duplicate sample_id {sid!r}", path=ppath, line=line, column="sample_id")
+            seen[i] = True
+            preds[mi, i] = _int_cell(ppath, line, "prediction", pred)
+            try:
+                c = float(cert)
+            except ValueError:
+                c = math.nan
+            if not (0.0 <= c <= 1.0):
+                raise ProfileError(f"certainty must be a number in [0, 1], got {cert!r}", path=ppath, line=line,
+                                   column="certainty")
+            certs[mi, i] = c
+        if not seen.all():
+            missing = [ids[i] for i in np.flatnonzero(~seen)[:5]]
+            raise ProfileError(f"{int((~seen).sum())} sample(s) from {LABELS_FILE} have no prediction for model "
+                               f"{m.name!r}, e.g. sample_id {', '.join(repr(s) for s in missing)}", path=ppath)
+
+    def meta(key: str) -> str:
+        node = top.get(key)
+        return str(node.value) if isinstance(node, yaml.ScalarNode) and node.value is not None else ""
+
+    sample_ids = np.array([int(s) for s in ids], dtype=np.int64) if all(s.lstrip("-").isdigit() for s in ids) \
+        else np.array(ids, dtype=object)
+    return Profile(name=meta("name") or d.name, models=tuple(m for m, _ in models), sample_ids=sample_ids,
+                   labels=np.asarray(labels, dtype=np.int64), predictions=preds, certainties=certs,
+                   task=meta("task") or "classification", device=meta("device"), source=meta("source"))
+
+
+def _yaml_doc(profile: Profile) -> dict[str, Any]:
+    return {
+        "name": profile.name,
+        "task": profile.task,
+        "device": profile.device,
+        "source": profile.source,
+        "models": [
+            {"name": m.name, "memory_mb": float(m.memory_mb),
+             "runtime_ms": {int(b): float(v) for b, v in m.runtime.as_mapping().items()}}
+            for m in profile.models
+        ],
+    }
+
+
+def save_profile(profile: Profile, directory: str | Path) -> Path:
+    """Write ``profile`` in the interchange format; returns the directory. Round-trips with :func:`load_profile`."""
+    d = Path(directory)
+    (d / PREDICTIONS_DIR).mkdir(parents=True, exist_ok=True)
+    (d / PROFILE_FILE).write_text(yaml.safe_dump(_yaml_doc(profile), sort_keys=False), encoding="utf-8")
+    ids = [str(s) for s in profile.sample_ids]
+    with (d / LABELS_FILE).open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["sample_id", "label"])
+        w.writerows(zip(ids, profile.labels.tolist(), strict=True))
+    for mi, m in enumerate(profile.models):
+        with (d / PREDICTIONS_DIR / f"{m.name}.csv").open("w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["sample_id", "prediction", "certainty"])
+            # repr() keeps every bit of the float, so the round trip is exact.
+            w.writerows(zip(ids, profile.predictions[mi].tolist(),
+                            (repr(float(c)) for c in profile.certainties[mi]), strict=True))
+    return d

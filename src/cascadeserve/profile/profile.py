@@ -1,0 +1,148 @@
+"""The Profile: everything measured about a model family that the planner and simulator need.
+
+Per model: its name, memory per replica and a :class:`RuntimeCurve`. Per validation sample: the label and, per
+model, the prediction and the certainty. Records are stored as dense numpy arrays indexed
+``[model, sample]`` so that cascade evaluation and simulation are vectorised; no model ever runs here.
+
+Models are kept in the order the profile lists them. Cascades name models, and :meth:`Profile.index` maps
+names to rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from cascadeserve.profile.certainty import CertaintyFn, certainty_function
+from cascadeserve.profile.runtime import RuntimeCurve
+
+__all__ = ["ModelProfile", "Profile"]
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Measured facts about one model: memory per replica and batch runtimes."""
+
+    name: str
+    memory_mb: float
+    runtime: RuntimeCurve
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a model needs a non-empty name")
+        if not np.isfinite(self.memory_mb) or self.memory_mb < 0:
+            raise ValueError(f"model {self.name!r}: memory_mb must be a non-negative number")
+
+
+@dataclass(frozen=True, eq=False)
+class Profile:
+    """A model family's profile. ``predictions``/``certainties`` have shape ``[n_models, n_samples]``."""
+
+    name: str
+    models: tuple[ModelProfile, ...]
+    sample_ids: np.ndarray
+    labels: np.ndarray
+    predictions: np.ndarray
+    certainties: np.ndarray
+    task: str = "classification"
+    device: str = ""
+    source: str = ""
+    _index: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.models]
+        if not names:
+            raise ValueError("a profile needs at least one model")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model names: {', '.join(dupes)}")
+        n = len(self.labels)
+        if n == 0:
+            raise ValueError("a profile needs at least one validation sample")
+        shape = (len(names), n)
+        if self.predictions.shape != shape or self.certainties.shape != shape:
+            raise ValueError(f"records must have shape {shape}")
+        if len(self.sample_ids) != n:
+            raise ValueError("sample_ids and labels differ in length")
+        if np.any(~np.isfinite(self.certainties)) or np.any(self.certainties < 0) or np.any(self.certainties > 1):
+            raise ValueError("certainties must lie in [0, 1]")
+        object.__setattr__(self, "_index", {m: i for i, m in enumerate(names)})
+        for arr in (self.sample_ids, self.labels, self.predictions, self.certainties):
+            arr.setflags(write=False)
+
+    # -- construction -------------------------------------------------------------------------------------
+    @classmethod
+    def from_scores(
+        cls,
+        name: str,
+        models: Sequence[ModelProfile],
+        labels: np.ndarray,
+        scores: Mapping[str, np.ndarray],
+        *,
+        certainty: str | CertaintyFn = "margin",
+        sample_ids: np.ndarray | None = None,
+        **meta: str,
+    ) -> Profile:
+        """Build a profile from raw per-class scores ``scores[model] -> [n_samples, n_classes]``."""
+        fn = certainty_function(certainty)
+        labels = np.asarray(labels, dtype=np.int64)
+        preds = np.empty((len(models), len(labels)), dtype=np.int64)
+        certs = np.empty((len(models), len(labels)), dtype=np.float64)
+        for i, m in enumerate(models):
+            s = np.asarray(scores[m.name], dtype=np.float64)
+            if s.shape[0] != len(labels):
+                raise ValueError(f"model {m.name!r}: {s.shape[0]} score rows for {len(labels)} samples")
+            preds[i] = s.argmax(axis=1)
+            certs[i] = np.clip(np.asarray(fn(s), dtype=np.float64), 0.0, 1.0)
+        ids = np.arange(len(labels), dtype=np.int64) if sample_ids is None else np.asarray(sample_ids)
+        return cls(name=name, models=tuple(models), sample_ids=ids, labels=labels, predictions=preds,
+                   certainties=certs, **meta)
+
+    # -- lookups ------------------------------------------------------------------------------------------
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.models)
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.labels)
+
+    def index(self, model: str) -> int:
+        try:
+            return self._index[model]
+        except KeyError:
+            raise KeyError(f"unknown model {model!r}; the profile has {', '.join(self.model_names)}") from None
+
+    def model(self, name: str) -> ModelProfile:
+        return self.models[self.index(name)]
+
+    @cached_property
+    def correct(self) -> np.ndarray:
+        """``[n_models, n_samples]`` booleans: is each model's prediction right."""
+        c = np.asarray(self.predictions == self.labels[None, :], dtype=bool)
+        c.setflags(write=False)
+        return c
+
+    @cached_property
+    def accuracies(self) -> np.ndarray:
+        return np.asarray(self.correct.mean(axis=1), dtype=np.float64)
+
+    def by_cost(self, batch_size: int = 1) -> list[str]:
+        """Model names from cheapest to costliest per sample at the given batch size (ties by name)."""
+        return sorted(self.model_names, key=lambda n: (self.model(n).runtime.per_sample_ms(batch_size), n))
+
+    def summary(self) -> list[dict[str, float | str]]:
+        """Per model: accuracy, runtime at batch 1 and 64, memory (what ``profile show`` prints)."""
+        rows: list[dict[str, float | str]] = []
+        for i, m in enumerate(self.models):
+            rows.append({
+                "model": m.name,
+                "accuracy": float(self.accuracies[i]),
+                "runtime_ms_b1": float(m.runtime.ms_at(1)),
+                "runtime_ms_b64": float(m.runtime.ms_at(64)),
+                "memory_mb": float(m.memory_mb),
+            })
+        return rows

@@ -1,0 +1,324 @@
+"""The discrete-event simulator of a cascadeserve deployment (paper appendix C).
+
+It replays an arrival trace against a gear plan and a profile:
+
+* Every ``tick`` (100 ms) the producer measures QPS and picks the gear with :class:`~cascadeserve.policy.GearSelector`
+  (hysteresis on the first stage's queue). The arrivals of the next tick are admitted under that gear and routed
+  to first-stage replicas by the gear's shares (:class:`~cascadeserve.policy.SmoothWeightedRoundRobin`).
+* Each device runs one batch at a time. A free device fires the replica that the
+  :class:`~cascadeserve.policy.BatchTrigger` says is ready first (ties: :func:`~cascadeserve.policy.choose_replica`);
+  the batch takes ``runtime(model, batch size)`` from the profile.
+* When a batch ends, samples whose recorded certainty reaches their stage's threshold are answered
+  (:func:`~cascadeserve.policy.sure_mask`); the others are routed to the next model's replicas.
+* Request ``i`` uses validation sample ``i mod n``, so certainty and correctness are the recorded ones.
+* After the last arrival, queues drain with a minimum queue length of 1, so that every request completes.
+
+Speed comes from working at the granularity of *batches*, not requests: arrivals of a tick are routed with one
+vectorised call, a replica's first-stage queue is a slice of its routed arrivals, and forwarding is a handful of
+numpy operations per batch. The policy objects are the same ones the runtime uses; only the clock differs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from cascadeserve.plan import GearPlan
+from cascadeserve.policy import BatchTrigger, PlanTables, QpsMeter, SmoothWeightedRoundRobin, choose_replica, sure_mask
+from cascadeserve.profile import Profile
+from cascadeserve.simulate.result import BatchRecord, SimResult
+
+__all__ = ["Simulator", "simulate"]
+
+_TABLE_BATCH = 4096
+_EMPTY_I = np.empty(0, dtype=np.int64)
+_EMPTY_F = np.empty(0, dtype=np.float64)
+
+
+class _Fwd:
+    """Samples forwarded to a replica: chunks of request ids, each with the time it entered the queue."""
+
+    __slots__ = ("chunks", "n", "oldest")
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[np.ndarray, float | np.ndarray]] = []
+        self.n = 0
+        self.oldest = math.inf
+
+    def push(self, ids: np.ndarray, t: float | np.ndarray) -> None:
+        if self.n == 0:
+            self.oldest = float(np.min(t))
+        self.chunks.append((ids, t))
+        self.n += len(ids)
+
+    def clear(self) -> None:
+        self.chunks = []
+        self.n = 0
+        self.oldest = math.inf
+
+
+class Simulator:
+    """One simulation run. Build it, call :meth:`run`; the object is not reusable."""
+
+    def __init__(self, profile: Profile, plan: GearPlan, *, record_batches: bool = False) -> None:
+        plan.check_against(profile)
+        self.profile = profile
+        self.plan = plan
+        self.tables = PlanTables(plan, {m: profile.index(m) for m in profile.model_names})
+        self.record_batches = record_batches
+        self.tick_s = plan.tick_ms / 1000.0
+        self._rt_tables = [m.runtime.table(_TABLE_BATCH) for m in profile.models]
+
+    # ---------------------------------------------------------------------------------------------------------
+    def run(self, arrivals: Sequence[float] | np.ndarray) -> SimResult:
+        wall0 = time.perf_counter()
+        arr = np.asarray(arrivals, dtype=np.float64)
+        if arr.ndim != 1:
+            raise ValueError("arrivals must be a 1-D array of times in seconds")
+        if len(arr) and (np.any(np.diff(arr) < 0) or arr[0] < 0):
+            raise ValueError("arrival times must be non-negative and sorted")
+        tb = self.tables
+        n, n_samples = len(arr), self.profile.n_samples
+        r_count, d_count = tb.n_replicas, tb.n_devices
+        cert = self.profile.certainties
+        replica_row = tb.replica_row.tolist()
+        replica_device = tb.replica_device.tolist()
+        device_replicas = tb.device_replicas
+        single_gear = tb.n_gears == 1
+
+        finish = np.full(n, np.inf)
+        answer_row = np.full(n, -1, dtype=np.int64)
+        gear_of = np.zeros(n, dtype=np.int64)
+
+        tick = self.tick_s
+        n_ticks = int(arr[-1] // tick) + 1 if n else 0
+        bounds = np.searchsorted(arr, tick * np.arange(n_ticks + 1), side="left").tolist() if n else [0]
+        tick_qps = np.zeros(n_ticks)
+        tick_gear = np.zeros(n_ticks, dtype=np.int64)
+        tick_q0 = np.zeros(n_ticks, dtype=np.int64)
+        tick_busy = np.zeros((n_ticks + 1, d_count))
+        batches: list[BatchRecord] = []
+
+        pend_ids: list[np.ndarray] = [_EMPTY_I] * r_count
+        pend_t: list[np.ndarray] = [_EMPTY_F] * r_count
+        pos = [0] * r_count
+        fwd = [_Fwd() for _ in range(r_count)]
+        busy: list[tuple[int, np.ndarray, float] | None] = [None] * d_count
+        busy_until = [math.inf] * d_count
+        free_at = [0.0] * d_count
+        ready: list[tuple[float, int]] = [(math.inf, -1)] * d_count
+        dirty = [True] * d_count
+        routers: dict[tuple[int, int], SmoothWeightedRoundRobin] = tb.new_routers()
+        meter = QpsMeter(tick)
+        gear = tb.selector.lookup(0.0)
+        triggers: Sequence[BatchTrigger] = tb.triggers[gear]
+        clock = 0.0  # time of the last processed event
+
+        def compute_ready(d: int) -> tuple[float, int]:
+            now = max(clock, free_at[d])
+            best_t = math.inf
+            cands: list[tuple[float, float, int]] = []
+            for r in device_replicas[d]:
+                f = fwd[r]
+                p = pos[r]
+                n_pend = len(pend_ids[r]) - p
+                if f.n == 0 and n_pend == 0:
+                    continue
+                first = min(f.oldest, float(pend_t[r][p])) if n_pend else f.oldest
+                trig = triggers[r]
+                need = trig.min_queue - f.n
+                if need <= 0:
+                    mth = -math.inf
+                elif need <= n_pend:
+                    mth = float(pend_t[r][p + need - 1])
+                else:
+                    mth = math.inf
+                t = trig.fire_time(now, first, mth)
+                if t < best_t:
+                    best_t = t
+                cands.append((t, first, r))
+            if best_t == math.inf:
+                return (math.inf, -1)
+            return (best_t, choose_replica([(first, r) for t, first, r in cands if t == best_t]))
+
+        def start(d: int, t: float, r: int) -> None:
+            f = fwd[r]
+            p = pos[r]
+            pt = pend_t[r]
+            k = p if p == len(pt) else int(np.searchsorted(pt, t, side="right", sorter=None))
+            k = max(k, p)
+            present = f.n + (k - p)
+            size = triggers[r].take(present)
+            if f.n == 0:
+                ids = pend_ids[r][p : p + size]
+                pos[r] = p + size
+            elif size == present:
+                parts = [c for c, _ in f.chunks]
+                if k > p:
+                    parts.append(pend_ids[r][p:k])
+                ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                f.clear()
+                pos[r] = k
+            else:  # capped batch: oldest first across forwarded and newly arrived samples
+                all_ids = np.concatenate([c for c, _ in f.chunks] + [pend_ids[r][p:k]])
+                all_t = np.concatenate([np.broadcast_to(ct, (len(c),)) for c, ct in f.chunks] + [pt[p:k]])
+                order = np.argsort(all_t, kind="stable")
+                ids = all_ids[order[:size]]
+                rest = order[size:]
+                rest_f = rest[rest < f.n]
+                rest_p = np.sort(rest[rest >= f.n])
+                f.clear()
+                if len(rest_f):
+                    f.push(all_ids[rest_f], all_t[rest_f])
+                # un-taken new arrivals go back to the front of the pending slice
+                back = all_ids[rest_p]
+                pend_ids[r] = np.concatenate([back, pend_ids[r][k:]])
+                pend_t[r] = np.concatenate([all_t[rest_p], pt[k:]])
+                pos[r] = 0
+            row = replica_row[r]
+            tab = self._rt_tables[row]
+            secs = tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)
+            busy[d] = (r, ids, t)
+            busy_until[d] = t + secs
+            w = min(int(t // tick), n_ticks) if n_ticks else 0
+            tick_busy[w, d] += secs
+
+        def complete(d: int, t: float) -> None:
+            entry = busy[d]
+            assert entry is not None
+            r, ids, t0 = entry
+            busy[d] = None
+            busy_until[d] = math.inf
+            free_at[d] = t
+            dirty[d] = True
+            row = replica_row[r]
+            c = cert[row, ids % n_samples]
+            if single_gear:
+                sure = sure_mask(c, tb.threshold[0, row])
+            else:
+                sure = sure_mask(c, tb.threshold[gear_of[ids], row])
+            ans = ids[sure]
+            finish[ans] = t
+            answer_row[ans] = row
+            if self.record_batches:
+                batches.append(BatchRecord(t0, t, d, r, row, len(ids), len(ans)))
+            if len(ans) == len(ids):
+                return
+            fw = ids[~sure]
+            if single_gear:
+                groups: list[tuple[int, np.ndarray]] = [(0, fw)]
+            else:
+                gs = gear_of[fw]
+                g0 = int(gs[0])
+                if gs.min() == gs.max():
+                    groups = [(g0, fw)]
+                else:
+                    groups = [(int(g), fw[gs == g]) for g in np.unique(gs)]
+            for g, ids_g in groups:
+                nxt = int(tb.next_row[g, row])
+                route = tb.route(g, nxt)
+                reps = route.replicas
+                if len(reps) == 1:
+                    targets = [(reps[0], ids_g)]
+                else:
+                    a = routers[(g, nxt)].pick_many(len(ids_g))
+                    targets = [(rr, ids_g[a == j]) for j, rr in enumerate(reps)]
+                for rr, sub in targets:
+                    if len(sub):
+                        fwd[rr].push(sub, t)
+                        dirty[replica_device[rr]] = True
+
+        def run_until(t_end: float) -> None:
+            nonlocal clock
+            while True:
+                best_t = t_end
+                best_d = -1
+                for d in range(d_count):
+                    if busy[d] is not None:
+                        t = busy_until[d]
+                    else:
+                        if dirty[d]:
+                            ready[d] = compute_ready(d)
+                            dirty[d] = False
+                        t = ready[d][0]
+                    if t < best_t:
+                        best_t = t
+                        best_d = d
+                if best_d < 0:
+                    return
+                clock = best_t
+                if busy[best_d] is not None:
+                    complete(best_d, best_t)
+                else:
+                    dirty[best_d] = True
+                    start(best_d, best_t, ready[best_d][1])
+
+        for w in range(n_ticks):
+            t_w = w * tick
+            if w > 0:
+                meter.record(bounds[w] - bounds[w - 1])
+                qps = meter.tick(t_w)
+                q0 = 0
+                for r in tb.first_stage_replicas(gear):
+                    q0 += fwd[r].n + len(pend_ids[r]) - pos[r]
+                decision = tb.selector.decide(gear, qps, q0)
+                tick_qps[w] = qps
+                tick_q0[w] = q0
+                if decision.gear != gear:
+                    gear = decision.gear
+                    triggers = tb.triggers[gear]
+                    dirty = [True] * d_count
+            tick_gear[w] = gear
+            clock = t_w
+            a, b = bounds[w], bounds[w + 1]
+            if b > a:
+                gear_of[a:b] = gear
+                ids = np.arange(a, b, dtype=np.int64)
+                row0 = int(tb.first_row[gear])
+                reps = tb.route(gear, row0).replicas
+                if len(reps) == 1:
+                    targets = [(reps[0], ids)]
+                else:
+                    assign = routers[(gear, row0)].pick_many(b - a)
+                    targets = [(rr, ids[assign == j]) for j, rr in enumerate(reps)]
+                for rr, sub in targets:
+                    if not len(sub):
+                        continue
+                    p = pos[rr]
+                    if p == len(pend_ids[rr]):
+                        pend_ids[rr] = sub
+                        pend_t[rr] = arr[sub]
+                    else:
+                        pend_ids[rr] = np.concatenate([pend_ids[rr][p:], sub])
+                        pend_t[rr] = np.concatenate([pend_t[rr][p:], arr[sub]])
+                    pos[rr] = 0
+                    dirty[replica_device[rr]] = True
+            run_until(t_w + tick)
+
+        # Drain: no more arrivals, so every queue fires as soon as its device is free.
+        drain = BatchTrigger(1, None, self.plan.max_batch)
+        triggers = [drain] * r_count
+        dirty = [True] * d_count
+        run_until(math.inf)
+
+        samples = np.arange(n, dtype=np.int64) % n_samples
+        correct = self.profile.predictions[answer_row, samples] == self.profile.labels[samples] if n else \
+            np.zeros(0, dtype=bool)
+        stage = tb.stage[gear_of, answer_row] if n else np.zeros(0, dtype=np.int64)
+        busy_frac = np.minimum(tick_busy[:n_ticks] / tick, 1.0) if n_ticks else np.zeros((0, d_count))
+        return SimResult(
+            arrivals=arr, finish=finish, answer_row=answer_row, answer_stage=stage, gear=gear_of,
+            correct=np.asarray(correct, dtype=bool), tick_times=tick * np.arange(n_ticks), tick_qps=tick_qps,
+            tick_gear=tick_gear, tick_q0=tick_q0, tick_busy=busy_frac, wall_s=time.perf_counter() - wall0,
+            batches=batches,
+        )
+
+
+def simulate(
+    profile: Profile, plan: GearPlan, arrivals: Sequence[float] | np.ndarray, *, record_batches: bool = False
+) -> SimResult:
+    """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records."""
+    return Simulator(profile, plan, record_batches=record_batches).run(arrivals)

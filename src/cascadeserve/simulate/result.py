@@ -1,0 +1,83 @@
+"""Simulation results: per-request outcomes, per-tick time series, and the summary figures.
+
+Per request (arrays indexed by request number): arrival and finish time, the model row that answered, the gear
+it was admitted under, and whether the answer was right. Per producer tick: measured QPS, the gear in force, the
+first stage's queue length (Q0), and the busy fraction of each device during the tick. Optionally, every batch
+(for exact-trajectory tests and debugging).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BatchRecord", "SimResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    start: float
+    end: float
+    device: int
+    replica: int
+    row: int  # model row
+    size: int
+    answered: int
+
+
+@dataclass
+class SimResult:
+    arrivals: np.ndarray
+    finish: np.ndarray
+    answer_row: np.ndarray  # model row that answered each request
+    answer_stage: np.ndarray  # stage (0-based) of that model in the request's cascade
+    gear: np.ndarray  # gear each request was admitted under
+    correct: np.ndarray
+    tick_times: np.ndarray
+    tick_qps: np.ndarray
+    tick_gear: np.ndarray
+    tick_q0: np.ndarray
+    tick_busy: np.ndarray  # [ticks, devices] busy fraction of each tick (batches counted where they start)
+    wall_s: float
+    batches: list[BatchRecord] = field(default_factory=list)
+
+    @property
+    def latency_s(self) -> np.ndarray:
+        return np.asarray(self.finish - self.arrivals)
+
+    @property
+    def completed(self) -> int:
+        return int(np.count_nonzero(np.isfinite(self.finish)))
+
+    @property
+    def gear_switches(self) -> int:
+        return int(np.count_nonzero(np.diff(self.tick_gear))) if len(self.tick_gear) > 1 else 0
+
+    def percentile_ms(self, q: float) -> float:
+        lat = self.latency_s
+        return float(np.percentile(lat, q) * 1000.0) if len(lat) else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.correct.mean()) if len(self.correct) else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.arrivals)
+        span = float(self.finish.max() - self.arrivals.min()) if n else 0.0
+        return {
+            "requests": n,
+            "completed": self.completed,
+            "p50_ms": self.percentile_ms(50),
+            "p95_ms": self.percentile_ms(95),
+            "p99_ms": self.percentile_ms(99),
+            "mean_ms": float(self.latency_s.mean() * 1000.0) if n else 0.0,
+            "accuracy": self.accuracy,
+            "throughput_qps": self.completed / span if span > 0 else 0.0,
+            "gear_switches": self.gear_switches,
+            "gear_ticks": {int(g): int(c) for g, c in zip(*np.unique(self.tick_gear, return_counts=True), strict=True)},
+            "utilisation": [float(u) for u in self.tick_busy.mean(axis=0)] if len(self.tick_busy) else [],
+            "wall_s": self.wall_s,
+            "simulated_requests_per_s": n / self.wall_s if self.wall_s > 0 else 0.0,
+        }
