@@ -28,6 +28,7 @@ __all__ = [
     "BITSET_MAX_SAMPLES",
     "Cascade",
     "CascadeEval",
+    "enumerate_frontier",
     "evaluate",
     "pareto_front",
 ]
@@ -173,9 +174,11 @@ def evaluate(
     models = tuple(models)
     rows = [profile.index(m) for m in models]
     k = len(rows)
-    th = np.asarray(thresholds, dtype=np.float64).reshape(-1, max(k - 1, 0))
+    raw = np.asarray(thresholds, dtype=np.float64)
     if k == 1:
-        th = np.zeros((max(len(th), 1), 0))
+        th = np.zeros((max(len(raw), 1) if raw.ndim == 2 else 1, 0))
+    else:
+        th = raw.reshape(-1, k - 1)
     n = profile.n_samples
     if method == "auto":
         method = "bitsets" if n <= BITSET_MAX_SAMPLES else "dense"
@@ -215,3 +218,42 @@ def pareto_front(accuracy: np.ndarray, work: np.ndarray) -> np.ndarray:
             keep.append(i)
             best = acc[i]
     return np.asarray(keep, dtype=np.int64)
+
+
+def enumerate_frontier(
+    profile: Profile,
+    *,
+    levels: Sequence[float] | np.ndarray = tuple(np.round(np.linspace(0.0, 1.0, 11), 6)),
+    batch_size: float = 1.0,
+    max_models: int | None = None,
+) -> list[tuple[Cascade, float, float]]:
+    """Exact enumeration: every cost-ordered model subset × every threshold in ``levels``; the Pareto frontier.
+
+    Returns ``(cascade, accuracy, work_ms)`` triples, cheapest first. Exponential in the number of models; the
+    planner's SP1 prunes, this is the plain version for small families and for ``profile frontier``.
+    """
+    from itertools import combinations, product
+
+    order = profile.by_cost(int(max(1, batch_size)))
+    lv = np.asarray(levels, dtype=np.float64)
+    accs: list[np.ndarray] = []
+    works: list[np.ndarray] = []
+    keys: list[tuple[tuple[str, ...], np.ndarray]] = []
+    top = len(order) if max_models is None else min(max_models, len(order))
+    for k in range(1, top + 1):
+        for subset in combinations(order, k):
+            th = (np.array(list(product(lv, repeat=k - 1)), dtype=np.float64).reshape(-1, k - 1) if k > 1
+                  else np.zeros((1, 0)))
+            ev = evaluate(profile, subset, th, batch_size=batch_size)
+            accs.append(ev.accuracy)
+            works.append(ev.work_ms)
+            keys.append((subset, ev.thresholds))
+    acc = np.concatenate(accs)
+    work = np.concatenate(works)
+    offsets = np.cumsum([0] + [len(a) for a in accs])
+    out: list[tuple[Cascade, float, float]] = []
+    for i in pareto_front(acc, work).tolist():
+        j = int(np.searchsorted(offsets, i, side="right") - 1)
+        subset, th = keys[j]
+        out.append((Cascade(subset, tuple(float(x) for x in th[i - offsets[j]])), float(acc[i]), float(work[i])))
+    return out

@@ -1,0 +1,66 @@
+"""The root typer app, the shared error handling and output helpers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from cascadeserve.errors import CascadeServeError
+
+__all__ = ["app", "console", "err_console", "print_json", "register", "run"]
+
+app = typer.Typer(
+    name="cascadeserve",
+    help="Serve predictions from model cascades: profile a model family, plan gears, simulate, serve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+_registered = False
+
+
+def register() -> None:
+    """Import the command modules (each adds its group to ``app``)."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from cascadeserve.cli import plan, profile, simulate  # noqa: F401  (modules register their commands)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=float) + "\n")
+    sys.stdout.flush()
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI; user errors become one line on stderr and exit code 2."""
+    register()
+    try:
+        app(args=argv, standalone_mode=False)
+    except CascadeServeError as e:
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return e.exit_code
+    except KeyError as e:  # unknown model names and the like carry a full sentence
+        err_console.print(f"[bold red]error:[/] {e.args[0] if e.args else e}", highlight=False, soft_wrap=True)
+        return 2
+    except typer.Exit as e:
+        return int(e.exit_code or 0)
+    except typer.Abort:
+        err_console.print("aborted")
+        return 130
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        raise
+    return 0

@@ -1,0 +1,72 @@
+"""Option types shared by several commands: the trace spec, devices, and value parsing with clear errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.plan import Device
+from cascadeserve.traces import TRACE_SPEC_HELP, Trace, build_trace
+
+__all__ = [
+    "TraceOptions",
+    "devices_from",
+    "parse_floats",
+    "trace_options",
+]
+
+TraceOpt = Annotated[str, typer.Option("--trace", help=TRACE_SPEC_HELP.replace("\n", " "), show_default=False)]
+TraceFormatOpt = Annotated[
+    str | None, typer.Option("--trace-format", help="per-second | timestamps | azure-functions (default: guess).")
+]
+MaxQpsOpt = Annotated[float | None, typer.Option("--max-qps", help="Scale the trace so its busiest second hits this.")]
+WindowOpt = Annotated[str | None, typer.Option("--window", help="START:DURATION in seconds of trace time.")]
+DropZeroOpt = Annotated[bool, typer.Option("--drop-zero", help="Drop seconds with no requests before scaling.")]
+ArrivalOpt = Annotated[str, typer.Option("--arrival", help="Arrival times within a bin: poisson | uniform.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for arrival times.")]
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    spec: str
+    fmt: str | None
+    max_qps: float | None
+    window: str | None
+    drop_zero: bool
+    arrival: str
+    seed: int
+
+    def build(self) -> Trace:
+        return build_trace(self.spec, fmt=self.fmt, max_qps=self.max_qps, window=self.window,
+                           drop_zero=self.drop_zero, arrival=self.arrival, seed=self.seed)
+
+
+def trace_options(
+    trace: str, trace_format: str | None, max_qps: float | None, window: str | None, drop_zero: bool, arrival: str,
+    seed: int,
+) -> TraceOptions:
+    return TraceOptions(trace, trace_format, max_qps, window, drop_zero, arrival, seed)
+
+
+def parse_floats(value: str, what: str) -> tuple[float, ...]:
+    """``"0.7,0.5"`` -> ``(0.7, 0.5)``; a clear error naming the option otherwise."""
+    if not value.strip():
+        return ()
+    out = []
+    for part in value.split(","):
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise CascadeServeError(f"{what}: {part.strip()!r} is not a number") from None
+    return tuple(out)
+
+
+def devices_from(count: int, memory_mb: float, kind: str = "cpu") -> tuple[Device, ...]:
+    if count < 1:
+        raise CascadeServeError("--devices must be at least 1")
+    if memory_mb <= 0:
+        raise CascadeServeError("--device-memory-mb must be positive")
+    return tuple(Device(name=f"dev{i}", memory_mb=memory_mb, kind=kind) for i in range(count))

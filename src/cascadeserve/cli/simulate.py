@@ -1,0 +1,56 @@
+"""``cascadeserve simulate``: replay a trace against a gear plan in the event simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cascadeserve.cli.app import app, console, print_json
+from cascadeserve.cli.common import (
+    ArrivalOpt,
+    DropZeroOpt,
+    MaxQpsOpt,
+    SeedOpt,
+    TraceFormatOpt,
+    TraceOpt,
+    WindowOpt,
+    trace_options,
+)
+from cascadeserve.plan import load_plan
+from cascadeserve.profile import load_profile
+from cascadeserve.simulate import simulate as run_simulation
+
+
+@app.command("simulate")
+def simulate(
+    profile: Annotated[Path, typer.Option(help="Profile directory.")],
+    plan: Annotated[Path, typer.Option(help="Gear plan JSON.")],
+    trace: TraceOpt,
+    trace_format: TraceFormatOpt = None,
+    max_qps: MaxQpsOpt = None,
+    window: WindowOpt = None,
+    drop_zero: DropZeroOpt = False,
+    arrival: ArrivalOpt = "poisson",
+    seed: SeedOpt = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Simulate the plan on the trace and print latency percentiles, accuracy and gear switches."""
+    prof = load_profile(profile)
+    gear_plan = load_plan(plan, prof)
+    tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
+    res = run_simulation(prof, gear_plan, tr.arrivals)
+    summary = {"trace": tr.source, **res.summary()}
+    if as_json:
+        print_json(summary)
+        return
+    table = Table(title=f"simulated {len(tr):,} requests over {tr.duration_s:g} s")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in ("requests", "completed", "p50_ms", "p95_ms", "p99_ms", "accuracy", "throughput_qps",
+                "gear_switches", "wall_s"):
+        v = summary[key]
+        table.add_row(key, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}")
+    console.print(table)
