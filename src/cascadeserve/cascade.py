@@ -175,10 +175,7 @@ def evaluate(
     rows = [profile.index(m) for m in models]
     k = len(rows)
     raw = np.asarray(thresholds, dtype=np.float64)
-    if k == 1:
-        th = np.zeros((max(len(raw), 1) if raw.ndim == 2 else 1, 0))
-    else:
-        th = raw.reshape(-1, k - 1)
+    th = np.zeros((max(len(raw), 1) if raw.ndim == 2 else 1, 0)) if k == 1 else raw.reshape(-1, k - 1)
     n = profile.n_samples
     if method == "auto":
         method = "bitsets" if n <= BITSET_MAX_SAMPLES else "dense"
@@ -242,8 +239,11 @@ def enumerate_frontier(
     top = len(order) if max_models is None else min(max_models, len(order))
     for k in range(1, top + 1):
         for subset in combinations(order, k):
-            th = (np.array(list(product(lv, repeat=k - 1)), dtype=np.float64).reshape(-1, k - 1) if k > 1
-                  else np.zeros((1, 0)))
+            th = (
+                np.array(list(product(lv, repeat=k - 1)), dtype=np.float64).reshape(-1, k - 1)
+                if k > 1
+                else np.zeros((1, 0))
+            )
             ev = evaluate(profile, subset, th, batch_size=batch_size)
             accs.append(ev.accuracy)
             works.append(ev.work_ms)

@@ -28,7 +28,12 @@ class _LocatedError(CascadeServeError):
     """An error that points at a place in a file: ``path:line:column: message``."""
 
     def __init__(
-        self, message: str, *, path: str | Path | None = None, line: int | None = None, column: str | int | None = None
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        line: int | None = None,
+        column: str | int | None = None,
     ) -> None:
         self.message = message
         self.path = str(path) if path is not None else None

@@ -167,8 +167,11 @@ class GearPlan(_Frozen):
         known = set(profile.model_names)
         for r in self.replicas:
             if r.model not in known:
-                raise PlanError(f"replica {r.id!r} names model {r.model!r}, which profile {profile.name!r} does "
-                                f"not have (it has {', '.join(profile.model_names)})", path=path)
+                raise PlanError(
+                    f"replica {r.id!r} names model {r.model!r}, which profile {profile.name!r} does "
+                    f"not have (it has {', '.join(profile.model_names)})",
+                    path=path,
+                )
         for g in self.gears:
             for m in g.models:
                 if m not in known:
@@ -177,8 +180,11 @@ class GearPlan(_Frozen):
             used = sum(profile.model(r.model).memory_mb for r in self.replicas if r.device == d.name)
             if used > d.memory_mb + 1e-9:
                 on = ", ".join(r.model for r in self.replicas if r.device == d.name)
-                raise PlanError(f"device {d.name!r} is overfilled: its replicas ({on}) need {used:g} MB but it has "
-                                f"{d.memory_mb:g} MB", path=path)
+                raise PlanError(
+                    f"device {d.name!r} is overfilled: its replicas ({on}) need {used:g} MB but it has "
+                    f"{d.memory_mb:g} MB",
+                    path=path,
+                )
 
     # -- JSON -----------------------------------------------------------------------------------------------
     def to_json(self, indent: int | None = 2) -> str:
@@ -191,8 +197,11 @@ class GearPlan(_Frozen):
         except json.JSONDecodeError as e:
             raise PlanError(f"invalid JSON: {e.msg}", path=path, line=e.lineno, column=e.colno) from None
         if isinstance(raw, dict) and raw.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-            raise PlanError(f"unsupported schema_version {raw.get('schema_version')!r}; this cascadeserve reads "
-                            f"version {SCHEMA_VERSION}", path=path)
+            raise PlanError(
+                f"unsupported schema_version {raw.get('schema_version')!r}; this cascadeserve reads "
+                f"version {SCHEMA_VERSION}",
+                path=path,
+            )
         try:
             return cls.model_validate(raw)
         except ValidationError as e:
@@ -255,5 +264,12 @@ def fixed_plan(
         thresholds=cascade.thresholds,
         replicas={r.id: ReplicaGear(min_queue=min_queue, share=1.0 / per_model[r.model]) for r in replicas},
     )
-    return GearPlan(profile=profile.name, devices=tuple(devices), replicas=tuple(replicas), gears=(gear,), slo=slo,
-                    max_wait_ms=max_wait_ms, max_batch=max_batch)
+    return GearPlan(
+        profile=profile.name,
+        devices=tuple(devices),
+        replicas=tuple(replicas),
+        gears=(gear,),
+        slo=slo,
+        max_wait_ms=max_wait_ms,
+        max_batch=max_batch,
+    )

@@ -20,7 +20,8 @@ __all__ = [
 
 TraceOpt = Annotated[str, typer.Option("--trace", help=TRACE_SPEC_HELP.replace("\n", " "), show_default=False)]
 TraceFormatOpt = Annotated[
-    str | None, typer.Option("--trace-format", help="per-second | timestamps | azure-functions (default: guess).")
+    str | None,
+    typer.Option("--trace-format", help="per-second | timestamps | azure-functions (default: guess)."),
 ]
 MaxQpsOpt = Annotated[float | None, typer.Option("--max-qps", help="Scale the trace so its busiest second hits this.")]
 WindowOpt = Annotated[str | None, typer.Option("--window", help="START:DURATION in seconds of trace time.")]
@@ -40,12 +41,24 @@ class TraceOptions:
     seed: int
 
     def build(self) -> Trace:
-        return build_trace(self.spec, fmt=self.fmt, max_qps=self.max_qps, window=self.window,
-                           drop_zero=self.drop_zero, arrival=self.arrival, seed=self.seed)
+        return build_trace(
+            self.spec,
+            fmt=self.fmt,
+            max_qps=self.max_qps,
+            window=self.window,
+            drop_zero=self.drop_zero,
+            arrival=self.arrival,
+            seed=self.seed,
+        )
 
 
 def trace_options(
-    trace: str, trace_format: str | None, max_qps: float | None, window: str | None, drop_zero: bool, arrival: str,
+    trace: str,
+    trace_format: str | None,
+    max_qps: float | None,
+    window: str | None,
+    drop_zero: bool,
+    arrival: str,
     seed: int,
 ) -> TraceOptions:
     return TraceOptions(trace, trace_format, max_qps, window, drop_zero, arrival, seed)

@@ -37,7 +37,13 @@ def fixed(
         casc = Cascade(models, parse_floats(thresholds, "--thresholds"))
     except ValueError as e:
         raise CascadeServeError(f"--cascade/--thresholds: {e}") from None
-    plan = fixed_plan(prof, casc, devices_from(devices, device_memory_mb), min_queue=min_queue,
-                      max_wait_ms=max_wait_ms, max_batch=max_batch)
+    plan = fixed_plan(
+        prof,
+        casc,
+        devices_from(devices, device_memory_mb),
+        min_queue=min_queue,
+        max_wait_ms=max_wait_ms,
+        max_batch=max_batch,
+    )
     plan.save(out)
     console.print(f"wrote {out}: {casc} on {len(plan.replicas)} replica(s) over {len(plan.devices)} device(s)")

@@ -32,8 +32,13 @@ def show(directory: ProfileDir, as_json: AsJson = False) -> None:
     for col in ("model", "accuracy", "ms @ b=1", "ms @ b=64", "memory MB"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for r in rows:
-        table.add_row(str(r["model"]), f"{r['accuracy']:.4f}", f"{r['runtime_ms_b1']:.3f}",
-                      f"{r['runtime_ms_b64']:.3f}", f"{r['memory_mb']:.1f}")
+        table.add_row(
+            str(r["model"]),
+            f"{r['accuracy']:.4f}",
+            f"{r['runtime_ms_b1']:.3f}",
+            f"{r['runtime_ms_b64']:.3f}",
+            f"{r['memory_mb']:.1f}",
+        )
     console.print(table)
 
 
@@ -47,12 +52,20 @@ def frontier(
 ) -> None:
     """The Pareto frontier of cascades: accuracy against expected device-ms per sample."""
     prof = load_profile(directory)
-    pts = enumerate_frontier(prof, levels=np.round(np.linspace(0, 1, levels), 6), batch_size=batch_size,
-                             max_models=max_models)
+    pts = enumerate_frontier(
+        prof, levels=np.round(np.linspace(0, 1, levels), 6), batch_size=batch_size, max_models=max_models
+    )
     if as_json:
-        print_json({"name": prof.name, "batch_size": batch_size, "frontier": [
-            {"models": list(c.models), "thresholds": list(c.thresholds), "accuracy": a, "work_ms": w}
-            for c, a, w in pts]})
+        print_json(
+            {
+                "name": prof.name,
+                "batch_size": batch_size,
+                "frontier": [
+                    {"models": list(c.models), "thresholds": list(c.thresholds), "accuracy": a, "work_ms": w}
+                    for c, a, w in pts
+                ],
+            }
+        )
         return
     table = Table(title=f"{prof.name}: cascade frontier ({len(pts)} points, work at batch {batch_size:g})")
     for col in ("cascade", "accuracy", "work ms/sample"):

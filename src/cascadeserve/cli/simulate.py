@@ -49,8 +49,17 @@ def simulate(
     table = Table(title=f"simulated {len(tr):,} requests over {tr.duration_s:g} s")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in ("requests", "completed", "p50_ms", "p95_ms", "p99_ms", "accuracy", "throughput_qps",
-                "gear_switches", "wall_s"):
+    for key in (
+        "requests",
+        "completed",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "accuracy",
+        "throughput_qps",
+        "gear_switches",
+        "wall_s",
+    ):
         v = summary[key]
         table.add_row(key, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}")
     console.print(table)

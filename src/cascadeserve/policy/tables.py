@@ -21,7 +21,7 @@ from cascadeserve.policy.forwarding import LAST_STAGE
 from cascadeserve.policy.gears import GearSelector
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
 
-__all__ = ["Route", "PlanTables"]
+__all__ = ["PlanTables", "Route"]
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,11 @@ class PlanTables:
             for rid, rg in gear.replicas.items():
                 self._min_queue[g, plan.replica_index[rid]] = rg.min_queue
             for name, m in zip(gear.models, rows, strict=True):
-                reps = [(plan.replica_index[rid], rg.share) for rid, rg in gear.replicas.items()
-                        if rid.split("@", 1)[0] == name and rg.share > 0]
+                reps = [
+                    (plan.replica_index[rid], rg.share)
+                    for rid, rg in gear.replicas.items()
+                    if rid.split("@", 1)[0] == name and rg.share > 0
+                ]
                 self._routes[(g, m)] = Route(tuple(r for r, _ in reps), tuple(s for _, s in reps))
         self.triggers: tuple[tuple[BatchTrigger, ...], ...] = tuple(
             tuple(BatchTrigger(int(q), max_wait_s, plan.max_batch) for q in self._min_queue[g]) for g in range(g_count)

@@ -60,20 +60,31 @@ def _number(path: Path, node: yaml.Node, what: str, *, positive: bool = False) -
     except ValueError:
         raise _err(path, node, f"{what} must be a number, got {node.value!r}") from None
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise _err(path, node, f"{what} must be a {'positive' if positive else 'non-negative'} number, got {node.value!r}")
+        raise _err(
+            path,
+            node,
+            f"{what} must be a {'positive' if positive else 'non-negative'} number, got {node.value!r}",
+        )
     return value
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfile, yaml.Node]]]:
     if not path.is_file():
-        raise ProfileError(f"missing {PROFILE_FILE}; a profile directory needs {PROFILE_FILE}, {LABELS_FILE} "
-                           f"and {PREDICTIONS_DIR}/<model>.csv", path=path)
+        raise ProfileError(
+            f"missing {PROFILE_FILE}; a profile directory needs {PROFILE_FILE}, {LABELS_FILE} "
+            f"and {PREDICTIONS_DIR}/<model>.csv",
+            path=path,
+        )
     try:
         root = yaml.compose(path.read_text(encoding="utf-8"))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
-        raise ProfileError(f"invalid YAML: {e.problem}", path=path, line=mark.line + 1 if mark else None,
-                           column=mark.column + 1 if mark else None) from None
+        raise ProfileError(
+            f"invalid YAML: {e.problem}",
+            path=path,
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+        ) from None
     if root is None:
         raise ProfileError("empty file", path=path)
     top = _mapping(path, root, "the profile")
@@ -139,8 +150,9 @@ def _int_cell(path: Path, line: int, column: str, value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ProfileError(f"expected an integer class index, got {value!r}", path=path, line=line,
-                           column=column) from None
+        raise ProfileError(
+            f"expected an integer class index, got {value!r}", path=path, line=line, column=column
+        ) from None
 
 
 def load_profile(directory: str | Path) -> Profile:
@@ -158,8 +170,12 @@ def load_profile(directory: str | Path) -> Profile:
     for line, (sid, label) in _rows(lpath, ("sample_id", "label")):
         sid = sid.strip()
         if sid in where:
-            raise ProfileError(f"duplicate sample_id {sid!r} (first on line {where[sid]})", path=lpath, line=line,
-                               column="sample_id")
+            raise ProfileError(
+                f"duplicate sample_id {sid!r} (first on line {where[sid]})",
+                path=lpath,
+                line=line,
+                column="sample_id",
+            )
         where[sid] = line
         ids.append(sid)
         labels.append(_int_cell(lpath, line, "label", label))
@@ -171,15 +187,19 @@ def load_profile(directory: str | Path) -> Profile:
     for mi, (m, node) in enumerate(models):
         ppath = d / PREDICTIONS_DIR / f"{m.name}.csv"
         if not ppath.is_file():
-            raise ProfileError(f"predictions for model {m.name!r} are missing (declared on line "
-                               f"{node.start_mark.line + 1} of {ypath})", path=ppath)
+            raise ProfileError(
+                f"predictions for model {m.name!r} are missing (declared on line "
+                f"{node.start_mark.line + 1} of {ypath})",
+                path=ppath,
+            )
         seen = np.zeros(n, dtype=bool)
         for line, (sid, pred, cert) in _rows(ppath, ("sample_id", "prediction", "certainty")):
             sid = sid.strip()
             i = pos.get(sid)
             if i is None:
-                raise ProfileError(f"sample_id {sid!r} is not in {LABELS_FILE}", path=ppath, line=line,
-                                   column="sample_id")
+                raise ProfileError(
+                    f"sample_id {sid!r} is not in {LABELS_FILE}", path=ppath, line=line, column="sample_id"
+                )
             if seen[i]:
                 raise ProfileError(f"duplicate sample_id {sid!r}", path=ppath, line=line, column="sample_id")
             seen[i] = True
@@ -189,23 +209,41 @@ def load_profile(directory: str | Path) -> Profile:
             except ValueError:
                 c = math.nan
             if not (0.0 <= c <= 1.0):
-                raise ProfileError(f"certainty must be a number in [0, 1], got {cert!r}", path=ppath, line=line,
-                                   column="certainty")
+                raise ProfileError(
+                    f"certainty must be a number in [0, 1], got {cert!r}",
+                    path=ppath,
+                    line=line,
+                    column="certainty",
+                )
             certs[mi, i] = c
         if not seen.all():
             missing = [ids[i] for i in np.flatnonzero(~seen)[:5]]
-            raise ProfileError(f"{int((~seen).sum())} sample(s) from {LABELS_FILE} have no prediction for model "
-                               f"{m.name!r}, e.g. sample_id {', '.join(repr(s) for s in missing)}", path=ppath)
+            raise ProfileError(
+                f"{int((~seen).sum())} sample(s) from {LABELS_FILE} have no prediction for model "
+                f"{m.name!r}, e.g. sample_id {', '.join(repr(s) for s in missing)}",
+                path=ppath,
+            )
 
     def meta(key: str) -> str:
         node = top.get(key)
         return str(node.value) if isinstance(node, yaml.ScalarNode) and node.value is not None else ""
 
-    sample_ids = np.array([int(s) for s in ids], dtype=np.int64) if all(s.lstrip("-").isdigit() for s in ids) \
+    sample_ids = (
+        np.array([int(s) for s in ids], dtype=np.int64)
+        if all(s.lstrip("-").isdigit() for s in ids)
         else np.array(ids, dtype=object)
-    return Profile(name=meta("name") or d.name, models=tuple(m for m, _ in models), sample_ids=sample_ids,
-                   labels=np.asarray(labels, dtype=np.int64), predictions=preds, certainties=certs,
-                   task=meta("task") or "classification", device=meta("device"), source=meta("source"))
+    )
+    return Profile(
+        name=meta("name") or d.name,
+        models=tuple(m for m, _ in models),
+        sample_ids=sample_ids,
+        labels=np.asarray(labels, dtype=np.int64),
+        predictions=preds,
+        certainties=certs,
+        task=meta("task") or "classification",
+        device=meta("device"),
+        source=meta("source"),
+    )
 
 
 def _yaml_doc(profile: Profile) -> dict[str, Any]:
@@ -215,8 +253,11 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
         "device": profile.device,
         "source": profile.source,
         "models": [
-            {"name": m.name, "memory_mb": float(m.memory_mb),
-             "runtime_ms": {int(b): float(v) for b, v in m.runtime.as_mapping().items()}}
+            {
+                "name": m.name,
+                "memory_mb": float(m.memory_mb),
+                "runtime_ms": {int(b): float(v) for b, v in m.runtime.as_mapping().items()},
+            }
             for m in profile.models
         ],
     }
@@ -237,6 +278,12 @@ def save_profile(profile: Profile, directory: str | Path) -> Path:
             w = csv.writer(f)
             w.writerow(["sample_id", "prediction", "certainty"])
             # repr() keeps every bit of the float, so the round trip is exact.
-            w.writerows(zip(ids, profile.predictions[mi].tolist(),
-                            (repr(float(c)) for c in profile.certainties[mi]), strict=True))
+            w.writerows(
+                zip(
+                    ids,
+                    profile.predictions[mi].tolist(),
+                    (repr(float(c)) for c in profile.certainties[mi]),
+                    strict=True,
+                )
+            )
     return d

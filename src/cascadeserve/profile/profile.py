@@ -98,8 +98,15 @@ class Profile:
             preds[i] = s.argmax(axis=1)
             certs[i] = np.clip(np.asarray(fn(s), dtype=np.float64), 0.0, 1.0)
         ids = np.arange(len(labels), dtype=np.int64) if sample_ids is None else np.asarray(sample_ids)
-        return cls(name=name, models=tuple(models), sample_ids=ids, labels=labels, predictions=preds,
-                   certainties=certs, **meta)
+        return cls(
+            name=name,
+            models=tuple(models),
+            sample_ids=ids,
+            labels=labels,
+            predictions=preds,
+            certainties=certs,
+            **meta,
+        )
 
     # -- lookups ------------------------------------------------------------------------------------------
     @property
@@ -138,11 +145,13 @@ class Profile:
         """Per model: accuracy, runtime at batch 1 and 64, memory (what ``profile show`` prints)."""
         rows: list[dict[str, float | str]] = []
         for i, m in enumerate(self.models):
-            rows.append({
-                "model": m.name,
-                "accuracy": float(self.accuracies[i]),
-                "runtime_ms_b1": float(m.runtime.ms_at(1)),
-                "runtime_ms_b64": float(m.runtime.ms_at(64)),
-                "memory_mb": float(m.memory_mb),
-            })
+            rows.append(
+                {
+                    "model": m.name,
+                    "accuracy": float(self.accuracies[i]),
+                    "runtime_ms_b1": float(m.runtime.ms_at(1)),
+                    "runtime_ms_b64": float(m.runtime.ms_at(64)),
+                    "memory_mb": float(m.memory_mb),
+                }
+            )
         return rows

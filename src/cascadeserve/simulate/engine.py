@@ -27,7 +27,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from cascadeserve.plan import GearPlan
-from cascadeserve.policy import BatchTrigger, PlanTables, QpsMeter, SmoothWeightedRoundRobin, choose_replica, sure_mask
+from cascadeserve.policy import (
+    BatchTrigger,
+    PlanTables,
+    QpsMeter,
+    SmoothWeightedRoundRobin,
+    choose_replica,
+    sure_mask,
+)
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.result import BatchRecord, SimResult
 
@@ -196,10 +203,7 @@ class Simulator:
             dirty[d] = True
             row = replica_row[r]
             c = cert[row, ids % n_samples]
-            if single_gear:
-                sure = sure_mask(c, tb.threshold[0, row])
-            else:
-                sure = sure_mask(c, tb.threshold[gear_of[ids], row])
+            sure = sure_mask(c, tb.threshold[0, row]) if single_gear else sure_mask(c, tb.threshold[gear_of[ids], row])
             ans = ids[sure]
             finish[ans] = t
             answer_row[ans] = row
@@ -213,10 +217,7 @@ class Simulator:
             else:
                 gs = gear_of[fw]
                 g0 = int(gs[0])
-                if gs.min() == gs.max():
-                    groups = [(g0, fw)]
-                else:
-                    groups = [(int(g), fw[gs == g]) for g in np.unique(gs)]
+                groups = [(g0, fw)] if gs.min() == gs.max() else [(int(g), fw[gs == g]) for g in np.unique(gs)]
             for g, ids_g in groups:
                 nxt = int(tb.next_row[g, row])
                 route = tb.route(g, nxt)
@@ -305,14 +306,26 @@ class Simulator:
         run_until(math.inf)
 
         samples = np.arange(n, dtype=np.int64) % n_samples
-        correct = self.profile.predictions[answer_row, samples] == self.profile.labels[samples] if n else \
-            np.zeros(0, dtype=bool)
+        correct = (
+            self.profile.predictions[answer_row, samples] == self.profile.labels[samples]
+            if n
+            else np.zeros(0, dtype=bool)
+        )
         stage = tb.stage[gear_of, answer_row] if n else np.zeros(0, dtype=np.int64)
         busy_frac = np.minimum(tick_busy[:n_ticks] / tick, 1.0) if n_ticks else np.zeros((0, d_count))
         return SimResult(
-            arrivals=arr, finish=finish, answer_row=answer_row, answer_stage=stage, gear=gear_of,
-            correct=np.asarray(correct, dtype=bool), tick_times=tick * np.arange(n_ticks), tick_qps=tick_qps,
-            tick_gear=tick_gear, tick_q0=tick_q0, tick_busy=busy_frac, wall_s=time.perf_counter() - wall0,
+            arrivals=arr,
+            finish=finish,
+            answer_row=answer_row,
+            answer_stage=stage,
+            gear=gear_of,
+            correct=np.asarray(correct, dtype=bool),
+            tick_times=tick * np.arange(n_ticks),
+            tick_qps=tick_qps,
+            tick_gear=tick_gear,
+            tick_q0=tick_q0,
+            tick_busy=busy_frac,
+            wall_s=time.perf_counter() - wall0,
             batches=batches,
         )
 
