@@ -220,7 +220,8 @@ def load_profile(directory: str | Path) -> Profile:
             missing = [ids[i] for i in np.flatnonzero(~seen)[:5]]
             raise ProfileError(
                 f"{int((~seen).sum())} sample(s) from {LABELS_FILE} have no prediction for model "
-                f"{m.name!r}, e.g. sample_id {', '.join(repr(s) for s in missing)}",
+                f"{m.name!r}, e.g. sample_id "
+                + ", ".join(f"{s!r} ({LABELS_FILE} line {where[s]})" for s in missing),
                 path=ppath,
             )
 
