@@ -25,6 +25,12 @@ err_console = Console(stderr=True)
 
 _registered = False
 
+# Click's base exception, wherever this typer takes click from: recent typer vendors it as ``typer._click`` (and does
+# not depend on ``click``), older typer re-exports ``click``'s own classes. ``typer.BadParameter`` derives from it.
+_CLICK_ERRORS: tuple[type[Exception], ...] = tuple(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException" and issubclass(c, Exception)
+)
+
 
 def register() -> None:
     """Import the command modules (each adds its group to ``app``)."""
@@ -56,11 +62,7 @@ def run(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err_console.print("aborted")
         return 130
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            return e.exit_code
-        raise
+    except _CLICK_ERRORS as e:  # usage errors: unknown option, bad value, missing argument
+        e.show()  # type: ignore[attr-defined]
+        return int(e.exit_code)  # type: ignore[attr-defined]
     return 0
