@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -191,7 +192,7 @@ def test_invariants(toy_profile: Profile, sc: tuple, t1: float, t2: float) -> No
     # A device never runs two batches at once.
     for d in range(devices):
         spans = sorted((b.start, b.end) for b in res.batches if b.device == d)
-        assert all(a[1] <= b[0] + 1e-12 for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(spans))
     if max_batch is not None:
         assert all(b.size <= max_batch for b in res.batches)
 
