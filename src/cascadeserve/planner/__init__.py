@@ -1,0 +1,43 @@
+"""The gear planner (paper §4, Algorithm 1): cascade search, workload adaptation, hardware mapping, batching.
+
+``Planner(n_ranges=…, qps_dist=…, alpha=…, seed=…).fit(profile, hardware, slo, max_qps)`` sets ``plan_`` (a
+:class:`~cascadeserve.plan.GearPlan`) and ``report_`` (a :class:`PlannerReport`), or raises
+:class:`~cascadeserve.errors.InfeasibleError` with a message in the user's terms. The parts are usable alone:
+:func:`search_cascades` (SP1), :class:`QpsDistribution` (SP2's weights), :func:`place_replicas` and
+:func:`balance` (SP3), :func:`check_load` (SP4's simulation check) and :func:`run_loop` (Algorithm 1's control
+flow). :mod:`cascadeserve.planner.quality` compares the planner with exhaustive and random search.
+"""
+
+from __future__ import annotations
+
+from cascadeserve.planner.batching import LoadCheck, check_load
+from cascadeserve.planner.loop import LoopInfeasible, LoopResult, Step, run_loop
+from cascadeserve.planner.lp import Balance, balance
+from cascadeserve.planner.placement import Load, PlacementError, place_replicas
+from cascadeserve.planner.planner import SUBMODULES, Planner, PlannerReport, qps_scale_for
+from cascadeserve.planner.search import Candidate, Frontier, search_cascades
+from cascadeserve.planner.workload import ZIPF_EXPONENT, QpsDistribution, qps_ranges
+
+__all__ = [
+    "SUBMODULES",
+    "ZIPF_EXPONENT",
+    "Balance",
+    "Candidate",
+    "Frontier",
+    "Load",
+    "LoadCheck",
+    "LoopInfeasible",
+    "LoopResult",
+    "PlacementError",
+    "Planner",
+    "PlannerReport",
+    "QpsDistribution",
+    "Step",
+    "balance",
+    "check_load",
+    "place_replicas",
+    "qps_ranges",
+    "qps_scale_for",
+    "run_loop",
+    "search_cascades",
+]

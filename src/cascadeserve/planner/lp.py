@@ -1,0 +1,91 @@
+"""Load balancing as one linear program (paper Eqs. 1-3), solved once with HiGHS.
+
+Given replicas (each a model on a device), each replica's runtime per sample ``t_r`` (seconds, amortised at the
+gear's batch size) and the QPS ``D_m`` that each model of the cascade must serve, find per-replica QPS ``q_r``:
+
+    minimise    u + ε · Σ q_r
+    subject to  Σ_{r ∈ R[m]} q_r ≥ D_m           for every model m with demand
+                Σ_{r ∈ R[d]} q_r · t_r ≤ u       for every device d
+                q_r ≥ 0, u ≥ 0
+
+The paper fixes ``u`` and lowers it by repeated solves; here ``u`` is a variable, so one solve gives the lowest
+achievable maximum device utilisation. ``u > 1`` means the placement cannot carry the load. The tiny ``ε`` term
+removes slack (no replica serves more than its model needs) without trading against ``u``: lowering a ``q_r``
+above demand never raises any device's load. Replicas of models without demand are not variables at all, so
+they get no load.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+
+__all__ = ["Balance", "balance"]
+
+
+@dataclass(frozen=True)
+class Balance:
+    """The LP's answer: per-replica QPS, per-device utilisation and their maximum ``u`` (``inf`` if impossible)."""
+
+    q: np.ndarray  # [R] QPS per replica (0 for replicas of models without demand)
+    device_util: np.ndarray  # [D]
+    u: float
+
+    @property
+    def feasible(self) -> bool:
+        return self.u <= 1.0 + 1e-9
+
+    def shares(self, replica_models: Sequence[str], model: str) -> dict[int, float]:
+        """Replica index -> share of ``model``'s load (sums to one when the model has load)."""
+        idx = [i for i, m in enumerate(replica_models) if m == model]
+        total = float(sum(self.q[i] for i in idx))
+        if total <= 0:
+            return {i: 1.0 / len(idx) for i in idx} if idx else {}
+        return {i: float(self.q[i]) / total for i in idx}
+
+
+def balance(
+    replica_models: Sequence[str],
+    replica_devices: Sequence[int],
+    runtime_s: Sequence[float] | np.ndarray,
+    demand: Mapping[str, float],
+    n_devices: int,
+) -> Balance:
+    """Solve the LP above. ``runtime_s[r]`` is replica r's seconds per sample; ``demand`` maps model -> QPS."""
+    n_rep = len(replica_models)
+    t = np.asarray(runtime_s, dtype=np.float64)
+    q = np.zeros(n_rep)
+    need = {m: float(d) for m, d in demand.items() if d > 0}
+    if not need:
+        return Balance(q, np.zeros(n_devices), 0.0)
+    var = [i for i, m in enumerate(replica_models) if m in need]
+    models = list(need)
+    for m in models:
+        if not any(replica_models[i] == m for i in var):
+            return Balance(q, np.full(n_devices, math.inf), math.inf)
+    nv = len(var)
+    scale = sum(need.values())
+    c = np.zeros(nv + 1)
+    c[:nv] = 1e-9 / scale
+    c[nv] = 1.0
+    a = np.zeros((len(models) + n_devices, nv + 1))
+    b = np.zeros(len(models) + n_devices)
+    col = {m: k for k, m in enumerate(models)}
+    for j, i in enumerate(var):
+        a[col[replica_models[i]], j] = -1.0
+        a[len(models) + replica_devices[i], j] = t[i]
+    for k, m in enumerate(models):
+        b[k] = -need[m]
+    a[len(models) :, nv] = -1.0
+    res = linprog(c, A_ub=a, b_ub=b, bounds=(0, None), method="highs")
+    if res.status != 0:
+        return Balance(q, np.full(n_devices, math.inf), math.inf)
+    x = np.maximum(np.asarray(res.x, dtype=np.float64), 0.0)
+    q[var] = x[:nv]
+    util = np.zeros(n_devices)
+    np.add.at(util, np.asarray(replica_devices, dtype=np.int64), q * t)
+    return Balance(q, util, float(util.max()))

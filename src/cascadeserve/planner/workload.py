@@ -1,0 +1,99 @@
+"""SP2's inputs: the QPS ranges and how much time the workload spends in each (the QPS distribution).
+
+The plan's accuracy is the time-weighted mean of its gears' accuracies, so SP2 needs a weight per range:
+
+* **Zipf** (default, paper appendix C.2): range ``k`` (0-based, lowest QPS first) gets weight proportional to
+  ``(k + 1) ** -s`` with exponent ``s =`` :data:`ZIPF_EXPONENT` ``= 1.1``, the same default exponent as the
+  synthetic Zipf traces (:func:`cascadeserve.traces.zipf`): low load is common, the peak is rare. ``zipf:S``
+  picks another exponent.
+* **Empirical** (``trace:<spec>``): the trace is built with :func:`cascadeserve.traces.build_trace`, scaled so its
+  busiest second runs at the plan's ``max_qps``, and measured in 100 ms windows (what the runtime's QPS meter
+  sees, :meth:`~cascadeserve.traces.Trace.qps_samples`); the weight of a range is the fraction of windows whose
+  QPS falls in it (windows above ``max_qps`` count for the last range). Every range keeps a tiny floor weight
+  so that ranges the trace never visits still prefer accuracy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.traces import build_trace
+
+__all__ = ["ZIPF_EXPONENT", "QpsDistribution", "qps_ranges"]
+
+ZIPF_EXPONENT = 1.1
+_FLOOR = 1e-6
+
+
+def qps_ranges(max_qps: float, n_ranges: int) -> list[tuple[float, float]]:
+    """``n_ranges`` equal ranges ``[lo, hi)`` covering ``[0, max_qps]``."""
+    if n_ranges < 1:
+        raise CascadeServeError("--ranges must be at least 1")
+    if not max_qps > 0:
+        raise CascadeServeError("--max-qps must be positive")
+    edges = np.linspace(0.0, float(max_qps), n_ranges + 1)
+    return [(float(edges[k]), float(edges[k + 1])) for k in range(n_ranges)]
+
+
+@dataclass(frozen=True)
+class QpsDistribution:
+    """A QPS distribution: ``zipf`` with an exponent, or ``empirical`` from a trace spec."""
+
+    kind: str = "zipf"
+    exponent: float = ZIPF_EXPONENT
+    trace: str | None = None
+    _cache: dict[tuple[float, int], np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, spec: str | QpsDistribution | None) -> QpsDistribution:
+        """``None``/``"zipf"`` -> Zipf(1.1); ``"zipf:1.3"``; ``"trace:<trace spec>"``."""
+        if spec is None:
+            return cls()
+        if isinstance(spec, QpsDistribution):
+            return spec
+        s = spec.strip()
+        if s == "zipf":
+            return cls()
+        if s.startswith("zipf:"):
+            try:
+                exp = float(s[5:])
+            except ValueError:
+                raise CascadeServeError(f"--qps-dist {spec!r}: the Zipf exponent must be a number") from None
+            if exp < 0:
+                raise CascadeServeError(f"--qps-dist {spec!r}: the Zipf exponent must be non-negative")
+            return cls("zipf", exp)
+        if s.startswith("trace:") and len(s) > 6:
+            return cls("empirical", trace=s[6:])
+        raise CascadeServeError(f"--qps-dist {spec!r}: use zipf, zipf:<exponent> or trace:<trace spec>")
+
+    def describe(self) -> str:
+        return f"zipf (exponent {self.exponent:g})" if self.kind == "zipf" else f"empirical from {self.trace}"
+
+    def samples(self, max_qps: float) -> np.ndarray | None:
+        """The measured QPS samples of an empirical distribution (scaled to ``max_qps``); ``None`` for Zipf."""
+        if self.kind != "empirical" or self.trace is None:
+            return None
+        return build_trace(self.trace, max_qps=max_qps).qps_samples(0.1)
+
+    def weights(self, max_qps: float, n_ranges: int) -> np.ndarray:
+        """Time weight of each range, summing to one."""
+        key = (float(max_qps), int(n_ranges))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if self.kind == "zipf":
+            w = np.arange(1, n_ranges + 1, dtype=np.float64) ** -self.exponent
+        else:
+            qs = self.samples(max_qps)
+            assert qs is not None
+            k = np.minimum((qs / max_qps * n_ranges).astype(np.int64), n_ranges - 1)
+            w = np.bincount(k, minlength=n_ranges).astype(np.float64)
+            w = w / max(w.sum(), 1.0)
+        w = np.maximum(w, _FLOOR)
+        w = w / w.sum()
+        w.setflags(write=False)
+        self._cache[key] = w
+        return w
