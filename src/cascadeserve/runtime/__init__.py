@@ -1,0 +1,61 @@
+"""The online runtime (paper §5): an asyncio producer and per-device consumers driving the shared policy core.
+
+The producer admits requests under the current gear, routes them by the gear's shares and re-picks the gear
+every tick with the α·Q0 hysteresis; a consumer per device fires batches when the batch trigger says so and
+forwards uncertain samples down each request's own cascade. Devices are emulated (profiled runtimes and
+recorded answers) or local (real models on a worker thread per device). Time comes from an injected clock, so
+tests drive the runtime on a fake clock and compare its trajectory with the simulator's.
+"""
+
+from __future__ import annotations
+
+from cascadeserve.runtime.clock import Clock, FakeClock, MonotonicClock, call_later
+from cascadeserve.runtime.device import BatchOutput, Device, EmulatedDevice, ModelFn, ThreadDevice
+from cascadeserve.runtime.factory import emulated_runtime, local_runtime
+from cascadeserve.runtime.generation import Generation
+from cascadeserve.runtime.loading import InputSpec, ModelConfig, load_model, load_model_config
+from cascadeserve.runtime.observer import BatchEvent, Fanout, NullObserver, Observer, Recorder, TickEvent
+from cascadeserve.runtime.request import (
+    Answer,
+    DeadlineExceeded,
+    ModelFailed,
+    Overloaded,
+    Request,
+    RuntimeStopped,
+    ServingError,
+)
+from cascadeserve.runtime.server import Runtime, RuntimeOptions
+
+__all__ = [
+    "Answer",
+    "BatchEvent",
+    "BatchOutput",
+    "Clock",
+    "DeadlineExceeded",
+    "Device",
+    "EmulatedDevice",
+    "FakeClock",
+    "Fanout",
+    "Generation",
+    "InputSpec",
+    "ModelConfig",
+    "ModelFailed",
+    "ModelFn",
+    "MonotonicClock",
+    "NullObserver",
+    "Observer",
+    "Overloaded",
+    "Recorder",
+    "Request",
+    "Runtime",
+    "RuntimeOptions",
+    "RuntimeStopped",
+    "ServingError",
+    "ThreadDevice",
+    "TickEvent",
+    "call_later",
+    "emulated_runtime",
+    "load_model",
+    "load_model_config",
+    "local_runtime",
+]

@@ -1,0 +1,123 @@
+"""Clocks: the runtime never reads time directly, it asks an injected :class:`Clock`.
+
+:class:`MonotonicClock` is the real one (``time.monotonic``, ``asyncio.sleep``). :class:`FakeClock` stands still
+until a test advances it by hand; every ``sleep`` is a timer in a heap, and :meth:`FakeClock.advance_to` fires
+timers in deadline order, letting the event loop settle after each. With a fake clock and emulated devices the
+runtime is fully deterministic, which is what lets a test compare its trajectory with the simulator's to the
+last float.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Clock", "FakeClock", "MonotonicClock", "call_later"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What the runtime needs from time: a reading and ways to wait (for a duration, or until an instant)."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    async def sleep_until(self, when: float, *, order: int = 0) -> None:
+        """Wait until ``now() >= when``. Timers due at the same instant fire by ``order`` (a fake clock only)."""
+        ...
+
+
+class MonotonicClock:
+    """Real time from ``time.monotonic`` (never wall-clock time, which can jump)."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+    async def sleep_until(self, when: float, *, order: int = 0) -> None:
+        await asyncio.sleep(max(0.0, when - time.monotonic()))
+
+
+class FakeClock:
+    """A clock that moves only when a test calls :meth:`advance_to` or :meth:`advance`."""
+
+    def __init__(self, start: float = 0.0, *, settle_rounds: int = 20) -> None:
+        self._now = start
+        self._timers: list[tuple[float, int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self._settle_rounds = settle_rounds
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        # The deadline is ``now + seconds`` exactly, as in the simulator (``start + runtime``).
+        await self.sleep_until(self._now + seconds)
+
+    async def sleep_until(self, when: float, *, order: int = 0) -> None:
+        if when <= self._now:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Ties at one instant go by ``order``: the simulator handles simultaneous events in device order, with
+        # the producer's tick first; devices and the producer pass their rank here so that we do the same.
+        heapq.heappush(self._timers, (when, order, next(self._seq), fut))
+        await fut
+
+    @property
+    def pending(self) -> int:
+        """Timers not yet fired (cancelled sleeps included until they reach the top)."""
+        return len(self._timers)
+
+    def next_deadline(self) -> float | None:
+        while self._timers and self._timers[0][3].done():
+            heapq.heappop(self._timers)
+        return self._timers[0][0] if self._timers else None
+
+    async def settle(self) -> None:
+        """Let every task that can run at the current time run (no time passes)."""
+        for _ in range(self._settle_rounds):
+            await asyncio.sleep(0)
+
+    async def advance_to(self, t: float) -> None:
+        """Fire every timer due by ``t`` in deadline order, then leave the clock at ``t``."""
+        await self.settle()
+        while True:
+            nxt = self.next_deadline()
+            if nxt is None or nxt > t:
+                break
+            deadline, _, _, fut = heapq.heappop(self._timers)
+            self._now = max(self._now, deadline)
+            fut.set_result(None)
+            await self.settle()
+        self._now = max(self._now, t)
+        await self.settle()
+
+    async def advance(self, seconds: float) -> None:
+        await self.advance_to(self._now + seconds)
+
+    async def run_until_idle(self, limit: float = 1e9) -> None:
+        """Fire timers until none is left (or the next one lies past ``limit``)."""
+        while True:
+            nxt = self.next_deadline()
+            if nxt is None or nxt > limit:
+                await self.settle()
+                return
+            await self.advance_to(nxt)
+
+
+def call_later(clock: Clock, delay: float, callback: Callable[[], None]) -> asyncio.Task[None]:
+    """Run ``callback`` after ``delay`` seconds of ``clock`` time; cancel the returned task to disarm."""
+
+    async def fire() -> None:
+        await clock.sleep(delay)
+        callback()
+
+    return asyncio.get_running_loop().create_task(fire())

@@ -1,0 +1,101 @@
+"""Devices: where batches run. A device runs one batch at a time (the consumer guarantees it).
+
+* :class:`EmulatedDevice` waits the profiled runtime of the model at the batch's size on the injected clock,
+  then answers with the recorded prediction and certainty of each validation sample sent. It is how a 16-device
+  plan runs on a 2-core machine, and, with a fake clock, how tests replay the simulator's trajectory exactly.
+  Its answers are marked ``emulated``.
+* :class:`ThreadDevice` runs real models on one worker thread per device. Threads, not processes, because the
+  heavy work of the frameworks we target (numpy, torch, onnxruntime) runs in C with the GIL released, so a thread
+  per device gives real parallelism without pickling every batch across a process boundary; a model in pure
+  Python would serialise on the GIL, and for such models a process per device is the right tool (not built
+  yet; see the README). The thread calls the model and the certainty function; the event loop only awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from cascadeserve.profile import CertaintyFn, Profile, certainty_function
+from cascadeserve.runtime.clock import Clock
+
+__all__ = ["BatchOutput", "Device", "EmulatedDevice", "ModelFn", "ThreadDevice"]
+
+ModelFn = Callable[[np.ndarray], np.ndarray]
+"""A model: ``scores[n, classes] = f(batch[n, ...])``."""
+
+# The simulator looks runtimes up in a table of this many batch sizes; the emulated device uses the same table
+# so that both compute bit-identical batch durations.
+_TABLE_BATCH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutput:
+    labels: np.ndarray  # int64 [n]
+    certainties: np.ndarray  # float64 [n]
+
+
+class Device(Protocol):
+    """Something that runs one batch of one model row and returns labels and certainties."""
+
+    name: str
+    emulated: bool
+
+    async def run(self, row: int, inputs: np.ndarray) -> BatchOutput: ...
+
+    def close(self) -> None: ...
+
+
+class EmulatedDevice:
+    """Waits the profiled batch runtime, answers from the profile's records (``inputs`` are sample indices)."""
+
+    emulated = True
+
+    def __init__(self, name: str, profile: Profile, clock: Clock, *, order: int = 0) -> None:
+        self.name = name
+        self.order = order  # rank among devices: breaks ties between batches ending at one instant
+        self.profile = profile
+        self.clock = clock
+        self._tables = [m.runtime.table(_TABLE_BATCH) for m in profile.models]
+
+    def seconds(self, row: int, size: int) -> float:
+        tab = self._tables[row]
+        return tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)
+
+    async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
+        await self.clock.sleep_until(self.clock.now() + self.seconds(row, len(inputs)), order=self.order)
+        return BatchOutput(self.profile.predictions[row, inputs], self.profile.certainties[row, inputs])
+
+    def close(self) -> None:
+        return None
+
+
+class ThreadDevice:
+    """Runs real models on a dedicated worker thread (one batch at a time)."""
+
+    emulated = False
+
+    def __init__(self, name: str, models: Mapping[int, ModelFn], certainty: str | CertaintyFn = "margin") -> None:
+        self.name = name
+        self.models = dict(models)
+        self.certainty = certainty_function(certainty)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cascadeserve-{name}")
+
+    def _compute(self, row: int, inputs: np.ndarray) -> BatchOutput:
+        scores = np.asarray(self.models[row](inputs))
+        if scores.ndim != 2 or scores.shape[0] != len(inputs):
+            raise ValueError(f"expected scores of shape [{len(inputs)}, classes], got {list(scores.shape)}")
+        return BatchOutput(
+            np.asarray(scores.argmax(axis=1), dtype=np.int64), np.asarray(self.certainty(scores), dtype=np.float64)
+        )
+
+    async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

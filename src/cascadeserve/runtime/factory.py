@@ -1,0 +1,57 @@
+"""Convenience constructors: a runtime on emulated devices, or on local devices with real models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from cascadeserve.plan import GearPlan
+from cascadeserve.profile import Profile
+from cascadeserve.runtime.clock import Clock, MonotonicClock
+from cascadeserve.runtime.device import Device, EmulatedDevice, ModelFn, ThreadDevice
+from cascadeserve.runtime.observer import Observer
+from cascadeserve.runtime.server import Runtime, RuntimeOptions
+
+__all__ = ["emulated_runtime", "local_runtime"]
+
+
+def emulated_runtime(
+    profile: Profile,
+    plan: GearPlan,
+    *,
+    clock: Clock | None = None,
+    observer: Observer | None = None,
+    options: RuntimeOptions | None = None,
+) -> Runtime:
+    """A runtime whose devices wait the profiled runtimes and answer from the profile's records.
+
+    Payloads are validation sample *indices* (rows of the profile), as in the simulator.
+    """
+    plan.check_against(profile)
+    clk = clock or MonotonicClock()
+
+    def make(name: str, order: int) -> Device:
+        return EmulatedDevice(name, profile, clk, order=order)
+
+    return Runtime(plan, profile.model_names, make, clock=clk, observer=observer, options=options)
+
+
+def local_runtime(
+    plan: GearPlan,
+    models: Mapping[str, ModelFn],
+    *,
+    certainty: str = "margin",
+    clock: Clock | None = None,
+    observer: Observer | None = None,
+    options: RuntimeOptions | None = None,
+) -> Runtime:
+    """A runtime that runs ``models`` (name -> ``scores = f(batch)``) on one worker thread per device."""
+    names = tuple(models)
+    missing = sorted(set(plan.models()) - set(names))
+    if missing:
+        raise KeyError(f"the plan needs models {', '.join(missing)}, which the models config does not define")
+    fns = {i: models[n] for i, n in enumerate(names)}
+
+    def make(name: str, order: int) -> Device:
+        return ThreadDevice(name, fns, certainty)
+
+    return Runtime(plan, names, make, clock=clock, observer=observer, options=options)

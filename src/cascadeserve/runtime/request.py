@@ -1,0 +1,149 @@
+"""Requests and answers: what travels through the cascade and what comes back.
+
+A :class:`Request` is one sample. It keeps the plan generation and the gear it was admitted under for its whole
+life (as in the simulator: a gear switch changes the cascade only for later arrivals). It collects the time it
+spent queued and computing, and the prediction of the last stage that ran, which a deadline turns into a
+``fallback`` answer. Its future is resolved through :meth:`Request.resolve` and :meth:`Request.fail` only, which
+guarantee that a request is answered exactly once: the second attempt (a batch finishing after the deadline
+already answered, say) is refused and returns ``False``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cascadeserve.runtime.generation import Generation
+
+__all__ = [
+    "Answer",
+    "DeadlineExceeded",
+    "ModelFailed",
+    "Overloaded",
+    "Request",
+    "RuntimeStopped",
+    "ServingError",
+]
+
+
+class ServingError(Exception):
+    """A request could not be answered; ``status`` is the HTTP status the front end should send."""
+
+    status = 500
+
+
+class Overloaded(ServingError):
+    """The admission queue is full (HTTP 503 with Retry-After)."""
+
+    status = 503
+
+
+class RuntimeStopped(ServingError):
+    """The runtime is stopping or stopped and takes no new work (HTTP 503)."""
+
+    status = 503
+
+
+class DeadlineExceeded(ServingError):
+    """The request's deadline passed before any stage ran (HTTP 504)."""
+
+    status = 504
+
+
+class ModelFailed(ServingError):
+    """A model raised while running the batch holding this request (HTTP 500 naming the model)."""
+
+    status = 500
+
+    def __init__(self, model: str, cause: BaseException) -> None:
+        super().__init__(f"model {model!r} failed: {type(cause).__name__}: {cause}")
+        self.model = model
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The runtime's answer to one request."""
+
+    label: int
+    certainty: float
+    model: str  # the model that answered
+    stage: int  # its 0-based stage in the request's cascade
+    gear: int  # the gear the request was admitted under
+    queue_s: float  # total time spent waiting in queues
+    compute_s: float  # total time spent in batches (every stage that ran)
+    finished: float  # clock time of the answer
+    fallback: bool = False  # answered by an earlier stage because the deadline passed
+    emulated: bool = False
+
+
+class Request:
+    """One sample in flight (mutable bookkeeping, touched only on the event loop)."""
+
+    __slots__ = (
+        "arrival",
+        "best",
+        "compute_s",
+        "deadline",
+        "enqueued",
+        "future",
+        "gear",
+        "gen",
+        "payload",
+        "queue",
+        "queue_s",
+        "rid",
+        "timer",
+    )
+
+    def __init__(
+        self,
+        rid: int,
+        payload: Any,
+        arrival: float,
+        gen: Generation,
+        gear: int,
+        future: asyncio.Future[Answer],
+        deadline: float = math.inf,
+    ) -> None:
+        self.rid = rid
+        self.payload = payload
+        self.arrival = arrival
+        self.gen = gen
+        self.gear = gear
+        self.future = future
+        self.deadline = deadline
+        self.enqueued = arrival
+        self.queue: Any = None  # the ReplicaQueue holding it, if any
+        self.queue_s = 0.0
+        self.compute_s = 0.0
+        self.best: tuple[int, float, int] | None = None  # (label, certainty, model row) of the last stage run
+        self.timer: asyncio.Task[None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.future.done()
+
+    def resolve(self, answer: Answer) -> bool:
+        """Answer the request; ``False`` (and nothing changes) if it was already answered."""
+        if self.future.done():
+            return False
+        self.future.set_result(answer)
+        self._finish()
+        return True
+
+    def fail(self, error: ServingError) -> bool:
+        """Fail the request; ``False`` if it was already answered."""
+        if self.future.done():
+            return False
+        self.future.set_exception(error)
+        self._finish()
+        return True
+
+    def _finish(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.gen.release(self)

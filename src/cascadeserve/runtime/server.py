@@ -1,0 +1,255 @@
+"""The runtime: producer, consumers and devices wired to one plan generation at a time (paper §5, Fig. 4).
+
+:class:`Runtime` is the composition root and the public face of the package:
+
+* :meth:`Runtime.submit` admits a batch of rows (each row is one request, with its own path through the
+  cascade) or sheds them all with :class:`~cascadeserve.runtime.request.Overloaded` when the bounded admission
+  queue has no room; each returned :class:`~cascadeserve.runtime.request.Request` has a future that resolves to
+  an :class:`~cascadeserve.runtime.request.Answer` exactly once.
+* Optional per-request deadlines answer with the last stage's prediction (``fallback``) or fail with
+  :class:`~cascadeserve.runtime.request.DeadlineExceeded` when no stage has run.
+* :meth:`Runtime.swap_plan` hot-swaps the plan (a new :class:`Generation`; the old one drains).
+* :meth:`Runtime.stop` stops admitting, drains what is in flight for a grace period and fails the rest.
+
+All of it runs on one asyncio event loop; only model code runs on device threads. Everything that *decides*
+lives in :mod:`cascadeserve.policy` and is shared with the simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cascadeserve.plan import GearPlan
+from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
+from cascadeserve.runtime.consumer import Consumer
+from cascadeserve.runtime.device import Device
+from cascadeserve.runtime.generation import Generation
+from cascadeserve.runtime.observer import NullObserver, Observer
+from cascadeserve.runtime.producer import Producer
+from cascadeserve.runtime.queue import Admission
+from cascadeserve.runtime.request import (
+    Answer,
+    DeadlineExceeded,
+    Overloaded,
+    Request,
+    RuntimeStopped,
+)
+
+__all__ = ["Runtime", "RuntimeOptions"]
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Knobs of the runtime itself (the plan carries the serving policy)."""
+
+    max_in_flight: int | None = 4096  # admission bound: requests admitted and not yet answered
+    retry_after_s: float = 1.0  # what a shed request is told to wait
+    run_producer: bool = True  # tests that drive ticks by hand turn the tick loop off
+
+
+class Runtime:
+    """Serves a gear plan on a set of devices."""
+
+    def __init__(
+        self,
+        plan: GearPlan,
+        model_names: Sequence[str],
+        device_factory: Callable[[str, int], Device],
+        *,
+        clock: Clock | None = None,
+        observer: Observer | None = None,
+        options: RuntimeOptions | None = None,
+    ) -> None:
+        self.model_names = tuple(model_names)
+        self.device_factory = device_factory
+        self.clock: Clock = clock or MonotonicClock()
+        self.observer: Observer = observer or NullObserver()
+        self.options = options or RuntimeOptions()
+        self.admission = Admission(self.options.max_in_flight)
+        self.consumers: dict[str, Consumer] = {}
+        self.generations: list[Generation] = []
+        self._generation_count = 0
+        self._initial_plan = plan
+        self._producer: Producer | None = None
+        self._producer_task: asyncio.Task[None] | None = None
+        self.accepting = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        gen = self._new_generation(self._initial_plan, 0.0)
+        self._producer = Producer(gen, self.clock, self.observer)
+        if self.options.run_producer:
+            self._producer_task = asyncio.get_running_loop().create_task(self._producer.run())
+        self.accepting = True
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop(grace_s=0.0)
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            raise RuntimeError("the runtime has not been started")
+        return self._producer
+
+    @property
+    def current(self) -> Generation:
+        return self.producer.gen
+
+    @property
+    def plan(self) -> GearPlan:
+        return self.current.plan
+
+    @property
+    def gear(self) -> int:
+        return self.current.gear
+
+    @property
+    def in_flight(self) -> int:
+        return self.admission.in_flight
+
+    @property
+    def emulated(self) -> bool:
+        return any(c.device.emulated for c in self.consumers.values())
+
+    # -- requests ----------------------------------------------------------------------------------------------
+    def submit(self, payloads: Sequence[Any], timeout_s: float | None = None) -> list[Request]:
+        """Admit one request per payload, all or none; raise :class:`Overloaded` when there is no room."""
+        if not self.accepting:
+            raise RuntimeStopped("the server is shutting down")
+        n = len(payloads)
+        if not self.admission.take(n):
+            self.observer.shed(n)
+            raise Overloaded(
+                f"admission queue full ({self.admission.in_flight} of {self.admission.capacity} in flight)"
+            )
+        self.observer.admitted(n)
+        deadline = math.inf if timeout_s is None else self.clock.now() + timeout_s
+        reqs = self.producer.admit(payloads, deadline)
+        if timeout_s is not None:
+            for req in reqs:
+                req.timer = call_later(self.clock, timeout_s, _expiry(req, self.clock))
+        return reqs
+
+    async def infer(self, payload: Any, timeout_s: float | None = None) -> Answer:
+        """Submit one request and wait for its answer (raises the request's ServingError)."""
+        (req,) = self.submit([payload], timeout_s)
+        return await req.future
+
+    # -- plans -------------------------------------------------------------------------------------------------
+    def swap_plan(self, plan: GearPlan) -> int:
+        """Serve new requests with ``plan``; requests in flight finish under the plan that admitted them."""
+        old = self.current
+        gen = self._new_generation(plan, self.producer.last_qps)
+        self.producer.gen = gen
+        old.on_drained = self._retire
+        old.drain()
+        self.observer.plan_swapped(gen.number)
+        return gen.number
+
+    def drain(self) -> None:
+        """Stop waiting for fuller batches: every queue fires as soon as its device is free."""
+        for gen in self.generations:
+            gen.drain()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Refuse new requests, let in-flight ones finish for ``grace_s`` (real time), fail the rest."""
+        self.accepting = False
+        if self._producer_task is not None:
+            self._producer_task.cancel()
+            self._producer_task = None
+        self.drain()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace_s
+        while self.admission.in_flight > 0 and loop.time() < end:
+            await asyncio.sleep(0.005)
+        err = RuntimeStopped("the server stopped before this request was answered")
+        for gen in list(self.generations):
+            for req in list(gen.live):
+                req.fail(err)
+        for c in self.consumers.values():
+            c.close()
+            c.device.close()
+        self.consumers.clear()
+
+    # -- internals ---------------------------------------------------------------------------------------------
+    def _new_generation(self, plan: GearPlan, initial_qps: float) -> Generation:
+        gen = Generation(
+            self._generation_count,
+            plan,
+            self.model_names,
+            clock=self.clock,
+            admission=self.admission,
+            observer=self.observer,
+            initial_qps=initial_qps,
+        )
+        self._generation_count += 1
+        for r, rep in enumerate(plan.replicas):
+            consumer = self.consumers.get(rep.device)
+            if consumer is None:
+                order = plan.device_index[rep.device]
+                consumer = Consumer(self.device_factory(rep.device, order), self.clock, self.observer, order=order)
+                self.consumers[rep.device] = consumer
+            consumer.add_lane(gen, r)
+            gen.consumers.append(consumer)
+        self.generations.append(gen)
+        return gen
+
+    def _retire(self, gen: Generation) -> None:
+        for c in dict.fromkeys(gen.consumers):
+            c.drop_generation(gen)
+        self.generations.remove(gen)
+        for name, c in list(self.consumers.items()):
+            if not c.lanes and not c.busy:
+                c.close()
+                c.device.close()
+                del self.consumers[name]
+
+    def queue_lengths(self) -> dict[str, int]:
+        """Queue length per replica id of the current plan (plus draining plans' leftovers)."""
+        out: dict[str, int] = {}
+        for gen in self.generations:
+            for rep, q in zip(gen.plan.replicas, gen.queues, strict=True):
+                out[rep.id] = out.get(rep.id, 0) + len(q)
+        return out
+
+
+def _expiry(req: Request, clock: Clock) -> Callable[[], None]:
+    """The deadline callback: fall back to the last stage's answer, or fail with 504 if none ran."""
+
+    def expire() -> None:
+        req.timer = None
+        if req.done:
+            return
+        now = clock.now()
+        if req.queue is not None:
+            req.queue_s += now - req.enqueued
+            req.queue.discard(req)
+        gen = req.gen
+        if req.best is None:
+            req.fail(DeadlineExceeded("the deadline passed before any cascade stage ran"))
+            return
+        label, cert, row = req.best
+        req.resolve(
+            Answer(
+                label=label,
+                certainty=cert,
+                model=gen.model_names[row],
+                stage=int(gen.tables.stage[req.gear, row]),
+                gear=req.gear,
+                queue_s=req.queue_s,
+                compute_s=req.compute_s,
+                finished=now,
+                fallback=True,
+                emulated=any(c.device.emulated for c in gen.consumers[:1]),
+            )
+        )
+
+    return expire
