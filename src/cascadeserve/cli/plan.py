@@ -1,21 +1,235 @@
-"""``cascadeserve plan``: make gear plans (``fixed`` is the hand-made one-gear plan for tests and baselines)."""
+"""``cascadeserve plan``: run the gear planner; ``plan explain`` prints a plan file; ``plan fixed`` hand-makes one.
+
+``cascadeserve plan --profile DIR --devices N --device-memory-mb M (--slo-p95-ms L | --slo-accuracy A)
+--max-qps Q --out plan.json`` runs Algorithm 1 with a live status line, then prints one row per gear (QPS range,
+cascade, thresholds, batch triggers, predicted p95 and accuracy) and the placement per device. ``--json`` prints a
+summary object instead (``feasible``, ``gears``, ``planner_s``, the report). An unreachable SLO prints the reason
+and exits with code 2 (with ``--json``, after printing ``{"feasible": false, ...}``).
+
+The group runs the planner when no subcommand is given (``invoke_without_command``), so ``plan fixed`` and
+``plan explain`` keep their own options.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.cli.app import app, console
+from cascadeserve.cli.app import app, console, err_console, print_json
 from cascadeserve.cli.common import devices_from, parse_floats
-from cascadeserve.errors import CascadeServeError
-from cascadeserve.plan import fixed_plan
+from cascadeserve.errors import CascadeServeError, InfeasibleError
+from cascadeserve.plan import SLO, GearPlan, fixed_plan, load_plan
+from cascadeserve.planner import SUBMODULES, Planner, PlannerReport
 from cascadeserve.profile import load_profile
 
-plan_app = typer.Typer(help="Make and explain gear plans.", no_args_is_help=True)
+__all__ = ["plan_app", "plan_summary", "print_plan", "slo_from"]
+
+plan_app = typer.Typer(
+    help=(
+        "Plan gears with the planner (give --profile, --devices, --device-memory-mb, one SLO, --max-qps, --out), "
+        "or use a subcommand: explain a plan file, or make a fixed one-gear plan."
+    ),
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
 app.add_typer(plan_app, name="plan")
+
+
+def slo_from(p95_ms: float | None, accuracy: float | None) -> SLO:
+    """Exactly one of ``--slo-p95-ms`` and ``--slo-accuracy``."""
+    if (p95_ms is None) == (accuracy is None):
+        raise CascadeServeError("give exactly one SLO: --slo-p95-ms L or --slo-accuracy A")
+    if p95_ms is not None:
+        if p95_ms <= 0:
+            raise CascadeServeError("--slo-p95-ms must be positive")
+        return SLO(kind="p95_ms", value=p95_ms)
+    assert accuracy is not None
+    if not 0 < accuracy <= 1:
+        raise CascadeServeError("--slo-accuracy must lie in (0, 1]")
+    return SLO(kind="accuracy", value=accuracy)
+
+
+def _triggers(plan: GearPlan, gi: int) -> str:
+    g = plan.gears[gi]
+    first = g.models[0]
+    mqs = [rg.min_queue for rid, rg in g.replicas.items() if rid.split("@", 1)[0] == first and rg.share > 0]
+    if not mqs:
+        return "1"
+    lo, hi = min(mqs), max(mqs)
+    return f"{first}: {lo}" if lo == hi else f"{first}: {lo}-{hi}"
+
+
+def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path | None = None) -> dict[str, Any]:
+    """The JSON summary of a plan (and of the run that made it)."""
+    gears = []
+    for i, g in enumerate(plan.gears):
+        gears.append(
+            {
+                "qps_low": g.qps_low,
+                "qps_high": g.qps_high,
+                "models": list(g.models),
+                "thresholds": list(g.thresholds),
+                "min_queue": {rid: rg.min_queue for rid, rg in g.replicas.items()},
+                "shares": {rid: round(rg.share, 6) for rid, rg in g.replicas.items()},
+                "triggers": _triggers(plan, i),
+                "predicted_p95_ms": g.predicted_p95_ms,
+                "predicted_accuracy": g.predicted_accuracy,
+            }
+        )
+    placement = {d.name: [r.model for r in plan.replicas if r.device == d.name] for d in plan.devices}
+    out_obj: dict[str, Any] = {
+        "feasible": True,
+        "profile": plan.profile,
+        "slo": None if plan.slo is None else {"kind": plan.slo.kind, "value": plan.slo.value},
+        "qps_scale": plan.qps_scale,
+        "gears": gears,
+        "placement": placement,
+        "notes": dict(plan.notes),
+    }
+    if report is not None:
+        out_obj["planner_s"] = report.planner_s
+        out_obj["plan_accuracy"] = report.plan_accuracy
+        out_obj["report"] = report.to_dict()
+    if out is not None:
+        out_obj["out"] = str(out)
+    return out_obj
+
+
+def print_plan(plan: GearPlan, title: str | None = None) -> None:
+    """One row per gear, then the placement per device."""
+    table = Table(title=title or f"gear plan for {plan.profile} ({plan.slo or 'no SLO'})")
+    for col, just in (
+        ("QPS range", "right"),
+        ("cascade", "left"),
+        ("thresholds", "left"),
+        ("batch trigger", "left"),
+        ("p95 ms", "right"),
+        ("accuracy", "right"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for i, g in enumerate(plan.gears):
+        table.add_row(
+            f"{g.qps_low:,.0f}-{g.qps_high:,.0f}",
+            " > ".join(g.models),
+            ", ".join(f"{t:g}" for t in g.thresholds) or "-",
+            _triggers(plan, i),
+            "-" if g.predicted_p95_ms is None else f"{g.predicted_p95_ms:,.2f}",
+            "-" if g.predicted_accuracy is None else f"{g.predicted_accuracy:.4f}",
+        )
+    console.print(table)
+    place = Table(title="placement")
+    place.add_column("device")
+    place.add_column("memory MB", justify="right")
+    place.add_column("replicas")
+    for d in plan.devices:
+        models = [r.model for r in plan.replicas if r.device == d.name]
+        place.add_row(d.name, f"{d.memory_mb:,.0f}", ", ".join(models) or "-")
+    console.print(place)
+    extra = [f"qps_scale {plan.qps_scale:g}", f"alpha {plan.alpha:g}"]
+    extra += [f"{k}: {v}" for k, v in plan.notes.items() if k != "planner"]
+    console.print("; ".join(extra), highlight=False)
+
+
+@plan_app.callback()
+def plan(
+    ctx: typer.Context,
+    profile: Annotated[Path | None, typer.Option(help="Profile directory.")] = None,
+    devices: Annotated[int | None, typer.Option(help="Number of devices.")] = None,
+    device_memory_mb: Annotated[float | None, typer.Option(help="Memory per device in MB.")] = None,
+    slo_p95_ms: Annotated[
+        float | None, typer.Option(help="Latency SLO: p95 ≤ this many ms; maximise accuracy.")
+    ] = None,
+    slo_accuracy: Annotated[float | None, typer.Option(help="Accuracy SLO: at least this; minimise latency.")] = None,
+    max_qps: Annotated[float | None, typer.Option(help="The highest QPS to plan for.")] = None,
+    ranges: Annotated[int, typer.Option(help="Number of equal QPS ranges (gears).", min=1)] = 10,
+    qps_dist: Annotated[
+        str, typer.Option(help="QPS distribution: zipf (exponent 1.1), zipf:<exponent>, or trace:<trace spec>.")
+    ] = "zipf",
+    seed: Annotated[int, typer.Option(help="Random seed (cascade sampling, simulated arrivals).")] = 0,
+    alpha: Annotated[float, typer.Option(help="Hysteresis factor α written into the plan.")] = 8.0,
+    out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+) -> None:
+    """Run the gear planner (when no subcommand is given)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    missing = [
+        name
+        for name, v in (
+            ("--profile", profile),
+            ("--devices", devices),
+            ("--device-memory-mb", device_memory_mb),
+            ("--max-qps", max_qps),
+            ("--out", out),
+        )
+        if v is None
+    ]
+    if missing and profile is None and devices is None and max_qps is None:
+        console.print(ctx.get_help())
+        raise typer.Exit(0)
+    if missing:
+        raise CascadeServeError(f"cascadeserve plan needs {', '.join(missing)}")
+    assert profile is not None and devices is not None and device_memory_mb is not None
+    assert max_qps is not None and out is not None
+    slo = slo_from(slo_p95_ms, slo_accuracy)
+    if max_qps <= 0:
+        raise CascadeServeError("--max-qps must be positive")
+    prof = load_profile(profile)
+    hw = devices_from(devices, device_memory_mb)
+    planner = Planner(n_ranges=ranges, qps_dist=qps_dist, alpha=alpha, seed=seed)
+    status_console = err_console if as_json else console
+    try:
+        head = f"planning {prof.name}: {slo} up to {max_qps:,.0f} QPS on {devices} devices"
+        with status_console.status(head) as status:
+
+            def progress(submodule: int, calls: int) -> None:
+                status.update(f"{head} · Algorithm 1 call {calls}: {SUBMODULES[submodule]}")
+
+            planner.fit(prof, hw, slo, max_qps, progress=progress)
+    except InfeasibleError:
+        if as_json:
+            rep = planner.report_
+            print_json(
+                {
+                    "feasible": False,
+                    "message": rep.message if rep else "",
+                    "planner_s": rep.planner_s if rep else None,
+                    "report": rep.to_dict() if rep else None,
+                }
+            )
+        raise
+    assert planner.plan_ is not None and planner.report_ is not None
+    planner.plan_.save(out)
+    rep = planner.report_
+    if as_json:
+        print_json(plan_summary(planner.plan_, rep, out))
+        return
+    print_plan(planner.plan_)
+    calls = ", ".join(f"{k} {v}" for k, v in rep.submodule_calls.items())
+    console.print(
+        f"wrote {out} in {rep.planner_s:.2f} s: {rep.iterations} submodule calls ({calls}), "
+        f"{rep.simulations} simulations, frontier of {rep.frontier_size} cascades ({rep.frontier_method}); "
+        f"time-weighted accuracy {rep.plan_accuracy:.4f}" + ("" if rep.converged else f" [yellow]{rep.message}[/]"),
+        highlight=False,
+    )
+
+
+@plan_app.command("explain")
+def explain(
+    plan_file: Annotated[Path, typer.Argument(help="Gear plan JSON.", metavar="PLAN")],
+    profile: Annotated[Path | None, typer.Option(help="Also check the plan against this profile.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+) -> None:
+    """Print a plan file's gears and placement (the same tables as ``cascadeserve plan``)."""
+    gear_plan = load_plan(plan_file, load_profile(profile) if profile is not None else None)
+    if as_json:
+        print_json(plan_summary(gear_plan))
+        return
+    print_plan(gear_plan, title=f"{plan_file}: gear plan for {gear_plan.profile} ({gear_plan.slo or 'no SLO'})")
 
 
 @plan_app.command("fixed")

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -174,7 +174,7 @@ class _Run:
     # -- small helpers -----------------------------------------------------------------------------------------
     def t(self, model: str, batch: float) -> float:
         """Seconds per sample of ``model`` in batches of ``batch`` (amortised)."""
-        b = max(1, int(round(batch)))
+        b = max(1, round(batch))
         key = (model, b)
         v = self._t_cache.get(key)
         if v is None:
@@ -232,7 +232,8 @@ class _Run:
 
     def stage_batches(self, c: Candidate, base: int) -> dict[str, float]:
         """Expected batch per model when the first stage fires batches of ``base``."""
-        return {m: (float(base) if k == 0 else max(1.0, base * f)) for k, (m, f) in enumerate(zip(c.models, c.reach))}
+        pairs = enumerate(zip(c.models, c.reach, strict=True))
+        return {m: (float(base) if k == 0 else max(1.0, base * f)) for k, (m, f) in pairs}
 
     def runtimes_at(self, c: Candidate, base: int) -> dict[str, float]:
         return {m: self.t(m, b) for m, b in self.stage_batches(c, base).items()}
@@ -393,7 +394,7 @@ class _Run:
             if self.share_for[r] == key and self.shares[r]:
                 util = np.zeros(self.n_dev)
                 for (m, d), s in self.shares[r].items():
-                    util[d] += s * hi * dict(zip(c.models, c.reach))[m] * rt[m]
+                    util[d] += s * hi * dict(zip(c.models, c.reach, strict=True))[m] * rt[m]
                 if util.max() <= 1.0 + 1e-9:
                     continue
             bal = self.lp(c, hi, rt, pl)
@@ -465,13 +466,13 @@ class _Run:
         first = c.models[0]
         fs = {k: s for k, s in self.shares[r].items() if k[0] == first}
         smax = max(fs.values()) if fs else 1.0
-        return {k: (max(1, int(round(base * s / smax))) if s > 0 else 1) for k, s in fs.items()}
+        return {k: (max(1, round(base * s / smax)) if s > 0 else 1) for k, s in fs.items()}
 
     def _util_at(self, r: int, base: int) -> np.ndarray:
         c = self.cand(r)
         hi = self.ranges[r][1]
         rt = self.runtimes_at(c, base)
-        reach = dict(zip(c.models, c.reach))
+        reach = dict(zip(c.models, c.reach, strict=True))
         util = np.zeros(self.n_dev)
         for (m, d), s in self.shares[r].items():
             util[d] += s * hi * reach[m] * rt[m]
@@ -482,7 +483,7 @@ class _Run:
         c = self.cand(r)
         hi = self.ranges[r][1]
         rt = self.runtimes_at(c, base) if self.shares[r] else self.runtimes_opt(c)
-        reach = dict(zip(c.models, c.reach))
+        reach = dict(zip(c.models, c.reach, strict=True))
         if not self.shares[r]:
             return (max(c.models, key=lambda m: reach[m] * rt[m]),)
         util = np.zeros(self.n_dev)
@@ -571,10 +572,8 @@ class _Run:
             found = 0
             best_p95 = math.inf
             stale = 0
-            sims = 0
-            for b in range(start, cap + 1):
+            for sims, b in enumerate(range(start, cap + 1), start=1):
                 ok, keep, p95 = self._holds(r, b)
-                sims += 1
                 if ok:
                     found = b
                     self.p95[r] = p95
@@ -655,7 +654,7 @@ class _Run:
             if self.profile.model(m).memory_mb <= dev.memory_mb
         ]
         bal = self.lp(c, 1.0, self.runtimes_opt(c), fits)
-        reach = dict(zip(c.models, c.reach))
+        reach = dict(zip(c.models, c.reach, strict=True))
         worst = max(c.models, key=lambda m: reach[m] * self.t_opt(m))
         return (1.0 / bal.u if bal.u > 0 and math.isfinite(bal.u) else 0.0), worst
 
@@ -698,6 +697,19 @@ class _Run:
             f"({cheapest.cascade}, {float(one):.2f} ms per request at batch 1) gets {seen}; "
             f"add devices or relax the SLO"
         )
+
+
+def _announce(
+    i: int, module: Callable[[_Issue | None], Step[_Issue]], progress: Callable[[int, int], None]
+) -> Callable[[_Issue | None], Step[_Issue]]:
+    calls = [0]
+
+    def call(error: _Issue | None) -> Step[_Issue]:
+        calls[0] += 1
+        progress(i, calls[0])
+        return module(error)
+
+    return call
 
 
 def _norm(shares: dict[RepKey, float], model: str) -> dict[RepKey, float]:
@@ -747,16 +759,27 @@ class Planner:
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 
-    def fit(self, profile: Profile, hardware: Sequence[Device], slo: SLO, max_qps: float) -> Planner:
+    def fit(
+        self,
+        profile: Profile,
+        hardware: Sequence[Device],
+        slo: SLO,
+        max_qps: float,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Planner:
         """Plan gears for ``profile`` on ``hardware`` under ``slo`` up to ``max_qps``.
 
-        Raises :class:`~cascadeserve.errors.InfeasibleError` (with ``report_`` set) when the SLO cannot be met.
+        ``progress(submodule, calls)`` is called before every submodule call (for a live display). Raises
+        :class:`~cascadeserve.errors.InfeasibleError` (with ``report_`` set) when the SLO cannot be met.
         """
         t0 = time.perf_counter()
         if not hardware:
             raise InfeasibleError("no devices: give at least one")
         run = _Run(self, profile, hardware, slo, max_qps)
-        modules = (run.sp1, run.sp2, run.sp3, run.sp4)
+        modules: list[Callable[[_Issue | None], Step[_Issue]]] = [run.sp1, run.sp2, run.sp3, run.sp4]
+        if progress is not None:
+            modules = [_announce(i, m, progress) for i, m in enumerate(modules)]
         report = PlannerReport(qps_dist=run.dist.describe(), max_iterations=self.max_iterations)
         self.report_ = report
         try:

@@ -90,10 +90,10 @@ class QpsDistribution:
             qs = self.samples(max_qps)
             assert qs is not None
             k = np.minimum((qs / max_qps * n_ranges).astype(np.int64), n_ranges - 1)
-            w = np.bincount(k, minlength=n_ranges).astype(np.float64)
+            w = np.asarray(np.bincount(k, minlength=n_ranges), dtype=np.float64)
             w = w / max(w.sum(), 1.0)
-        w = np.maximum(w, _FLOOR)
-        w = w / w.sum()
+        w = np.asarray(np.maximum(w, _FLOOR), dtype=np.float64)
+        w = np.asarray(w / w.sum(), dtype=np.float64)
         w.setflags(write=False)
         self._cache[key] = w
         return w
