@@ -1,0 +1,117 @@
+"""PlanTables: a gear plan compiled to integer tables; and forwarding by certainty."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.policy import LAST_STAGE, BatchTrigger, PlanTables, Route, SmoothWeightedRoundRobin, sure_mask
+
+# Model rows as a profile might number them: "x" is in the profile but in no gear.
+ROWS = {"x": 0, "a": 1, "b": 2, "c": 3}
+
+
+def three_stage_plan() -> GearPlan:
+    replicas = (
+        Replica(model="a", device="d0"),  # 0
+        Replica(model="b", device="d0"),  # 1
+        Replica(model="a", device="d1"),  # 2
+        Replica(model="c", device="d1"),  # 3
+        Replica(model="b", device="d1"),  # 4
+    )
+    g0 = Gear(
+        qps_low=0,
+        qps_high=100,
+        models=("a", "b", "c"),
+        thresholds=(0.7, 0.4),
+        replicas={
+            "a@d0": ReplicaGear(min_queue=2, share=0.75),
+            "a@d1": ReplicaGear(min_queue=3, share=0.25),
+            "b@d0": ReplicaGear(min_queue=4, share=1.0),
+            "b@d1": ReplicaGear(min_queue=9, share=0.0),
+            "c@d1": ReplicaGear(min_queue=5, share=1.0),
+        },
+    )
+    g1 = Gear(
+        qps_low=100,
+        qps_high=300,
+        models=("a", "c"),
+        thresholds=(0.9,),
+        replicas={"a@d1": ReplicaGear(min_queue=6, share=1.0), "c@d1": ReplicaGear(min_queue=7, share=1.0)},
+    )
+    return GearPlan(
+        profile="p",
+        devices=(Device(name="d0", memory_mb=1000), Device(name="d1", memory_mb=1000)),
+        replicas=replicas,
+        gears=(g0, g1),
+        alpha=4.0,
+        qps_scale=1.5,
+        max_wait_ms=20.0,
+        max_batch=16,
+    )
+
+
+def test_thresholds_next_rows_and_stages() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    assert t.n_gears == 2
+    inf = LAST_STAGE
+    np.testing.assert_array_equal(t.threshold, [[inf, 0.7, 0.4, inf], [inf, 0.9, inf, inf]])
+    np.testing.assert_array_equal(t.next_row, [[-1, 2, 3, -1], [-1, 3, -1, -1]])
+    np.testing.assert_array_equal(t.stage, [[-1, 0, 1, 2], [-1, 0, -1, 1]])
+    np.testing.assert_array_equal(t.first_row, [1, 1])
+    assert t.threshold[0, 3] == -math.inf
+
+
+def test_replica_and_device_indices() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    assert (t.n_replicas, t.n_devices) == (5, 2)
+    np.testing.assert_array_equal(t.replica_row, [1, 2, 1, 3, 2])
+    np.testing.assert_array_equal(t.replica_device, [0, 0, 1, 1, 1])
+    assert t.device_replicas == ((0, 1), (2, 3, 4))
+
+
+def test_routes_skip_zero_shares() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    assert t.route(0, 1) == Route(replicas=(0, 2), shares=(0.75, 0.25))
+    assert t.route(0, 2) == Route(replicas=(1,), shares=(1.0,))  # b@d1 has share 0
+    assert t.route(0, 3) == Route(replicas=(3,), shares=(1.0,))
+    assert t.route(1, 1) == Route(replicas=(2,), shares=(1.0,))
+    assert t.first_stage_replicas(0) == (0, 2)
+    assert t.first_stage_replicas(1) == (2,)
+    router = t.route(0, 1).router()
+    assert isinstance(router, SmoothWeightedRoundRobin)
+    assert router.pick_many(4).tolist() == [0, 0, 1, 0]  # indices into the route: 3:1
+
+
+def test_new_routers_are_fresh_and_independent() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    r1, r2 = t.new_routers(), t.new_routers()
+    assert set(r1) == {(0, 1), (0, 2), (0, 3), (1, 1), (1, 3)}
+    r1[(0, 1)].pick_many(3)
+    assert r2[(0, 1)].pick() == 0
+    assert r1[(0, 1)] is not r2[(0, 1)]
+
+
+def test_triggers_per_gear_and_replica() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    mq = [[trig.min_queue for trig in gear] for gear in t.triggers]
+    # replicas: a@d0, b@d0, a@d1, c@d1, b@d1; a replica outside a gear defaults to 1
+    assert mq == [[2, 4, 3, 5, 9], [1, 1, 6, 7, 1]]
+    assert t.triggers[0][0] == BatchTrigger(min_queue=2, max_wait_s=0.02, max_batch=16)
+
+
+def test_selector_comes_from_the_plan() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    assert (t.selector.n_gears, t.selector.alpha, t.selector.qps_scale) == (2, 4.0, 1.5)
+    assert t.selector.lookup(66.0) == 0  # 99 after scaling
+    assert t.selector.lookup(67.0) == 1
+
+
+def test_sure_mask() -> None:
+    cert = np.array([0.1, 0.5, 0.9, 0.0])
+    np.testing.assert_array_equal(sure_mask(cert, 0.5), [False, True, True, False])
+    np.testing.assert_array_equal(sure_mask(cert, LAST_STAGE), [True] * 4)
+    np.testing.assert_array_equal(sure_mask(cert, np.array([0.2, 0.6, LAST_STAGE, 0.0])), [False, False, True, True])
+    assert sure_mask(cert, 0.5).dtype == bool
