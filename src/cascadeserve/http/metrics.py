@@ -1,0 +1,124 @@
+"""Prometheus metrics: an :class:`~cascadeserve.runtime.Observer` that counts, plus a scrape-time collector.
+
+Counters and histograms are updated from the runtime's observer calls; queue lengths, requests in flight and
+the current gear are read from the runtime when ``/metrics`` is scraped, so the hot path never touches a gauge.
+Exactly-once answering is visible as ``admitted_total == answered_total`` once traffic stops (and
+``duplicate_answers_refused_total`` counts the second answers the runtime refused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from cascadeserve.runtime import Answer, BatchEvent, NullObserver, Request, ServingError, TickEvent
+from cascadeserve.runtime.request import DeadlineExceeded, ModelFailed
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from cascadeserve.runtime import Runtime
+
+__all__ = ["CONTENT_TYPE", "PrometheusObserver"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class PrometheusObserver(NullObserver):
+    """Turns runtime events into Prometheus metrics in its own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.admitted_c = Counter("cascadeserve_admitted", "Requests (rows) admitted.", registry=r)
+        self.shed_c = Counter("cascadeserve_shed", "Requests (rows) shed with 503: admission queue full.", registry=r)
+        self.answered_c = Counter(
+            "cascadeserve_answered", "Requests answered or failed, exactly once each.", ["outcome"], registry=r
+        )
+        self.duplicates_c = Counter(
+            "cascadeserve_duplicate_answers_refused", "Second answers refused (exactly-once guard).", registry=r
+        )
+        self.latency_h = Histogram(
+            "cascadeserve_request_latency_seconds", "Admission to answer.", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.batch_h = Histogram(
+            "cascadeserve_batch_size", "Batch sizes per model.", ["model"], buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.exits_c = Counter("cascadeserve_exits", "Requests answered per cascade stage.", ["stage"], registry=r)
+        self.switches_c = Counter("cascadeserve_gear_switches", "Gear switches by the producer.", registry=r)
+        self.swaps_c = Counter("cascadeserve_plan_swaps", "Plan hot-swaps.", registry=r)
+        self._outcomes = {k: self.answered_c.labels(k) for k in ("ok", "fallback", "deadline", "model_error", "other")}
+        self._batch: dict[str, Histogram] = {}
+        self._exits: dict[int, Counter] = {}
+
+    def attach(self, runtime: Runtime) -> None:
+        """Read queue lengths, requests in flight and the gear from ``runtime`` at scrape time."""
+        self.registry.register(_RuntimeCollector(runtime))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- observer ----------------------------------------------------------------------------------------------
+    def admitted(self, n: int) -> None:
+        self.admitted_c.inc(n)
+
+    def shed(self, n: int) -> None:
+        self.shed_c.inc(n)
+
+    def answered(self, req: Request, answer: Answer | None, error: ServingError | None, now: float) -> None:
+        if answer is not None:
+            self._outcomes["fallback" if answer.fallback else "ok"].inc()
+            ex = self._exits.get(answer.stage)
+            if ex is None:
+                ex = self._exits[answer.stage] = self.exits_c.labels(str(answer.stage))
+            ex.inc()
+        elif isinstance(error, DeadlineExceeded):
+            self._outcomes["deadline"].inc()
+        elif isinstance(error, ModelFailed):
+            self._outcomes["model_error"].inc()
+        else:
+            self._outcomes["other"].inc()
+        self.latency_h.observe(now - req.arrival)
+
+    def refused_duplicate(self) -> None:
+        self.duplicates_c.inc()
+
+    def batch(self, event: BatchEvent) -> None:
+        h = self._batch.get(event.model)
+        if h is None:
+            h = self._batch[event.model] = self.batch_h.labels(event.model)
+        h.observe(event.size)
+
+    def tick(self, event: TickEvent) -> None:
+        if event.switched:
+            self.switches_c.inc()
+
+    def plan_swapped(self, generation: int) -> None:
+        self.swaps_c.inc()
+
+
+class _RuntimeCollector(Collector):
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        rt = self.runtime
+        q = GaugeMetricFamily("cascadeserve_queue_length", "Requests waiting per replica.", labels=["replica"])
+        gear = GaugeMetricFamily("cascadeserve_gear", "The gear in force (index into the plan's gears).")
+        flight = GaugeMetricFamily("cascadeserve_in_flight", "Requests admitted and not yet answered.")
+        if rt.accepting or rt.generations:
+            for rid, n in rt.queue_lengths().items():
+                q.add_metric([rid], n)
+            with contextlib.suppress(RuntimeError):  # not started yet
+                gear.add_metric([], rt.gear)
+        flight.add_metric([], rt.in_flight)
+        yield q
+        yield gear
+        yield flight

@@ -1,0 +1,167 @@
+"""Putting it together: a runtime plus the V2 app from a profile, a plan and (optionally) real models, and a
+uvicorn server that stops cleanly.
+
+:func:`build_app` makes the runtime report to a :class:`PrometheusObserver` and wraps it in the ASGI app.
+:class:`Server` runs uvicorn; on SIGINT/SIGTERM (or :meth:`Server.stop`) it first tells the runtime to drain
+(every queue fires as soon as its device is free, since no arrival will fill a batch), lets uvicorn finish the
+requests in flight for the grace period, and then the app's lifespan fails whatever is left with 503. The
+server binds to loopback unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+
+from cascadeserve.http.app import ServedModel, ServerOptions, create_app
+from cascadeserve.http.metrics import PrometheusObserver
+from cascadeserve.plan import GearPlan
+from cascadeserve.profile import Profile
+from cascadeserve.runtime import (
+    Clock,
+    InputSpec,
+    ModelConfig,
+    Observer,
+    Runtime,
+    RuntimeOptions,
+    emulated_runtime,
+    local_runtime,
+)
+from cascadeserve.runtime.observer import Fanout
+
+__all__ = ["App", "Server", "build_app"]
+
+
+@dataclass
+class App:
+    """The ASGI app with the runtime and metrics behind it."""
+
+    asgi: Starlette
+    runtime: Runtime
+    metrics: PrometheusObserver
+    model: ServedModel
+
+
+def build_app(
+    profile: Profile,
+    plan: GearPlan,
+    *,
+    models: ModelConfig | None = None,
+    emulate: bool = False,
+    name: str | None = None,
+    clock: Clock | None = None,
+    runtime_options: RuntimeOptions | None = None,
+    server_options: ServerOptions | None = None,
+    observer: Observer | None = None,
+) -> App:
+    """A served cascade: emulated devices (answers from ``profile``) or ``models`` on local device threads."""
+    plan.check_against(profile)
+    metrics = PrometheusObserver()
+    obs: Observer = metrics if observer is None else Fanout(metrics, observer)
+
+    def check(p: GearPlan) -> None:
+        p.check_against(profile)
+
+    if emulate:
+        runtime = emulated_runtime(profile, plan, clock=clock, observer=obs, options=runtime_options)
+        index: Mapping[int, int] = {int(s): i for i, s in enumerate(profile.sample_ids.tolist())}
+        served = ServedModel(name or profile.name, InputSpec(), True, index, check)
+    else:
+        if models is None:
+            raise ValueError("give models (a models config) or emulate=True")
+        runtime = local_runtime(
+            plan, models.models, certainty=models.certainty, clock=clock, observer=obs, options=runtime_options
+        )
+        served = ServedModel(name or profile.name, models.input, False, None, check)
+    asgi = create_app(runtime, served, metrics=metrics, options=server_options)
+    return App(asgi, runtime, metrics, served)
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn, but a shutdown signal first tells the runtime to drain its queues."""
+
+    def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
+        super().__init__(config)
+        self.runtime = runtime
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.loop is not None and self.runtime.accepting:
+            self.loop.call_soon_threadsafe(self.runtime.drain)
+        super().handle_exit(sig, frame)
+
+
+class Server:
+    """Runs an :class:`App` on uvicorn, in the foreground (:meth:`run`) or on a thread (:meth:`start`)."""
+
+    def __init__(self, app: App, host: str = "127.0.0.1", port: int = 8000, *, grace_s: float = 5.0) -> None:
+        config = uvicorn.Config(
+            app.asgi,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=max(1, round(grace_s)),
+        )
+        self.app = app
+        self.server = _DrainingServer(config, app.runtime)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        servers = getattr(self.server, "servers", [])
+        for s in servers:
+            for sock in s.sockets:
+                return int(sock.getsockname()[1])
+        raise RuntimeError("the server is not listening")
+
+    @property
+    def url(self) -> str:
+        host = self.server.config.host
+        return f"http://{host}:{self.port}"
+
+    def run(self) -> None:
+        """Serve until SIGINT/SIGTERM (uvicorn installs the handlers)."""
+        self.server.run()
+
+    def start(self, timeout_s: float = 10.0) -> Server:
+        """Serve on a background thread (tests, benchmarks); returns once the socket listens."""
+
+        def target() -> None:
+            # uvicorn installs no signal handlers off the main thread; stop() sets should_exit instead.
+            asyncio.run(self.server.serve())
+
+        self._thread = threading.Thread(target=target, name="cascadeserve-uvicorn", daemon=True)
+        self._thread.start()
+        t0 = time.monotonic()
+        while not self.server.started:
+            if time.monotonic() - t0 > timeout_s or not self._thread.is_alive():
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if self.server.loop is not None:
+            self.server.loop.call_soon_threadsafe(self.app.runtime.drain)
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

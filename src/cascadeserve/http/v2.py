@@ -1,0 +1,222 @@
+"""The Open Inference Protocol V2 wire format: decoding infer requests, encoding responses.
+
+Both the JSON form and Triton's *binary tensor extension* are supported, so that ``tritonclient.http`` works
+with its defaults. In the binary form the body starts with a JSON header whose length is given by the
+``Inference-Header-Content-Length`` header; each input with ``parameters.binary_data_size`` takes that many raw
+little-endian bytes, in order, from the rest of the body. Outputs go back in binary when the request sets
+``parameters.binary_data_output`` (tritonclient does when it names no outputs) or asks for an output with
+``parameters.binary_data``. ``BYTES`` elements are length-prefixed (4-byte little-endian) in binary form.
+
+Every decoding problem raises :class:`ProtocolError` with the HTTP status and a message naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DTYPES",
+    "HEADER_LENGTH",
+    "DecodedRequest",
+    "OutputTensor",
+    "ProtocolError",
+    "decode_infer_request",
+    "encode_infer_response",
+]
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+DTYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+}
+
+
+class ProtocolError(Exception):
+    """A request the server cannot accept; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class DecodedRequest:
+    id: str | None
+    inputs: dict[str, np.ndarray]
+    parameters: dict[str, Any]
+    outputs: list[tuple[str, bool]] | None  # requested outputs and whether each goes binary; None = all
+    binary_output: bool
+
+
+@dataclass(frozen=True)
+class OutputTensor:
+    name: str
+    datatype: str
+    data: np.ndarray | Sequence[str]
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _json_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
+    if header_length is not None:
+        try:
+            n = int(header_length)
+        except ValueError:
+            raise ProtocolError(f"header {HEADER_LENGTH}: {header_length!r} is not an integer") from None
+        if n < 0 or n > len(body):
+            raise ProtocolError(f"header {HEADER_LENGTH}: {n} is outside the body of {len(body)} bytes")
+        head, rest = body[:n], body[n:]
+    else:
+        head, rest = body, b""
+    try:
+        obj = json.loads(head)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8"
+        raise ProtocolError(f"body: malformed JSON ({msg})") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("body: expected a JSON object with an 'inputs' list")
+    return obj, rest
+
+
+def decode_infer_request(body: bytes, header_length: str | None = None) -> DecodedRequest:
+    """Parse an infer request body (JSON or binary extension) into numpy inputs."""
+    obj, rest = _json_header(body, header_length)
+    params = obj.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise ProtocolError("parameters: expected an object")
+    raw_inputs = obj.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise ProtocolError("inputs: expected a non-empty list of tensors")
+    inputs: dict[str, np.ndarray] = {}
+    offset = 0
+    for i, t in enumerate(raw_inputs):
+        where = f"inputs[{i}]"
+        if not isinstance(t, dict):
+            raise ProtocolError(f"{where}: expected an object with name, shape, datatype")
+        name = t.get("name")
+        if not isinstance(name, str) or not name:
+            raise ProtocolError(f"{where}.name: expected a non-empty string")
+        where = f"input {name!r}"
+        dt = t.get("datatype")
+        if dt not in DTYPES:
+            raise ProtocolError(f"{where}: datatype {dt!r} is not one of {', '.join(DTYPES)}")
+        shape = t.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise ProtocolError(f"{where}: shape must be a list of non-negative integers")
+        count = math.prod(shape)
+        dtype = DTYPES[dt]
+        tparams = t.get("parameters") or {}
+        size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(rest):
+                raise ProtocolError(f"{where}: binary_data_size {size!r} runs past the end of the body")
+            if size != count * dtype.itemsize:
+                raise ProtocolError(
+                    f"{where}: binary_data_size {size} does not match shape {shape} of {dt} "
+                    f"({count * dtype.itemsize} bytes)"
+                )
+            arr = np.frombuffer(rest[offset : offset + size], dtype=dtype).reshape(shape)
+            offset += size
+        else:
+            if "data" not in t:
+                raise ProtocolError(f"{where}: no 'data' and no binary_data_size")
+            try:
+                arr = np.asarray(t["data"], dtype=dtype)
+            except (TypeError, ValueError, OverflowError):
+                raise ProtocolError(f"{where}: data does not fit datatype {dt}") from None
+            if arr.size != count:
+                raise ProtocolError(f"{where}: data has {arr.size} elements but shape {shape} needs {count}")
+            arr = arr.reshape(shape)
+        if name in inputs:
+            raise ProtocolError(f"{where}: given twice")
+        inputs[name] = arr
+    outputs: list[tuple[str, bool]] | None = None
+    binary_all = bool(params.get("binary_data_output", False))
+    raw_outputs = obj.get("outputs")
+    if raw_outputs is not None:
+        if not isinstance(raw_outputs, list):
+            raise ProtocolError("outputs: expected a list")
+        outputs = []
+        for j, o in enumerate(raw_outputs):
+            if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+                raise ProtocolError(f"outputs[{j}]: expected an object with a name")
+            op = o.get("parameters") or {}
+            outputs.append((o["name"], bool(op.get("binary_data", binary_all)) if isinstance(op, dict) else False))
+    rid = obj.get("id")
+    return DecodedRequest(str(rid) if rid is not None else None, inputs, params, outputs, binary_all)
+
+
+def _bytes_tensor(values: Sequence[str]) -> bytes:
+    parts = []
+    for v in values:
+        b = v.encode()
+        parts.append(struct.pack("<I", len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def encode_infer_response(
+    model_name: str,
+    request: DecodedRequest,
+    outputs: Sequence[OutputTensor],
+    parameters: Mapping[str, Any],
+) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of an infer response, binary where the request asked for it."""
+    wanted: dict[str, bool]
+    if request.outputs is None:
+        wanted = {o.name: request.binary_output for o in outputs}
+    else:
+        known = {o.name for o in outputs}
+        for name, _ in request.outputs:
+            if name not in known:
+                raise ProtocolError(f"outputs: unknown output {name!r}; this model has {', '.join(sorted(known))}")
+        wanted = dict(request.outputs)
+    head: dict[str, Any] = {"model_name": model_name, "model_version": "1"}
+    if request.id is not None:
+        head["id"] = request.id
+    head["parameters"] = dict(parameters)
+    tensors = []
+    blobs: list[bytes] = []
+    for o in outputs:
+        if o.name not in wanted:
+            continue
+        n = len(o.data)
+        entry: dict[str, Any] = {
+            "name": o.name,
+            "datatype": o.datatype,
+            "shape": [n],
+            **({"parameters": dict(o.parameters)} if o.parameters else {}),
+        }
+        if wanted[o.name]:
+            if o.datatype == "BYTES":
+                blob = _bytes_tensor([str(x) for x in o.data])
+            else:
+                blob = np.ascontiguousarray(np.asarray(o.data, dtype=DTYPES[o.datatype])).tobytes()
+            entry.setdefault("parameters", {})["binary_data_size"] = len(blob)
+            blobs.append(blob)
+        else:
+            entry["data"] = [str(x) for x in o.data] if o.datatype == "BYTES" else np.asarray(o.data).tolist()
+        tensors.append(entry)
+    head["outputs"] = tensors
+    js = json.dumps(head, separators=(",", ":")).encode()
+    if not blobs:
+        return js, {"content-type": "application/json"}
+    return js + b"".join(blobs), {"content-type": "application/octet-stream", HEADER_LENGTH: str(len(js))}

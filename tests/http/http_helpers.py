@@ -1,0 +1,56 @@
+"""Helpers for HTTP tests: an emulated server on 127.0.0.1 (ephemeral port) over the toy profile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.plan import Device, GearPlan, fixed_plan
+from cascadeserve.profile import Profile
+from cascadeserve.runtime import ModelConfig, RuntimeOptions
+
+
+def toy_plan(profile: Profile, *, min_queue: int = 1, max_wait_ms: float | None = 5.0) -> GearPlan:
+    return fixed_plan(
+        profile,
+        Cascade(("m0", "m1"), (0.5,)),
+        (Device(name="d0", memory_mb=1000), Device(name="d1", memory_mb=1000)),
+        min_queue=min_queue,
+        max_wait_ms=max_wait_ms,
+    )
+
+
+@contextmanager
+def serving(
+    profile: Profile,
+    plan: GearPlan | None = None,
+    *,
+    models: ModelConfig | None = None,
+    max_in_flight: int | None = 4096,
+    max_body_bytes: int = 1 << 20,
+) -> Iterator[Server]:
+    app = build_app(
+        profile,
+        plan or toy_plan(profile),
+        models=models,
+        emulate=models is None,
+        name="toy",
+        runtime_options=RuntimeOptions(max_in_flight=max_in_flight),
+        server_options=ServerOptions(max_body_bytes=max_body_bytes, stop_grace_s=2.0),
+    )
+    server = Server(app, "127.0.0.1", 0, grace_s=2.0).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def metric(text: str, name: str) -> float:
+    """Sum of all samples of one metric family in Prometheus text."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and (line[len(name)] in " {"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
