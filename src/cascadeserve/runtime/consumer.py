@@ -148,7 +148,8 @@ class Consumer:
         answered = 0
         for req, ok, label, cert in zip(batch, sure.tolist(), labels.tolist(), certs.tolist(), strict=True):
             req.compute_s += t1 - t0
-            if req.done:  # its deadline answered it while the batch ran
+            if req.done:  # its deadline answered it while the batch ran: refuse a second answer
+                self.observer.refused_duplicate()
                 continue
             if ok:
                 answered += 1
