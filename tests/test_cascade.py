@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from cascadeserve.cascade import BITSET_MAX_SAMPLES, Cascade, enumerate_frontier, evaluate, pareto_front
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
-from conftest import make_toy_profile
 
 
 def tiny_profile() -> Profile:
@@ -132,8 +131,8 @@ def test_unknown_model_and_method() -> None:
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_threshold_zero_means_the_first_stage_answers_everything(method: str) -> None:
-    prof = make_toy_profile(n=500)
+def test_threshold_zero_means_the_first_stage_answers_everything(method: str, toy_profile: Profile) -> None:
+    prof = toy_profile
     ev = evaluate(prof, ("m0", "m1", "m2"), [[0.0, 0.0], [0.0, 1.0]], method=method)
     np.testing.assert_array_equal(ev.reach, [[1, 0, 0], [1, 0, 0]])
     np.testing.assert_array_equal(ev.accuracy, [prof.accuracies[0]] * 2)
@@ -141,8 +140,8 @@ def test_threshold_zero_means_the_first_stage_answers_everything(method: str) ->
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_thresholds_above_every_certainty_forward_everything(method: str) -> None:
-    prof = make_toy_profile(n=500)
+def test_thresholds_above_every_certainty_forward_everything(method: str, toy_profile: Profile) -> None:
+    prof = toy_profile
     above = np.nextafter(1.0, 2.0)  # no certainty reaches it; Cascade itself refuses values above 1
     ev = evaluate(prof, ("m0", "m1", "m2"), [[above, above]], method=method)
     np.testing.assert_array_equal(ev.reach, [[1, 1, 1]])
@@ -168,11 +167,26 @@ def test_threshold_one_answers_only_certainty_one(method: str) -> None:
 
 def test_auto_method_switches_on_sample_count() -> None:
     assert BITSET_MAX_SAMPLES == 16_384
-    big = make_toy_profile(n=BITSET_MAX_SAMPLES + 1, seed=3, n_models=2)
+    n = BITSET_MAX_SAMPLES + 1
+    rng = np.random.default_rng(3)
+    big = Profile(
+        "big",
+        TINY.models[:2],
+        np.arange(n),
+        rng.integers(0, 3, n),
+        rng.integers(0, 3, (2, n)),
+        rng.random((2, n)),
+    )
     th = [[0.1], [0.5]]
-    auto = evaluate(big, ("m0", "m1"), th)
-    dense = evaluate(big, ("m0", "m1"), th, method="dense")
+    auto = evaluate(big, ("a", "b"), th)
+    dense = evaluate(big, ("a", "b"), th, method="dense")
     np.testing.assert_array_equal(auto.accuracy, dense.accuracy)
+    np.testing.assert_array_equal(auto.reach, dense.reach)
+    for i, t in enumerate((0.1, 0.5)):
+        sure = big.certainties[0] >= t
+        right = np.where(sure, big.correct[0], big.correct[1])
+        assert auto.accuracy[i] == right.mean()
+        assert auto.reach[i, 1] == (~sure).mean()
 
 
 # -- reference semantics, bitsets == dense ----------------------------------------------------------------------
@@ -341,8 +355,8 @@ def brute_force(prof: Profile, levels: list[float], batch_size: float = 1.0) -> 
     return best_acc, min_work
 
 
-def test_frontier_of_the_toy_profile_holds_cheapest_and_most_accurate() -> None:
-    prof = make_toy_profile(n=400)
+def test_frontier_of_the_toy_profile_holds_cheapest_and_most_accurate(toy_profile: Profile) -> None:
+    prof = toy_profile
     levels = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     front = enumerate_frontier(prof, levels=levels)
     best_acc, min_work = brute_force(prof, levels)
@@ -354,8 +368,8 @@ def test_frontier_of_the_toy_profile_holds_cheapest_and_most_accurate() -> None:
     assert best_acc >= prof.accuracies.max()
 
 
-def test_frontier_with_max_models_one_is_over_single_models() -> None:
-    prof = make_toy_profile(n=400)
+def test_frontier_with_max_models_one_is_over_single_models(toy_profile: Profile) -> None:
+    prof = toy_profile
     front = enumerate_frontier(prof, max_models=1)
     assert all(len(c.models) == 1 for c, _, _ in front)
     assert front[0][0] == Cascade(("m0",))

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from cascadeserve.cli import run
 from cascadeserve.errors import CascadeServeError, ProfileError
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, load_profile, save_profile
-from conftest import make_toy_profile
 
 # Line numbers below refer to these texts; keep them in step.
 PROFILE_YAML = """\
@@ -97,6 +96,18 @@ def test_missing_metadata_defaults(tmp_path: Path) -> None:
     assert (prof.name, prof.task, prof.device, prof.source) == ("dirname", "classification", "", "")
 
 
+@pytest.mark.parametrize("null", ["~", "null", "Null", ""])
+def test_yaml_null_metadata_reads_as_empty(tmp_path: Path, null: str) -> None:
+    text = PROFILE_YAML.replace("device: laptop", f"device: {null}").replace("name: tiny", f"name: {null}")
+    prof = load_profile(write_profile(tmp_path / "dir", yaml_text=text))
+    assert (prof.name, prof.device) == ("dir", "")
+
+
+def test_quoted_null_metadata_is_kept_as_text(tmp_path: Path) -> None:
+    text = PROFILE_YAML.replace("device: laptop", "device: 'null'")
+    assert load_profile(write_profile(tmp_path, yaml_text=text)).device == "null"
+
+
 # -- round trip -------------------------------------------------------------------------------------------------
 def assert_same_profile(a: Profile, b: Profile) -> None:
     assert b.name == a.name
@@ -113,8 +124,8 @@ def assert_same_profile(a: Profile, b: Profile) -> None:
     np.testing.assert_array_equal(b.certainties.view(np.uint64), a.certainties.view(np.uint64))
 
 
-def test_round_trip_of_the_toy_profile_is_exact(tmp_path: Path) -> None:
-    prof = make_toy_profile(n=300)
+def test_round_trip_of_the_toy_profile_is_exact(tmp_path: Path, toy_profile: Profile) -> None:
+    prof = toy_profile
     out = save_profile(prof, tmp_path / "p")
     assert out == tmp_path / "p"
     assert sorted(p.name for p in (out / "predictions").iterdir()) == ["m0.csv", "m1.csv", "m2.csv"]

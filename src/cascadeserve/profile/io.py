@@ -220,14 +220,16 @@ def load_profile(directory: str | Path) -> Profile:
             missing = [ids[i] for i in np.flatnonzero(~seen)[:5]]
             raise ProfileError(
                 f"{int((~seen).sum())} sample(s) from {LABELS_FILE} have no prediction for model "
-                f"{m.name!r}, e.g. sample_id "
-                + ", ".join(f"{s!r} ({LABELS_FILE} line {where[s]})" for s in missing),
+                f"{m.name!r}, e.g. sample_id " + ", ".join(f"{s!r} ({LABELS_FILE} line {where[s]})" for s in missing),
                 path=ppath,
             )
 
     def meta(key: str) -> str:
         node = top.get(key)
-        return str(node.value) if isinstance(node, yaml.ScalarNode) and node.value is not None else ""
+        # a composed node keeps the raw text, so YAML's null (``~``, ``null``, empty) must be recognised by its tag
+        if not isinstance(node, yaml.ScalarNode) or node.tag == "tag:yaml.org,2002:null":
+            return ""
+        return str(node.value)
 
     sample_ids = (
         np.array([int(s) for s in ids], dtype=np.int64)
