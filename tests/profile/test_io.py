@@ -89,6 +89,24 @@ def test_numeric_sample_ids_load_as_integers(tmp_path: Path) -> None:
     assert prof.sample_ids.tolist() == [10, -2]
 
 
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ["007", "7"],  # distinct ids that int() would merge
+        ["1", "+2"],
+        ["3", "²"],  # str.isdigit() is true, int() fails
+        ["1", "99999999999999999999"],  # beyond int64
+        ["1", "1_000"],
+    ],
+)
+def test_non_canonical_integer_ids_stay_strings(tmp_path: Path, ids: list[str]) -> None:
+    rows = "".join(f"{s},0\n" for s in ids)
+    preds = "sample_id,prediction,certainty\n" + "".join(f"{s},0,0.5\n" for s in ids)
+    prof = load_profile(write_profile(tmp_path, labels="sample_id,label\n" + rows, a=preds, b=preds))
+    assert prof.sample_ids.dtype == object
+    assert prof.sample_ids.tolist() == ids
+
+
 def test_missing_metadata_defaults(tmp_path: Path) -> None:
     text = PROFILE_YAML.replace("name: tiny\ntask: classification\ndevice: laptop\nsource: hand-made\n", "")
     d = write_profile(tmp_path / "dirname", yaml_text=text)

@@ -155,6 +155,18 @@ def _int_cell(path: Path, line: int, column: str, value: str) -> int:
         ) from None
 
 
+def _canonical_int(text: str) -> int | None:
+    """``text`` as an int64 when it is one written the canonical way ("7", "-2"; not "007", "+7" or "²").
+
+    Only then can the ids become integers without two distinct ids ("7", "007") collapsing into one.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if str(value) == text and -(2**63) <= value < 2**63 else None
+
+
 def load_profile(directory: str | Path) -> Profile:
     """Read and validate a profile directory; raise :class:`ProfileError` naming file, line and column."""
     d = Path(directory)
@@ -231,10 +243,9 @@ def load_profile(directory: str | Path) -> Profile:
             return ""
         return str(node.value)
 
+    as_ints = [_canonical_int(s) for s in ids]
     sample_ids = (
-        np.array([int(s) for s in ids], dtype=np.int64)
-        if all(s.lstrip("-").isdigit() for s in ids)
-        else np.array(ids, dtype=object)
+        np.array(as_ints, dtype=np.int64) if all(v is not None for v in as_ints) else np.array(ids, dtype=object)
     )
     return Profile(
         name=meta("name") or d.name,
