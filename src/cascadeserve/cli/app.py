@@ -38,7 +38,7 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    from cascadeserve.cli import eval, plan, profile, simulate  # noqa: F401  (modules register their commands)
+    from cascadeserve.cli import bench, eval, fidelity, plan, profile, serve, simulate  # noqa: F401  (modules register their commands)
 
 
 def print_json(obj: Any) -> None:

@@ -1,0 +1,82 @@
+"""``cascadeserve bench``: open-loop load against a V2 server, with one JSON summary at the end."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cascadeserve.cli.app import app, console, err_console, print_json
+from cascadeserve.cli.common import (
+    ArrivalOpt,
+    DropZeroOpt,
+    MaxQpsOpt,
+    SeedOpt,
+    TraceFormatOpt,
+    TraceOpt,
+    WindowOpt,
+    trace_options,
+)
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.http.loadgen import run_load
+from cascadeserve.profile import load_profile
+
+
+@app.command("bench")
+def bench(
+    url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")],
+    model: Annotated[str, typer.Option(help="V2 model name.")],
+    trace: TraceOpt,
+    duration: Annotated[float | None, typer.Option("--duration", help="Send only the first S seconds.")] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="Profile directory: send its validation sample ids, check labels.")
+    ] = None,
+    timeout_ms: Annotated[
+        float | None, typer.Option(help="Per-request deadline sent as parameters.timeout_ms.")
+    ] = None,
+    trace_format: TraceFormatOpt = None,
+    max_qps: MaxQpsOpt = None,
+    window: WindowOpt = None,
+    drop_zero: DropZeroOpt = False,
+    arrival: ArrivalOpt = "poisson",
+    seed: SeedOpt = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Replay a trace against a server (open loop) and report latency, accuracy, throughput and send lag."""
+    tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
+    arrivals = tr.arrivals if duration is None else tr.arrivals[tr.arrivals < duration]
+    if len(arrivals) == 0:
+        raise CascadeServeError("the trace has no requests in the chosen duration")
+    ids = labels = None
+    if profile is not None:
+        prof = load_profile(profile)
+        ids, labels = prof.sample_ids, prof.labels
+    with Progress(
+        TextColumn("bench"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("answered {task.fields[done]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=as_json,
+    ) as bar:
+        task = bar.add_task("send", total=len(arrivals), done=0)
+
+        def progress(sent: int, done: int) -> None:
+            bar.update(task, completed=sent, done=done)
+
+        try:
+            report = asyncio.run(
+                run_load(url, model, arrivals, sample_ids=ids, labels=labels, timeout_ms=timeout_ms, progress=progress)
+            )
+        except (OSError, RuntimeError) as e:
+            raise CascadeServeError(f"bench against {url}: {e}") from None
+    out = {"trace": tr.source, **report.to_dict()}
+    if as_json:
+        print_json(out)
+        return
+    for k, v in out.items():
+        console.print(f"{k:>18}: {v}")

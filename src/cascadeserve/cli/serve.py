@@ -1,0 +1,60 @@
+"""``cascadeserve serve``: serve a gear plan over the Open Inference Protocol V2 (loopback by default)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cascadeserve.cli.app import app, err_console
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.plan import load_plan
+from cascadeserve.profile import load_profile
+from cascadeserve.runtime import RuntimeOptions, load_model_config
+
+
+@app.command("serve")
+def serve(
+    plan: Annotated[Path, typer.Option(help="Gear plan JSON.")],
+    profile: Annotated[Path, typer.Option(help="Profile directory (runtimes; the records when emulating).")],
+    models: Annotated[
+        Path | None, typer.Option(help="Models config YAML (module:factory per model); not needed with --emulate.")
+    ] = None,
+    emulate: Annotated[
+        bool, typer.Option("--emulate", help="Emulated devices: profiled runtimes, recorded answers.")
+    ] = False,
+    name: Annotated[str | None, typer.Option(help="V2 model name (default: the profile's name).")] = None,
+    host: Annotated[str, typer.Option(help="Address to bind; loopback unless you mean otherwise.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0: any free port).")] = 8000,
+    max_in_flight: Annotated[int, typer.Option(help="Admission bound; past it requests get 503.")] = 4096,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted (413 past it).")] = 8 << 20,
+    grace_s: Annotated[float, typer.Option(help="On SIGINT/SIGTERM, how long in-flight requests may finish.")] = 5.0,
+) -> None:
+    """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
+    prof = load_profile(profile)
+    gear_plan = load_plan(plan, prof)
+    if not emulate and models is None:
+        raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
+    config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
+    built = build_app(
+        prof,
+        gear_plan,
+        models=config,
+        emulate=emulate,
+        name=name,
+        runtime_options=RuntimeOptions(max_in_flight=max_in_flight),
+        server_options=ServerOptions(max_body_bytes=max_body_bytes, stop_grace_s=grace_s),
+    )
+    server = Server(built, host, port, grace_s=grace_s)
+    mode = "emulated devices" if emulate else "local devices"
+    err_console.print(
+        f"serving model {built.model.name!r} ({len(gear_plan.gears)} gears, {len(gear_plan.devices)} {mode}) "
+        f"on http://{host}:{port}",
+        highlight=False,
+    )
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled, after shutting down
+        server.run()
+    err_console.print("stopped")

@@ -1,0 +1,186 @@
+"""The open-loop load generator behind ``cascadeserve bench`` and ``eval fidelity``.
+
+Open loop: request ``i`` is sent at ``start + arrivals[i]`` whether or not earlier ones were answered, the way
+real clients behave and the way the simulator replays a trace. The sender never waits for answers; each request
+is its own task on one aiohttp session (aiohttp, not httpx: it costs a few times less CPU per request, and the
+generator must not be the bottleneck). The generator measures its own *send lag* (how late each request left
+against its scheduled time) and reports it, so a saturated client shows up as lag rather than as fake server
+latency.
+
+Request ``i`` carries validation sample ``sample_ids[i mod n]``; when labels are given, answers are checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+__all__ = ["LoadReport", "run_load"]
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    sent: int
+    ok: int
+    shed: int
+    errors: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    accuracy: float | None
+    throughput_qps: float
+    duration_s: float
+    fallback: int
+    send_lag_p50_ms: float
+    send_lag_p99_ms: float
+    send_lag_max_ms: float
+    server_p95_ms: float  # p95 of queue + compute time reported by the server (no HTTP in it)
+    status_counts: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _pct(values: Sequence[float] | np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else 0.0
+
+
+async def _input_spec(session: aiohttp.ClientSession, url: str, model: str) -> dict[str, Any]:
+    async with session.get(f"{url}/v2/models/{model}") as r:
+        if r.status != 200:
+            raise RuntimeError(f"GET /v2/models/{model}: HTTP {r.status}: {await r.text()}")
+        meta = await r.json()
+    return dict(meta["inputs"][0])
+
+
+def _body_factory(spec: dict[str, Any]) -> Callable[[int], bytes]:
+    """Sample ids for the emulated ``sample_id`` input; a zero row of the declared shape for anything else."""
+    name, dt, shape = spec["name"], spec["datatype"], list(spec["shape"])
+    if name == "sample_id" and dt == "INT64":
+        head = b'{"inputs":[{"name":"sample_id","datatype":"INT64","shape":[1],"data":['
+
+        def make(sid: int) -> bytes:
+            return head + str(sid).encode() + b"]}]}"
+
+        return make
+    row_shape = [1] + [1 if s < 0 else s for s in shape[1:]]
+    zeros = [0] * int(np.prod(row_shape))
+    body = json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": zeros}]}).encode()
+    return lambda sid: body
+
+
+async def run_load(
+    url: str,
+    model: str,
+    arrivals: Sequence[float] | np.ndarray,
+    *,
+    sample_ids: Sequence[int] | np.ndarray | None = None,
+    labels: Sequence[int] | np.ndarray | None = None,
+    timeout_ms: float | None = None,
+    request_timeout_s: float = 60.0,
+    progress: Callable[[int, int], None] | None = None,
+    connections: int = 256,
+) -> LoadReport:
+    """Send one request per arrival time (seconds from now), open loop; summarise what came back."""
+    url = url.rstrip("/")
+    arr = np.asarray(arrivals, dtype=np.float64)
+    n = len(arr)
+    ids = np.asarray(sample_ids if sample_ids is not None else [0], dtype=np.int64)
+    lab = None if labels is None else np.asarray(labels)
+    latency = np.full(n, np.nan)
+    server = np.full(n, np.nan)
+    correct = np.zeros(n, dtype=bool)
+    status = np.zeros(n, dtype=np.int64)
+    fallback = 0
+    lag = np.zeros(n)
+    done = 0
+    connector = aiohttp.TCPConnector(limit=connections, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        make = _body_factory(await _input_spec(session, url, model))
+        target = f"{url}/v2/models/{model}/infer"
+        headers = {"content-type": "application/json"}
+        extra = b""
+        if timeout_ms is not None:
+            extra = b',"parameters":{"timeout_ms":' + str(float(timeout_ms)).encode() + b"}"
+
+        async def one(i: int) -> None:
+            nonlocal done, fallback
+            body = make(int(ids[i % len(ids)]))
+            if extra:
+                body = body[:-1] + extra + b"}"
+            t0 = time.perf_counter()
+            try:
+                async with session.post(target, data=body, headers=headers) as r:
+                    payload = await r.read()
+                    status[i] = r.status
+                latency[i] = time.perf_counter() - t0
+                if status[i] == 200:
+                    obj = json.loads(payload)
+                    params = obj.get("parameters", {})
+                    server[i] = (params.get("queue_ms", 0.0) + params.get("compute_ms", 0.0)) / 1000.0
+                    if params.get("fallback"):
+                        fallback += 1
+                    if lab is not None:
+                        label = next(o["data"][0] for o in obj["outputs"] if o["name"] == "label")
+                        correct[i] = label == lab[i % len(lab)]
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                status[i] = -1
+            finally:
+                done += 1
+
+        tasks: list[asyncio.Task[None]] = []
+        start = time.perf_counter()
+        i = 0
+        last_report = 0.0
+        while i < n:
+            now = time.perf_counter() - start
+            if arr[i] > now:
+                await asyncio.sleep(arr[i] - now)
+                now = time.perf_counter() - start
+            # send everything that is due, late ones at once (the lag records how late)
+            while i < n and arr[i] <= now:
+                lag[i] = now - arr[i]
+                tasks.append(asyncio.create_task(one(i)))
+                i += 1
+            if progress is not None and now - last_report > 0.1:
+                progress(i, done)
+                last_report = now
+            await asyncio.sleep(0)  # let responses in even when the schedule is dense
+        await asyncio.gather(*tasks)
+        end = time.perf_counter() - start
+        if progress is not None:
+            progress(n, done)
+    ok_mask = status == 200
+    ok = int(ok_mask.sum())
+    lat_ok = latency[ok_mask] * 1000.0
+    span = end - (float(arr[0]) if n else 0.0)
+    counts: dict[str, int] = {}
+    for s in status.tolist():
+        key = "connection_error" if s < 0 else str(s)
+        counts[key] = counts.get(key, 0) + 1
+    return LoadReport(
+        sent=n,
+        ok=ok,
+        shed=int((status == 503).sum()),
+        errors=int(n - ok - (status == 503).sum()),
+        p50_ms=_pct(lat_ok, 50),
+        p95_ms=_pct(lat_ok, 95),
+        p99_ms=_pct(lat_ok, 99),
+        accuracy=float(correct[ok_mask].mean()) if lab is not None and ok else None,
+        throughput_qps=ok / span if span > 0 else 0.0,
+        duration_s=end,
+        fallback=fallback,
+        send_lag_p50_ms=_pct(lag * 1000.0, 50),
+        send_lag_p99_ms=_pct(lag * 1000.0, 99),
+        send_lag_max_ms=float(lag.max() * 1000.0) if n else 0.0,
+        server_p95_ms=_pct(server[ok_mask] * 1000.0, 95),
+        status_counts=counts,
+    )

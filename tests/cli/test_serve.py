@@ -1,0 +1,61 @@
+"""``cascadeserve serve`` and ``bench`` end to end: a subprocess on loopback, the load generator, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.cli import run
+from cascadeserve.plan import Device, fixed_plan
+from cascadeserve.profile import Profile, save_profile
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_bench_and_sigterm(toy_profile: Profile, tmp_path: Path, capsys: object) -> None:
+    prof_dir = save_profile(toy_profile, tmp_path / "toy")
+    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), (Device(name="d0", memory_mb=1000),), max_wait_ms=5)
+    plan_path = plan.save(tmp_path / "plan.json")
+    port = _port()
+    cmd = [sys.executable, "-c", "from cascadeserve.cli import main; main()", "serve", "--plan", str(plan_path)]
+    cmd += ["--profile", str(prof_dir), "--emulate", "--port", str(port), "--grace-s", "2"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        meta = httpx.get(f"{url}/v2/models/toy").json()
+        assert meta["parameters"]["emulated"] is True
+        code = run(
+            ["bench", "--url", url, "--model", "toy", "--trace", "synthetic:constant:qps=200,duration=1"]
+            + ["--profile", str(prof_dir), "--json"]
+        )
+        assert code == 0
+        out = json.loads(capsys.readouterr().out)  # type: ignore[attr-defined]
+        for key in ("sent", "ok", "shed", "errors", "p50_ms", "p95_ms", "p99_ms", "accuracy", "throughput_qps"):
+            assert key in out
+        assert out["sent"] == out["ok"] == 200 and out["errors"] == 0
+        assert 0.3 < out["accuracy"] <= 1.0
+        assert "send_lag_p99_ms" in out
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(15)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert "stopped" in err or rc in (0, -signal.SIGTERM), err
+    assert "Traceback" not in err
