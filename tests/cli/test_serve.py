@@ -42,10 +42,8 @@ def test_serve_bench_and_sigterm(toy_profile: Profile, tmp_path: Path, capsys: o
                 time.sleep(0.05)
         meta = httpx.get(f"{url}/v2/models/toy").json()
         assert meta["parameters"]["emulated"] is True
-        code = run(
-            ["bench", "--url", url, "--model", "toy", "--trace", "synthetic:constant:qps=200,duration=1"]
-            + ["--profile", str(prof_dir), "--json"]
-        )
+        trace = "synthetic:constant:qps=200,duration=1"
+        code = run(["bench", "--url", url, "--model", "toy", "--trace", trace, "--profile", str(prof_dir), "--json"])
         assert code == 0
         out = json.loads(capsys.readouterr().out)  # type: ignore[attr-defined]
         for key in ("sent", "ok", "shed", "errors", "p50_ms", "p95_ms", "p99_ms", "accuracy", "throughput_qps"):
