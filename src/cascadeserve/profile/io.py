@@ -32,6 +32,7 @@ __all__ = ["load_profile", "save_profile"]
 PROFILE_FILE = "profile.yaml"
 LABELS_FILE = "labels.csv"
 PREDICTIONS_DIR = "predictions"
+_NULL_TAG = "tag:yaml.org,2002:null"
 
 
 def _err(path: Path, node: yaml.Node | None, message: str) -> ProfileError:
@@ -100,7 +101,10 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
         for key in ("name", "memory_mb", "runtime_ms"):
             if key not in m:
                 raise _err(path, item, f"model entry is missing {key!r}")
-        name = str(m["name"].value)
+        name_node = m["name"]
+        if not isinstance(name_node, yaml.ScalarNode) or name_node.tag == _NULL_TAG or not name_node.value:
+            raise _err(path, name_node, "a model name must be a non-empty string")
+        name = str(name_node.value)
         if name in seen:
             first = seen[name].start_mark.line + 1
             raise _err(path, m["name"], f"duplicate model name {name!r} (first defined on line {first})")
@@ -119,6 +123,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
                 b = 0
             if b < 1:
                 raise _err(path, v, f"model {name!r}: batch size {b_str!r} must be a positive integer")
+            if b in curve:
+                raise _err(path, v, f"model {name!r}: batch size {b} is given twice")
             curve[b] = _number(path, v, f"model {name!r}: runtime_ms[{b}]", positive=True)
         models.append((ModelProfile(name, memory, RuntimeCurve.from_mapping(curve)), item))
     return top, models
@@ -239,7 +245,7 @@ def load_profile(directory: str | Path) -> Profile:
     def meta(key: str) -> str:
         node = top.get(key)
         # a composed node keeps the raw text, so YAML's null (``~``, ``null``, empty) must be recognised by its tag
-        if not isinstance(node, yaml.ScalarNode) or node.tag == "tag:yaml.org,2002:null":
+        if not isinstance(node, yaml.ScalarNode) or node.tag == _NULL_TAG:
             return ""
         return str(node.value)
 
