@@ -121,6 +121,14 @@ def test_json_round_trip_is_equal(tmp_path: Path) -> None:
     assert load_plan(path, abc_profile()) == plan
 
 
+def test_save_to_a_missing_folder_is_a_plan_error(tmp_path: Path) -> None:
+    plan = GearPlan.model_validate(base())
+    target = tmp_path / "no" / "such" / "plan.json"
+    with pytest.raises(PlanError) as info:
+        plan.save(target)
+    assert str(info.value) == f"{target}: cannot write the plan: No such file or directory"
+
+
 def test_plan_is_frozen() -> None:
     plan = GearPlan.model_validate(base())
     with pytest.raises(Exception, match="frozen"):

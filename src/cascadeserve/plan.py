@@ -212,7 +212,10 @@ class GearPlan(_Frozen):
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
-        p.write_text(self.to_json() + "\n", encoding="utf-8")
+        try:
+            p.write_text(self.to_json() + "\n", encoding="utf-8")
+        except OSError as e:  # a missing folder or no permission is the user's to fix: no traceback
+            raise PlanError(f"cannot write the plan: {e.strerror or e}", path=p) from None
         return p
 
 

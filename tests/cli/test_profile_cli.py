@@ -145,6 +145,7 @@ def test_plan_fixed_options(profile_dir: Path, tmp_path: Path) -> None:
         (["--cascade", "small,huge", "--thresholds", "0.5"], "unknown model 'huge'"),
         (["--cascade", "small", "--devices", "0"], "--devices must be at least 1"),
         (["--cascade", "large", "--device-memory-mb", "200"], "model 'large' needs 250.5 MB and fits on no device"),
+        (["--cascade", "large", "--out", "/nonexistent-dir/plan.json"], "cannot write the plan: No such file"),
     ],
 )
 def test_plan_fixed_rejects_bad_arguments_with_exit_2(
