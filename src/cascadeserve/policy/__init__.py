@@ -6,7 +6,7 @@ enforces it). Callers pass time in; decisions come back as plain values.
 
 from __future__ import annotations
 
-from cascadeserve.policy.batching import BatchTrigger, choose_replica
+from cascadeserve.policy.batching import BatchTrigger, choose_replica, earliest_replica
 from cascadeserve.policy.forwarding import LAST_STAGE, sure_mask
 from cascadeserve.policy.gears import GearDecision, GearSelector
 from cascadeserve.policy.qps import QpsMeter
@@ -23,6 +23,7 @@ __all__ = [
     "Route",
     "SmoothWeightedRoundRobin",
     "choose_replica",
+    "earliest_replica",
     "sure_mask",
     "swrr_sequence",
 ]

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["BatchTrigger", "choose_replica"]
+__all__ = ["BatchTrigger", "choose_replica", "earliest_replica"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +61,12 @@ def choose_replica(candidates: Sequence[tuple[float, int]]) -> int:
     Ties go to the lower replica index, so the choice is deterministic.
     """
     return min(candidates)[1]
+
+
+def earliest_replica(candidates: Sequence[tuple[float, float, int]]) -> tuple[float, float, int]:
+    """Among ``(fire_time, oldest_enqueue_time, replica)`` triples of one device, the one that fires first.
+
+    Replicas that fire at the same time are ordered exactly as :func:`choose_replica` orders ready ones (oldest
+    head, then lowest index); this is the form the simulator uses, since it knows when each queue will be ready.
+    """
+    return min(candidates)

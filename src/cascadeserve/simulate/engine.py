@@ -32,7 +32,7 @@ from cascadeserve.policy import (
     PlanTables,
     QpsMeter,
     SmoothWeightedRoundRobin,
-    choose_replica,
+    earliest_replica,
     sure_mask,
 )
 from cascadeserve.profile import Profile
@@ -57,7 +57,7 @@ class _Fwd:
 
     def push(self, ids: np.ndarray, t: float | np.ndarray) -> None:
         if self.n == 0:
-            self.oldest = float(np.min(t))
+            self.oldest = t if isinstance(t, float) else float(np.min(t))
         self.chunks.append((ids, t))
         self.n += len(ids)
 
@@ -65,6 +65,22 @@ class _Fwd:
         self.chunks = []
         self.n = 0
         self.oldest = math.inf
+
+
+def _split(
+    replicas: tuple[int, ...], router: SmoothWeightedRoundRobin, ids: np.ndarray
+) -> list[tuple[int, np.ndarray]]:
+    """Route ``ids`` to ``replicas`` in the router's order; returns the non-empty groups."""
+    if len(replicas) == 1:
+        return [(replicas[0], ids)]
+    picks = router.pick_many(len(ids))
+    if len(ids) <= 32:
+        # Small groups (most forwarded batches): a Python pass beats one boolean mask per replica.
+        buckets: list[list[int]] = [[] for _ in replicas]
+        for i, j in zip(ids.tolist(), picks.tolist(), strict=True):
+            buckets[j].append(i)
+        return [(replicas[j], np.array(b, dtype=np.int64)) for j, b in enumerate(buckets) if b]
+    return [(rr, ids[picks == j]) for j, rr in enumerate(replicas)]
 
 
 class Simulator:
@@ -124,34 +140,48 @@ class Simulator:
         triggers: Sequence[BatchTrigger] = tb.triggers[gear]
         clock = 0.0  # time of the last processed event
 
+        # Per replica: when its trigger fires, ignoring "not before now" (-inf = already ready), and the time its
+        # oldest sample entered. Recomputed only for replicas whose queue or trigger changed.
+        rep_t = [math.inf] * r_count
+        rep_first = [math.inf] * r_count
+        rep_dirty = [True] * r_count
+
+        def refresh(r: int) -> None:
+            rep_dirty[r] = False
+            f = fwd[r]
+            p = pos[r]
+            n_pend = len(pend_ids[r]) - p
+            if f.n == 0 and n_pend == 0:
+                rep_t[r] = math.inf
+                return
+            first = min(f.oldest, float(pend_t[r][p])) if n_pend else f.oldest
+            trig = triggers[r]
+            need = trig.min_queue - f.n
+            if need <= 0:
+                mth = -math.inf
+            elif need <= n_pend:
+                mth = float(pend_t[r][p + need - 1])
+            else:
+                mth = math.inf
+            rep_t[r] = trig.fire_time(-math.inf, first, mth)
+            rep_first[r] = first
+
         def compute_ready(d: int) -> tuple[float, int]:
             now = max(clock, free_at[d])
-            best_t = math.inf
             cands: list[tuple[float, float, int]] = []
             for r in device_replicas[d]:
-                f = fwd[r]
-                p = pos[r]
-                n_pend = len(pend_ids[r]) - p
-                if f.n == 0 and n_pend == 0:
-                    continue
-                first = min(f.oldest, float(pend_t[r][p])) if n_pend else f.oldest
-                trig = triggers[r]
-                need = trig.min_queue - f.n
-                if need <= 0:
-                    mth = -math.inf
-                elif need <= n_pend:
-                    mth = float(pend_t[r][p + need - 1])
-                else:
-                    mth = math.inf
-                t = trig.fire_time(now, first, mth)
-                if t < best_t:
-                    best_t = t
-                cands.append((t, first, r))
-            if best_t == math.inf:
+                if rep_dirty[r]:
+                    refresh(r)
+                t = rep_t[r]
+                if t < math.inf:
+                    cands.append((now if t < now else t, rep_first[r], r))
+            if not cands:
                 return (math.inf, -1)
-            return (best_t, choose_replica([(first, r) for t, first, r in cands if t == best_t]))
+            t, _, r = earliest_replica(cands)
+            return (t, r)
 
         def start(d: int, t: float, r: int) -> None:
+            rep_dirty[r] = True
             f = fwd[r]
             p = pos[r]
             pt = pend_t[r]
@@ -222,14 +252,11 @@ class Simulator:
                 nxt = int(tb.next_row[g, row])
                 route = tb.route(g, nxt)
                 reps = route.replicas
-                if len(reps) == 1:
-                    targets = [(reps[0], ids_g)]
-                else:
-                    a = routers[(g, nxt)].pick_many(len(ids_g))
-                    targets = [(rr, ids_g[a == j]) for j, rr in enumerate(reps)]
+                targets = _split(reps, routers[(g, nxt)], ids_g)
                 for rr, sub in targets:
                     if len(sub):
                         fwd[rr].push(sub, t)
+                        rep_dirty[rr] = True
                         dirty[replica_device[rr]] = True
 
         def run_until(t_end: float) -> None:
@@ -254,7 +281,6 @@ class Simulator:
                 if busy[best_d] is not None:
                     complete(best_d, best_t)
                 else:
-                    dirty[best_d] = True
                     start(best_d, best_t, ready[best_d][1])
 
         for w in range(n_ticks):
@@ -272,6 +298,7 @@ class Simulator:
                     gear = decision.gear
                     triggers = tb.triggers[gear]
                     dirty = [True] * d_count
+                    rep_dirty = [True] * r_count
             tick_gear[w] = gear
             clock = t_w
             a, b = bounds[w], bounds[w + 1]
@@ -279,12 +306,7 @@ class Simulator:
                 gear_of[a:b] = gear
                 ids = np.arange(a, b, dtype=np.int64)
                 row0 = int(tb.first_row[gear])
-                reps = tb.route(gear, row0).replicas
-                if len(reps) == 1:
-                    targets = [(reps[0], ids)]
-                else:
-                    assign = routers[(gear, row0)].pick_many(b - a)
-                    targets = [(rr, ids[assign == j]) for j, rr in enumerate(reps)]
+                targets = _split(tb.route(gear, row0).replicas, routers[(gear, row0)], ids)
                 for rr, sub in targets:
                     if not len(sub):
                         continue
@@ -296,6 +318,7 @@ class Simulator:
                         pend_ids[rr] = np.concatenate([pend_ids[rr][p:], sub])
                         pend_t[rr] = np.concatenate([pend_t[rr][p:], arr[sub]])
                     pos[rr] = 0
+                    rep_dirty[rr] = True
                     dirty[replica_device[rr]] = True
             run_until(t_w + tick)
 
@@ -303,6 +326,7 @@ class Simulator:
         drain = BatchTrigger(1, None, self.plan.max_batch)
         triggers = [drain] * r_count
         dirty = [True] * d_count
+        rep_dirty = [True] * r_count
         run_until(math.inf)
 
         samples = np.arange(n, dtype=np.int64) % n_samples

@@ -1,0 +1,90 @@
+"""Simulator speed: simulated requests per wall second, one core.
+
+Scenario (issue 2): a 4-model cascade on 4 devices, the Twitter trace's first 20 minutes scaled to a max of
+7,600 QPS, batching on (minimum queue length 8). The profile is synthetic with BERT-like runtimes (a fixed
+per-batch cost plus a per-sample cost that grows ~3x per model) and 10,000 validation samples, so that the four
+devices can carry the peak. Prints one JSON line per run and a summary with the median.
+
+Usage: python benchmarks/bench_simulator.py [--runs 5] [--trace ../shared/data/traces/twitter_2021/tweets_per_second.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.plan import Device, fixed_plan
+from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
+from cascadeserve.simulate import simulate
+from cascadeserve.traces import build_trace
+
+TWITTER = Path(__file__).resolve().parents[2] / "shared/data/traces/twitter_2021/tweets_per_second.txt"
+
+
+def bert_like_profile(n: int = 10_000, seed: int = 0) -> Profile:
+    rng = np.random.default_rng(seed)
+    fixed = [0.8, 1.2, 2.0, 3.5]  # ms per batch
+    per_sample = [0.01, 0.03, 0.09, 0.27]  # ms per sample
+    sizes = (1, 8, 32, 128, 512)
+    models = [
+        ModelProfile(f"bert-{i}", 500.0 * (i + 1), RuntimeCurve(sizes, tuple(f + p * b for b in sizes)))
+        for i, (f, p) in enumerate(zip(fixed, per_sample, strict=True))
+    ]
+    labels = rng.integers(0, 2, n)
+    scores = {m.name: rng.random((n, 2)) + np.eye(2)[labels] * (0.4 + 0.3 * i) for i, m in enumerate(models)}
+    return Profile.from_scores("bert-like", models, labels, scores, device="synthetic")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--trace", type=Path, default=TWITTER)
+    ap.add_argument("--min-queue", type=int, default=8)
+    args = ap.parse_args()
+    prof = bert_like_profile()
+    plan = fixed_plan(
+        prof,
+        Cascade(tuple(prof.model_names), (0.3, 0.3, 0.3)),
+        [Device(name=f"gpu{i}", memory_mb=16_000) for i in range(4)],
+        min_queue=args.min_queue,
+    )
+    trace = build_trace(str(args.trace), fmt="per-second", window="0:1200", max_qps=7600, seed=0)
+    rates = []
+    for run in range(args.runs):
+        t0 = time.perf_counter()
+        res = simulate(prof, plan, trace.arrivals)
+        wall = time.perf_counter() - t0
+        s = res.summary()
+        rates.append(len(trace) / wall)
+        print(
+            json.dumps(
+                {
+                    "run": run,
+                    "requests": len(trace),
+                    "wall_s": round(wall, 3),
+                    "requests_per_s": round(len(trace) / wall),
+                    "p95_ms": round(s["p95_ms"], 3),
+                    "batches_per_device_s": None,
+                }
+            )
+        )
+    print(
+        json.dumps(
+            {
+                "median_requests_per_s": round(statistics.median(rates)),
+                "runs": args.runs,
+                "requests": len(trace),
+                "mean_qps": round(trace.mean_qps, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
