@@ -5,7 +5,7 @@ Scenario (issue 2): a 4-model cascade on 4 devices, the Twitter trace's first 20
 per-batch cost plus a per-sample cost that grows ~3x per model) and 10,000 validation samples, so that the four
 devices can carry the peak. Prints one JSON line per run and a summary with the median.
 
-Usage: python benchmarks/bench_simulator.py [--runs 5] [--trace ../shared/data/traces/twitter_2021/tweets_per_second.txt]
+Usage: python benchmarks/bench_simulator.py [--runs 5] [--trace PATH-TO-tweets_per_second.txt]
 """
 
 from __future__ import annotations

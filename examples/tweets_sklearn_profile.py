@@ -95,7 +95,7 @@ def main() -> None:
         runtime = time_batches(model, val_x, args.repeats)
         memory_mb = len(pickle.dumps(model)) / 1e6
         acc = float((scores[name].argmax(axis=1) == val_y).mean())
-        print(f"{name}: fit {fit_s:.1f}s acc {acc:.4f} b1 {runtime[1]:.3f}ms b64 {runtime[64]:.3f}ms mem {memory_mb:.1f}MB")
+        print(f"{name}: fit {fit_s:.1f}s acc {acc:.4f} b1 {runtime[1]:.3f}ms b64 {runtime[64]:.3f}ms")
         models.append(ModelProfile(name, round(memory_mb, 3), RuntimeCurve.from_mapping(runtime)))
     prof = Profile.from_scores(
         "tweets-sklearn",
