@@ -15,7 +15,7 @@ $(DEV_STAMP): pyproject.toml | $(PY)
 	touch $@
 
 lint: $(DEV_STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
 
 typecheck: $(DEV_STAMP)
 	$(VENV)/bin/mypy src
@@ -30,8 +30,10 @@ pytest: $(DEV_STAMP)
 
 test: lint typecheck contracts pytest
 
+# The end-to-end demo (train the digits family, profile, plan, serve, replay) lands with the real-models issue.
 demo: $(DEV_STAMP)
-	$(VENV)/bin/cascadeserve demo
+	@if $(VENV)/bin/cascadeserve demo --help >/dev/null 2>&1; then $(VENV)/bin/cascadeserve demo; \
+	else echo "make demo: not yet (the end-to-end demo arrives with the real-models issue); try the tour in README.md"; fi
 
 bench: $(DEV_STAMP)
 	$(PY) benchmarks/bench_simulator.py
