@@ -1,0 +1,93 @@
+"""``cascadeserve plan`` / ``plan explain`` / ``eval planner`` through the CLI entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cascadeserve.cli import run
+from cascadeserve.plan import load_plan
+from cascadeserve.profile import Profile, load_profile, save_profile
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
+
+
+@pytest.fixture(scope="module")
+def prof_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if REAL.is_dir():
+        return REAL
+    from tests.conftest import make_toy_profile
+
+    d = tmp_path_factory.mktemp("prof") / "toy"
+    save_profile(make_toy_profile(), d)
+    return d
+
+
+def test_plan_writes_a_plan_that_simulate_accepts(
+    prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4000"]
+    code = run([*args, "--slo-p95-ms", "20", "--max-qps", "1000", "--ranges", "3", "--out", str(out), "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["feasible"] is True and summary["planner_s"] > 0
+    assert len(summary["gears"]) == 3
+    for g in summary["gears"]:
+        assert {"qps_low", "qps_high", "models", "thresholds", "predicted_p95_ms", "predicted_accuracy"} <= set(g)
+        assert g["predicted_p95_ms"] <= 20
+    plan = load_plan(out, load_profile(prof_dir))
+    assert plan.slo is not None and plan.slo.value == 20
+    trace = "synthetic:poisson:qps=1000,duration=3"
+    assert run(["simulate", "--profile", str(prof_dir), "--plan", str(out), "--trace", trace, "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["completed"] == sim["requests"] and sim["p95_ms"] <= 20
+    assert run(["plan", "explain", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "placement" in text and "QPS range" in text
+
+
+def test_unreachable_slo_exits_2_with_the_reason(
+    prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["plan", "--profile", str(prof_dir), "--devices", "1", "--device-memory-mb", "4000"]
+    code = run([*args, "--slo-p95-ms", "2", "--max-qps", "200000", "--out", str(tmp_path / "p.json")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "is unreachable at" in err and "saturates model" in err and "add devices or relax the SLO" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_accuracy_slo_and_bad_input(prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prof: Profile = load_profile(prof_dir)
+    target = float(max(prof.accuracies)) - 0.01
+    args = ["plan", "--profile", str(prof_dir), "--devices", "1", "--device-memory-mb", "4000", "--max-qps", "300"]
+    assert run([*args, "--slo-accuracy", f"{target}", "--out", str(tmp_path / "a.json"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["plan_accuracy"] >= target and summary["slo"]["kind"] == "accuracy"
+    assert run([*args, "--out", str(tmp_path / "b.json")]) == 2  # no SLO
+    assert "exactly one SLO" in capsys.readouterr().err
+    assert run([*args, "--slo-accuracy", "1.0", "--out", str(tmp_path / "c.json"), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["feasible"] is False
+
+
+def test_plan_fixed_still_works(prof_dir: Path, tmp_path: Path) -> None:
+    prof = load_profile(prof_dir)
+    first = prof.model_names[0]
+    assert (
+        run(["plan", "fixed", "--profile", str(prof_dir), "--cascade", first, "--out", str(tmp_path / "f.json")]) == 0
+    )
+    assert load_plan(tmp_path / "f.json").gears[0].models == (first,)
+
+
+def test_eval_planner_json_and_plot(prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "fig10.png"
+    args = ["eval", "planner", "--profile", str(prof_dir), "--max-qps", "300", "--levels", "4", "--slos", "6"]
+    assert run([*args, "--duration-s", "1", "--json", "--plot", str(png)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    for key in ("hypervolume_fraction", "planner_s", "exhaustive_s", "random_s"):
+        assert key in res
+    assert 0 < res["hypervolume_fraction"] <= 1.0 + 1e-9
+    assert png.stat().st_size > 1000
