@@ -107,6 +107,20 @@ def test_non_canonical_integer_ids_stay_strings(tmp_path: Path, ids: list[str]) 
     assert prof.sample_ids.tolist() == ids
 
 
+def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    bom = "\ufeff"
+    d = write_profile(tmp_path, yaml_text=bom + PROFILE_YAML, labels=bom + LABELS, a=bom + PRED_A)
+    prof = load_profile(d)
+    assert prof.name == "tiny"
+    assert prof.sample_ids.tolist() == ["s1", "s2", "s3"]
+
+
+def test_windows_line_endings_are_accepted(tmp_path: Path) -> None:
+    crlf = {k: v.replace("\n", "\r\n") for k, v in {"labels": LABELS, "a": PRED_A, "b": PRED_B}.items()}
+    prof = load_profile(write_profile(tmp_path, **crlf))
+    np.testing.assert_array_equal(prof.certainties, [[0.9, 0.25, 1.0], [0.75, 0.0, 0.5]])
+
+
 def test_missing_metadata_defaults(tmp_path: Path) -> None:
     text = PROFILE_YAML.replace("name: tiny\ntask: classification\ndevice: laptop\nsource: hand-made\n", "")
     d = write_profile(tmp_path / "dirname", yaml_text=text)
@@ -208,6 +222,16 @@ def edit(rel: str, old: str, new: str) -> Callable[[Path], None]:
     return go
 
 
+def edit_bytes(rel: str, old: bytes, new: bytes) -> Callable[[Path], None]:
+    def go(d: Path) -> None:
+        p = d / rel
+        data = p.read_bytes()
+        assert old in data, (rel, old)
+        p.write_bytes(data.replace(old, new, 1))
+
+    return go
+
+
 def remove(rel: str) -> Callable[[Path], None]:
     def go(d: Path) -> None:
         (d / rel).unlink()
@@ -241,6 +265,8 @@ BAD = [
         "invalid YAML"),
     Bad("invalid-yaml-bracket", edit("profile.yaml", "name: tiny", "name: [tiny"), "profile.yaml", 2, 5,
         "invalid YAML"),
+    Bad("yaml-not-utf8", edit_bytes("profile.yaml", b"name: tiny", b"name: ti\xe9ny"), "profile.yaml", 1, 9,
+        "not UTF-8 text (byte 0xe9)"),
     Bad("missing-yaml", remove("profile.yaml"), "profile.yaml", None, None, "missing profile.yaml"),
     Bad("labels-header", edit("labels.csv", "sample_id,label", "id,label"), "labels.csv", 1, None,
         "header must be sample_id,label, got id,label"),
@@ -250,6 +276,10 @@ BAD = [
         "expected an integer class index, got 'one'"),
     Bad("labels-field-count", edit("labels.csv", "s2,1", "s2,1,7"), "labels.csv", 3, None, "expected 2 fields, got 3"),
     Bad("labels-empty", edit("labels.csv", "s1,0\ns2,1\ns3,2\n", ""), "labels.csv", 2, None, "no data rows"),
+    Bad("labels-not-utf8", edit_bytes("labels.csv", b"s2,1", b"s\xe92,1"), "labels.csv", 3, 2,
+        "not UTF-8 text (byte 0xe9); save the file as UTF-8"),
+    Bad("preds-not-utf8-after-bom", edit_bytes("predictions/b.csv", b"sample_id", b"\xef\xbb\xbfsample_id\xff"),
+        "predictions/b.csv", 1, 13, "not UTF-8 text (byte 0xff)"),
     Bad("labels-missing", remove("labels.csv"), "labels.csv", None, None, "file is missing"),
     Bad("preds-header", edit("predictions/a.csv", "prediction,certainty", "pred,certainty"), "predictions/a.csv", 1,
         None, "header must be sample_id,prediction,certainty"),

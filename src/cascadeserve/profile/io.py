@@ -16,6 +16,7 @@ source marks; CSVs are read with the standard ``csv`` module, one row at a time.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
             path=path,
         )
     try:
-        root = yaml.compose(path.read_text(encoding="utf-8"))
+        root = yaml.compose(_read_text(path))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         raise ProfileError(
@@ -130,23 +131,36 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
     return top, models
 
 
+def _read_text(path: Path) -> str:
+    """The file as text: UTF-8, with or without the byte-order mark that spreadsheet exports add."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        start = e.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+        line = raw.count(b"\n", 0, start) + 1
+        column = start - raw.rfind(b"\n", 0, start)
+        raise ProfileError(
+            f"not UTF-8 text (byte {raw[start]:#04x}); save the file as UTF-8", path=path, line=line, column=column
+        ) from None
+
+
 def _rows(path: Path, header: tuple[str, ...]) -> list[tuple[int, list[str]]]:
     if not path.is_file():
         raise ProfileError("file is missing", path=path)
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        first = next(reader, None)
-        if first is None:
-            raise ProfileError(f"empty file; expected header {','.join(header)}", path=path, line=1)
-        if tuple(c.strip() for c in first) != header:
-            raise ProfileError(f"header must be {','.join(header)}, got {','.join(first)}", path=path, line=1)
-        rows = []
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise ProfileError(f"expected {len(header)} fields, got {len(row)}", path=path, line=reader.line_num)
-            rows.append((reader.line_num, row))
+    reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+    first = next(reader, None)
+    if first is None:
+        raise ProfileError(f"empty file; expected header {','.join(header)}", path=path, line=1)
+    if tuple(c.strip() for c in first) != header:
+        raise ProfileError(f"header must be {','.join(header)}, got {','.join(first)}", path=path, line=1)
+    rows = []
+    for row in reader:
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise ProfileError(f"expected {len(header)} fields, got {len(row)}", path=path, line=reader.line_num)
+        rows.append((reader.line_num, row))
     if not rows:
         raise ProfileError("no data rows", path=path, line=2)
     return rows
