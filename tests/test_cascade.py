@@ -245,7 +245,7 @@ def test_bitsets_equal_dense_and_the_reference(case: tuple[Profile, tuple[str, .
     np.testing.assert_array_equal(bits.thresholds, dense.thresholds)
     assert bits.accuracy.shape == (len(th),)
     assert bits.reach.shape == (len(th), len(models))
-    for i in range(len(th)):
+    for i in range(min(len(th), 3)):  # the slow reference on a few rows is enough
         acc, reach = reference(prof, models, th[i].tolist())
         assert bits.accuracy[i] == pytest.approx(acc, abs=1e-12)
         np.testing.assert_allclose(bits.reach[i], reach, atol=1e-12)
@@ -254,7 +254,7 @@ def test_bitsets_equal_dense_and_the_reference(case: tuple[Profile, tuple[str, .
     assert np.all(ans >= -1e-12)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     profile_order_thresholds(),
     st.integers(0, 10),
@@ -277,7 +277,7 @@ def test_raising_a_threshold_never_lowers_later_reach(
     assert np.all(hi.work_ms >= lo.work_ms - 1e-12)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(random_profiles())
 def test_reach_is_non_increasing_along_the_cascade(prof: Profile) -> None:
     models = prof.model_names

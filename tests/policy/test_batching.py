@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.policy import BatchTrigger, choose_replica
+from cascadeserve.policy import BatchTrigger, choose_replica, earliest_replica
 
 
 def test_length_rule() -> None:
@@ -56,6 +56,14 @@ def test_choose_replica_prefers_the_longest_wait_then_the_lower_index() -> None:
     assert choose_replica([(0.3, 0), (0.1, 2), (0.2, 1)]) == 2
     assert choose_replica([(0.1, 3), (0.1, 1)]) == 1
     assert choose_replica([(5.0, 7)]) == 7
+
+
+def test_earliest_replica_orders_by_fire_time_then_like_choose_replica() -> None:
+    assert earliest_replica([(0.5, 0.1, 0), (0.2, 0.3, 1), (0.4, 0.0, 2)]) == (0.2, 0.3, 1)
+    # same fire time: the oldest head wins, then the lower index (as choose_replica)
+    assert earliest_replica([(0.2, 0.3, 0), (0.2, 0.1, 4), (0.2, 0.1, 2)]) == (0.2, 0.1, 2)
+    ready = [(0.2, 0.3, 0), (0.2, 0.1, 4), (0.2, 0.1, 2)]
+    assert earliest_replica(ready)[2] == choose_replica([(old, r) for _, old, r in ready])
 
 
 @settings(max_examples=300, deadline=None)
