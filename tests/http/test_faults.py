@@ -9,7 +9,7 @@ import asyncio
 
 import httpx
 import numpy as np
-from http_helpers import metric, serving, toy_plan
+from tests.http.http_helpers import metric, serving, toy_plan
 
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 from cascadeserve.runtime import InputSpec, ModelConfig

@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
-from http_helpers import metric, serving, toy_plan
+from tests.http.http_helpers import metric, serving, toy_plan
 
 from cascadeserve.http import Server
 from cascadeserve.profile import Profile

@@ -7,7 +7,7 @@ import contextlib
 
 import numpy as np
 import pytest
-from runtime_helpers import step_arrivals, two_gear_plan
+from tests.runtime.runtime_helpers import step_arrivals, two_gear_plan
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan

@@ -10,7 +10,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from runtime_helpers import replay, step_arrivals, two_gear_plan
+from tests.runtime.runtime_helpers import replay, step_arrivals, two_gear_plan
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, GearPlan, fixed_plan
