@@ -98,7 +98,7 @@ def planner_quality(
         float | None, typer.Option(help="Memory per device in MB (default: room for every model).")
     ] = None,
     levels: Annotated[int, typer.Option(help="Threshold levels per stage, for all three methods.", min=1)] = 10,
-    slos: Annotated[int, typer.Option(help="Latency SLOs the planner is run for.", min=1)] = 8,
+    slos: Annotated[int, typer.Option(help="Latency SLOs the planner is run for.", min=1)] = 20,
     trace: Annotated[str | None, typer.Option(help="Short trace spec instead of Poisson at --max-qps.")] = None,
     duration_s: Annotated[float, typer.Option(help="Length of the default Poisson trace (s).")] = 2.0,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,

@@ -68,23 +68,26 @@ def balance(
         if not any(replica_models[i] == m for i in var):
             return Balance(q, np.full(n_devices, math.inf), math.inf)
     nv = len(var)
-    scale = sum(need.values())
+    # Normalise demand to sum to one and runtimes to a maximum of one, so HiGHS's absolute tolerances do not
+    # swallow small loads; the solution is scaled back below.
+    dscale = sum(need.values())
+    tscale = float(max(t[i] for i in var)) or 1.0
     c = np.zeros(nv + 1)
-    c[:nv] = 1e-9 / scale
+    c[:nv] = 1e-9
     c[nv] = 1.0
     a = np.zeros((len(models) + n_devices, nv + 1))
     b = np.zeros(len(models) + n_devices)
     col = {m: k for k, m in enumerate(models)}
     for j, i in enumerate(var):
         a[col[replica_models[i]], j] = -1.0
-        a[len(models) + replica_devices[i], j] = t[i]
+        a[len(models) + replica_devices[i], j] = t[i] / tscale
     for k, m in enumerate(models):
-        b[k] = -need[m]
+        b[k] = -need[m] / dscale
     a[len(models) :, nv] = -1.0
     res = linprog(c, A_ub=a, b_ub=b, bounds=(0, None), method="highs")
     if res.status != 0:
         return Balance(q, np.full(n_devices, math.inf), math.inf)
-    x = np.maximum(np.asarray(res.x, dtype=np.float64), 0.0)
+    x = np.maximum(np.asarray(res.x, dtype=np.float64), 0.0) * dscale
     q[var] = x[:nv]
     util = np.zeros(n_devices)
     np.add.at(util, np.asarray(replica_devices, dtype=np.int64), q * t)

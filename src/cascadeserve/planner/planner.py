@@ -292,29 +292,6 @@ class _Run:
             a[best[1]] += 1
         return a
 
-    def _downgrade(self, r: int, limits: list[int]) -> bool:
-        new = limits[r] - 1 if limits is self.caps else self.assign[r] - 1
-        if new < 0:
-            return False
-        for k in range(r, self.n_ranges):
-            limits[k] = min(limits[k], new)
-        return True
-
-    def _cheapest_downgrade(self) -> int | None:
-        """The range whose one-step downgrade costs the least time-weighted accuracy."""
-        assert self.frontier is not None
-        best: tuple[float, int] | None = None
-        for r in range(self.n_ranges):
-            if self.assign[r] == 0:
-                continue
-            trial = list(self.assign)
-            for k in range(r, self.n_ranges):
-                trial[k] = min(trial[k], self.assign[r] - 1)
-            loss = self._weighted_acc(self.assign) - self._weighted_acc(trial)
-            if best is None or loss < best[0] - 1e-15:
-                best = (loss, r)
-        return None if best is None else best[1]
-
     def sp2(self, error: _Issue | None) -> Step[_Issue]:
         assert self.frontier is not None
         latency = self.latency_ms is not None
@@ -334,25 +311,23 @@ class _Run:
                 return Step(_Issue("accuracy", (), (), "target above what the caps allow"))
             self.assign = got
             return Step(changed=True)
-        ranges = list(error.ranges)
-        if not ranges:
-            pick = self._cheapest_downgrade() if latency else max(range(self.n_ranges), key=lambda k: self.assign[k])
-            if pick is None:
-                return Step(error)
-            ranges = [pick]
         before = list(self.assign)
+        stuck = [r for r in error.ranges if self.assign[r] == 0 or (not latency and self.caps[r] == 0)]
+        if error.kind == "memory" or stuck or not error.ranges:
+            # Downgrading the named ranges cannot help (or none is named): free memory for the others by dropping
+            # from the plan the model whose removal costs the least time-weighted accuracy.
+            keep = {m for r in stuck for m in self.cand(r).models}
+            if not self._drop_model(keep):
+                return Step(error)
+            return Step(changed=self.assign != before)
         if latency:
             new = list(self.assign)
-            for r in sorted(ranges):
-                if self.assign[r] == 0:
-                    return Step(error)
+            for r in sorted(error.ranges):
                 for k in range(r, self.n_ranges):
                     new[k] = min(new[k], self.assign[r] - 1)
             self.assign = new
         else:
-            for r in sorted(ranges):
-                if self.assign[r] == 0:
-                    return Step(error)
+            for r in sorted(error.ranges):
                 for k in range(r, self.n_ranges):
                     self.caps[k] = min(self.caps[k], self.assign[r] - 1)
             got = self._accuracy_assign()
@@ -360,6 +335,48 @@ class _Run:
                 return Step(_Issue("accuracy", error.ranges, error.models, error.detail))
             self.assign = got
         return Step(changed=self.assign != before)
+
+    def _drop_model(self, keep: set[str]) -> bool:
+        """Move every range that uses some model to the best cheaper cascade without it, choosing the model whose
+        removal costs the least time-weighted accuracy; ``keep`` are models that must stay."""
+        assert self.frontier is not None
+        fr = self.frontier
+        limits = self.assign if self.latency_ms is not None else self.caps
+        used = sorted({m for r in range(self.n_ranges) for m in self.cand(r).models} - keep)
+        best: tuple[float, list[int]] | None = None
+        for m in used:
+            trial = list(limits)
+            ok = True
+            for r in range(self.n_ranges):
+                i = trial[r]
+                while i >= 0 and m in fr[i].models:
+                    i -= 1
+                if i < 0:
+                    ok = False
+                    break
+                for k in range(r, self.n_ranges):
+                    trial[k] = min(trial[k], i)
+            if not ok or trial == limits:
+                continue
+            if self.latency_ms is not None:
+                loss = self._weighted_acc(self.assign) - self._weighted_acc(trial)
+            else:
+                loss = -self._weighted_acc(trial)
+            if best is None or loss < best[0] - 1e-15:
+                best = (loss, trial)
+        if best is None:
+            return False
+        if self.latency_ms is not None:
+            self.assign = best[1]
+            return True
+        old = self.caps
+        self.caps = best[1]
+        got = self._accuracy_assign()
+        if got is None:
+            self.caps = old
+            return False
+        self.assign = got
+        return True
 
     # -- SP3 -------------------------------------------------------------------------------------------------
     def _loads(self) -> list[Load]:
@@ -680,7 +697,8 @@ class _Run:
                 f"{slo} is unreachable at {top:,.0f} QPS on {n}: keeping up at every load allows at most a "
                 f"time-weighted accuracy of about {got:.4f} ({self.dist.describe()}); add devices or relax the SLO"
             )
-        r = min(issue.ranges) if issue.ranges else self.n_ranges - 1
+        at_cheapest = [r for r in issue.ranges if self.assign and self.assign[r] == 0]
+        r = max(at_cheapest or issue.ranges or (self.n_ranges - 1,))
         lo, hi = self.ranges[r]
         cheapest = fr[0]
         cap_qps, worst = self.capacity_qps(cheapest)
@@ -743,7 +761,7 @@ class Planner:
         *,
         levels: int = 20,
         max_batch: int = 256,
-        sim_requests: int = 3000,
+        sim_requests: int = 2000,
         max_iterations: int = 5000,
         search_method: str = "auto",
     ) -> None:

@@ -8,9 +8,9 @@ accuracy. Every method's points are scored by that same procedure.
 
 * **Exhaustive** scores every point of the space.
 * **Planner** runs :class:`~cascadeserve.planner.Planner` (one range, ``max_batch=1``, same levels) once per
-  latency SLO in a sweep, and scores the cascade of each plan it returns. The sweep spans the p95 range that the
-  exhaustive search observed (the query points, not the answers). ``planner_s`` is the total time of those runs;
-  ``planner_run_s`` the median time of one run.
+  latency SLO in a sweep, and scores the cascade of each plan it returns. The sweep is geometric over the p95
+  range that the exhaustive search observed (the query points, not the answers). ``planner_s`` is the total
+  time of those runs; ``planner_run_s`` the median time of one run.
 * **Random** scores cascades drawn uniformly from the space for twice the planner's total time.
 
 Each method's latency-accuracy Pareto front is reported, with its **hypervolume**: the area it dominates
@@ -115,7 +115,7 @@ def compare_planner(
     max_qps: float,
     *,
     levels: int = 10,
-    n_slos: int = 8,
+    n_slos: int = 20,
     trace: Trace | None = None,
     duration_s: float = 2.0,
     seed: int = 0,
@@ -142,7 +142,7 @@ def compare_planner(
     exhaustive_s = time.perf_counter() - t0
 
     lat = np.array([p.p95_ms for p in exhaustive])
-    slos = np.unique(np.round(np.quantile(lat, np.linspace(0.02, 0.98, n_slos)), 6))
+    slos = np.unique(np.round(np.geomspace(max(lat.min(), 1e-3), lat.max(), n_slos), 6))
     planner_pts: list[Point] = []
     run_times: list[float] = []
     infeasible = 0

@@ -6,7 +6,8 @@ The plan's accuracy is the time-weighted mean of its gears' accuracies, so SP2 n
   ``(k + 1) ** -s`` with exponent ``s =`` :data:`ZIPF_EXPONENT` ``= 1.1``, the same default exponent as the
   synthetic Zipf traces (:func:`cascadeserve.traces.zipf`): low load is common, the peak is rare. ``zipf:S``
   picks another exponent.
-* **Empirical** (``trace:<spec>``): the trace is built with :func:`cascadeserve.traces.build_trace`, scaled so its
+* **Empirical** (``trace:<spec>`` or ``trace:<spec>@START:DURATION`` for a window of trace seconds): the trace is
+  built with :func:`cascadeserve.traces.build_trace` (zero seconds dropped, as the paper does), scaled so its
   busiest second runs at the plan's ``max_qps``, and measured in 100 ms windows (what the runtime's QPS meter
   sees, :meth:`~cascadeserve.traces.Trace.qps_samples`); the weight of a range is the fraction of windows whose
   QPS falls in it (windows above ``max_qps`` count for the last range). Every range keeps a tiny floor weight
@@ -45,6 +46,7 @@ class QpsDistribution:
     kind: str = "zipf"
     exponent: float = ZIPF_EXPONENT
     trace: str | None = None
+    window: str | None = None
     _cache: dict[tuple[float, int], np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -66,17 +68,23 @@ class QpsDistribution:
                 raise CascadeServeError(f"--qps-dist {spec!r}: the Zipf exponent must be non-negative")
             return cls("zipf", exp)
         if s.startswith("trace:") and len(s) > 6:
-            return cls("empirical", trace=s[6:])
+            body, window = s[6:], None
+            head, sep, tail = body.rpartition("@")
+            if sep and head and tail.count(":") == 1 and all(x.replace(".", "", 1).isdigit() for x in tail.split(":")):
+                body, window = head, tail
+            return cls("empirical", trace=body, window=window)
         raise CascadeServeError(f"--qps-dist {spec!r}: use zipf, zipf:<exponent> or trace:<trace spec>")
 
     def describe(self) -> str:
-        return f"zipf (exponent {self.exponent:g})" if self.kind == "zipf" else f"empirical from {self.trace}"
+        if self.kind == "zipf":
+            return f"zipf (exponent {self.exponent:g})"
+        return f"empirical from {self.trace}" + (f" window {self.window} s" if self.window else "")
 
     def samples(self, max_qps: float) -> np.ndarray | None:
         """The measured QPS samples of an empirical distribution (scaled to ``max_qps``); ``None`` for Zipf."""
         if self.kind != "empirical" or self.trace is None:
             return None
-        return build_trace(self.trace, max_qps=max_qps).qps_samples(0.1)
+        return build_trace(self.trace, max_qps=max_qps, window=self.window, drop_zero=True).qps_samples(0.1)
 
     def weights(self, max_qps: float, n_ranges: int) -> np.ndarray:
         """Time weight of each range, summing to one."""
