@@ -19,7 +19,7 @@ from cascadeserve.policy import BatchTrigger, PlanTables, SmoothWeightedRoundRob
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.observer import Observer
 from cascadeserve.runtime.queue import Admission, ReplicaQueue
-from cascadeserve.runtime.request import Request, ServingError
+from cascadeserve.runtime.request import Answer, Request, ServingError
 
 if TYPE_CHECKING:
     from cascadeserve.runtime.consumer import Consumer
@@ -106,19 +106,14 @@ class Generation:
         self.consumers[replica].poke()
 
     # -- bookkeeping -------------------------------------------------------------------------------------------
-    def release(self, req: Request) -> None:
+    def release(self, req: Request, answer: Answer | None, error: ServingError | None) -> None:
         """Called exactly once per request when it is answered or failed."""
         self.in_flight -= 1
         self.live.discard(req)
-        self.admission.give_back(1)
-        fut = req.future
-        exc = fut.exception()
-        if exc is None:
-            self.observer.answered(req, fut.result(), None, self.clock.now())
-        else:
-            err = exc if isinstance(exc, ServingError) else ServingError(str(exc))
-            self.observer.answered(req, None, err, self.clock.now())
-        self._maybe_drained()
+        self.admission.in_flight -= 1
+        self.observer.answered(req, answer, error, answer.finished if answer is not None else self.clock.now())
+        if self.draining:
+            self._maybe_drained()
 
     def _maybe_drained(self) -> None:
         if self.draining and self.in_flight == 0 and self.on_drained is not None:

@@ -131,7 +131,7 @@ class Request:
         if self.future.done():
             return False
         self.future.set_result(answer)
-        self._finish()
+        self._finish(answer, None)
         return True
 
     def fail(self, error: ServingError) -> bool:
@@ -139,11 +139,11 @@ class Request:
         if self.future.done():
             return False
         self.future.set_exception(error)
-        self._finish()
+        self._finish(None, error)
         return True
 
-    def _finish(self) -> None:
+    def _finish(self, answer: Answer | None, error: ServingError | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        self.gen.release(self)
+        self.gen.release(self, answer, error)
