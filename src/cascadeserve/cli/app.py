@@ -37,8 +37,8 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    _registered = True
     from cascadeserve.cli import bench, eval, fidelity, plan, profile, serve, simulate  # noqa: F401  (modules register their commands)
+    _registered = True
 
 
 def print_json(obj: Any) -> None:
