@@ -63,13 +63,13 @@ def test_two_requests_one_device_exact_trajectory() -> None:
 def test_minimum_queue_length_batches_requests() -> None:
     prof = tiny_profile()
     res = simulate(prof, one_device_plan(prof, min_queue=2), [0.0, 0.004], record_batches=True)
-    # The batch fires when the second request arrives: m0 on both (4-19 ms); sample 1 moves to m1 (19-39 ms).
-    # In the drain after the trace, m1's queue of one fires at once.
+    # The batch fires when the second request arrives: m0 on both (4-19 ms); sample 1 moves to m1, whose queue
+    # also needs two samples, so it waits until the trace ends (the end of the last 100 ms tick) and then drains.
     assert [(round(b.start, 6), round(b.end, 6), b.row, b.size) for b in res.batches] == [
         (0.004, 0.019, 0, 2),
-        (0.019, 0.039, 1, 1),
+        (0.1, 0.12, 1, 1),
     ]
-    assert res.finish.tolist() == pytest.approx([0.019, 0.039])
+    assert res.finish.tolist() == pytest.approx([0.019, 0.12])
 
 
 def test_max_wait_flushes_a_short_queue() -> None:

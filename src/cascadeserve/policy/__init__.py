@@ -7,7 +7,7 @@ enforces it). Callers pass time in; decisions come back as plain values.
 from __future__ import annotations
 
 from cascadeserve.policy.batching import BatchTrigger, choose_replica, earliest_replica
-from cascadeserve.policy.forwarding import LAST_STAGE, sure_mask
+from cascadeserve.policy.forwarding import LAST_STAGE, is_sure, sure_mask
 from cascadeserve.policy.gears import GearDecision, GearSelector
 from cascadeserve.policy.qps import QpsMeter
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin, swrr_sequence
@@ -24,6 +24,7 @@ __all__ = [
     "SmoothWeightedRoundRobin",
     "choose_replica",
     "earliest_replica",
+    "is_sure",
     "sure_mask",
     "swrr_sequence",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LAST_STAGE", "sure_mask"]
+__all__ = ["LAST_STAGE", "is_sure", "sure_mask"]
 
 LAST_STAGE = -np.inf
 
@@ -17,3 +17,8 @@ LAST_STAGE = -np.inf
 def sure_mask(certainty: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
     """Boolean mask of the samples this stage answers."""
     return np.asarray(certainty >= threshold, dtype=bool)
+
+
+def is_sure(certainty: float, threshold: float) -> bool:
+    """The same rule for one sample (the runtime's and the simulator's per-sample paths)."""
+    return certainty >= threshold

@@ -33,6 +33,7 @@ from cascadeserve.policy import (
     QpsMeter,
     SmoothWeightedRoundRobin,
     earliest_replica,
+    is_sure,
     sure_mask,
 )
 from cascadeserve.profile import Profile
@@ -41,6 +42,7 @@ from cascadeserve.simulate.result import BatchRecord, SimResult
 __all__ = ["Simulator", "simulate"]
 
 _TABLE_BATCH = 4096
+_SMALL_BATCH = 16
 _EMPTY_I = np.empty(0, dtype=np.int64)
 _EMPTY_F = np.empty(0, dtype=np.float64)
 
@@ -232,6 +234,9 @@ class Simulator:
             free_at[d] = t
             dirty[d] = True
             row = replica_row[r]
+            if len(ids) <= _SMALL_BATCH:
+                complete_small(d, t, r, ids, t0, row)
+                return
             c = cert[row, ids % n_samples]
             sure = sure_mask(c, tb.threshold[0, row]) if single_gear else sure_mask(c, tb.threshold[gear_of[ids], row])
             ans = ids[sure]
@@ -258,6 +263,44 @@ class Simulator:
                         fwd[rr].push(sub, t)
                         rep_dirty[rr] = True
                         dirty[replica_device[rr]] = True
+
+        cert_lists = [c.tolist() for c in cert]
+        thr_lists = tb.threshold.tolist()
+        next_lists = tb.next_row.tolist()
+
+        def complete_small(d: int, t: float, r: int, ids: np.ndarray, t0: float, row: int) -> None:
+            # The same decisions as the vectorised path, one sample at a time: for the small batches of low load,
+            # a dozen numpy calls on arrays of 1-16 elements cost more than a Python loop.
+            il = ids.tolist()
+            crow = cert_lists[row]
+            gl = None if single_gear else gear_of[ids].tolist()
+            n_ans = 0
+            groups: dict[int, list[int]] = {}
+            for k, i in enumerate(il):
+                g = 0 if gl is None else gl[k]
+                if is_sure(crow[i % n_samples], thr_lists[g][row]):
+                    finish[i] = t
+                    answer_row[i] = row
+                    n_ans += 1
+                else:
+                    groups.setdefault(g, []).append(i)
+            if self.record_batches:
+                batches.append(BatchRecord(t0, t, d, r, row, len(il), n_ans))
+            for g, lst in groups.items():
+                nxt = next_lists[g][row]
+                reps = tb.route(g, nxt).replicas
+                if len(reps) == 1:
+                    targets = [(reps[0], lst)]
+                else:
+                    router = routers[(g, nxt)]
+                    buckets: list[list[int]] = [[] for _ in reps]
+                    for i in lst:
+                        buckets[router.pick()].append(i)
+                    targets = [(reps[j], b) for j, b in enumerate(buckets) if b]
+                for rr, sub in targets:
+                    fwd[rr].push(np.array(sub, dtype=np.int64), t)
+                    rep_dirty[rr] = True
+                    dirty[replica_device[rr]] = True
 
         def run_until(t_end: float) -> None:
             nonlocal clock
@@ -322,7 +365,9 @@ class Simulator:
                     dirty[replica_device[rr]] = True
             run_until(t_w + tick)
 
-        # Drain: no more arrivals, so every queue fires as soon as its device is free.
+        # Drain: no more arrivals, so from the end of the last tick every queue fires as soon as its device is free.
+        # (Not earlier: until then a queue short of its minimum length was still waiting for arrivals.)
+        clock = n_ticks * tick
         drain = BatchTrigger(1, None, self.plan.max_batch)
         triggers = [drain] * r_count
         dirty = [True] * d_count
