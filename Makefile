@@ -10,8 +10,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# torch first, pinned: this exact version is a local CPU wheel here, and anything that depends on torch installed
+# before it would pull the CUDA build (gigabytes) from the registry.
 $(DEV_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev,demo]"
 	touch $@
 
 lint: $(DEV_STAMP)
@@ -30,10 +33,9 @@ pytest: $(DEV_STAMP)
 
 test: lint typecheck contracts pytest
 
-# The end-to-end demo (train the digits family, profile, plan, serve, replay) lands with the real-models issue.
+# The end-to-end demo: train the digits family, profile it, plan, serve the real models on loopback, replay a trace.
 demo: $(DEV_STAMP)
-	@if $(VENV)/bin/cascadeserve demo --help >/dev/null 2>&1; then $(VENV)/bin/cascadeserve demo; \
-	else echo "make demo: not yet (the end-to-end demo arrives with the real-models issue); try the tour in README.md"; fi
+	$(VENV)/bin/cascadeserve demo
 
 bench: $(DEV_STAMP)
 	$(PY) benchmarks/bench_simulator.py

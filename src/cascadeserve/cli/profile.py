@@ -1,19 +1,24 @@
-"""``cascadeserve profile``: inspect a profile directory (per-model facts, the cascade frontier)."""
+"""``cascadeserve profile``: inspect a profile directory (per-model facts, the cascade frontier), or measure one.
+
+``profile measure`` runs real models (``cascadeserve.models``); its imports are deferred so that ``show`` and
+``frontier`` stay fast and need no framework.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
 from rich.table import Table
 
 from cascadeserve.cascade import enumerate_frontier
-from cascadeserve.cli.app import app, console, print_json
+from cascadeserve.cli.app import app, console, err_console, print_json
+from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import load_profile
 
-profile_app = typer.Typer(help="Inspect model-family profiles.", no_args_is_help=True)
+profile_app = typer.Typer(help="Inspect or measure model-family profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")
 
 ProfileDir = Annotated[Path, typer.Argument(help="Profile directory (profile.yaml, labels.csv, predictions/).")]
@@ -73,3 +78,77 @@ def frontier(
     for c, a, w in pts:
         table.add_row(str(c), f"{a:.4f}", f"{w:.4f}")
     console.print(table)
+
+
+def _batch_sizes(value: str) -> tuple[int, ...]:
+    """``"1,2,4,...,256"`` (a literal ``...`` doubles up to the last) or ``"1,8,64"``."""
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    try:
+        if "..." in parts:
+            i = parts.index("...")
+            head = [int(p) for p in parts[:i]]
+            last = int(parts[-1])
+            sizes = list(head)
+            while sizes and sizes[-1] * 2 <= last:
+                sizes.append(sizes[-1] * 2)
+            if not sizes or sizes[-1] != last:
+                sizes.append(last)
+        else:
+            sizes = [int(p) for p in parts]
+    except (ValueError, IndexError):
+        raise CascadeServeError(f"--batch-sizes: {value!r} must be integers such as 1,2,4,...,256") from None
+    if not sizes or any(b < 1 for b in sizes) or sizes != sorted(set(sizes)):
+        raise CascadeServeError(f"--batch-sizes: {value!r} must be positive and strictly increasing")
+    return tuple(sizes)
+
+
+@profile_app.command("measure")
+def measure_cmd(
+    models: Annotated[Path, typer.Option("--models", help="Models config YAML (name, adapter, ref, ...).")],
+    validation: Annotated[
+        str, typer.Option("--validation", help="Labelled data: digits | tweets[:DIR] | FILE.npz | FILE.csv.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Profile directory to write (resumable per model).")],
+    batch_sizes: Annotated[
+        str, typer.Option("--batch-sizes", help="Batch sizes to time; '...' doubles.")
+    ] = "1,2,4,...,256",
+    repeats: Annotated[int, typer.Option(help="Timed runs per batch size (median kept).", min=1)] = 7,
+    warmup: Annotated[int, typer.Option(help="Untimed runs per batch size first.", min=0)] = 2,
+    threads: Annotated[int | None, typer.Option(help="Intra-op threads per model (default: config, else 1).")] = None,
+    name: Annotated[str | None, typer.Option(help="Profile name (default: the --out folder's name).")] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Measure every model again (no resume).")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Measure a model family: runtime per batch size, memory, predictions and certainty; write a profile."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
+
+    cfg = load_models_config(models)
+    data = load_validation(validation)
+    opts = MeasureOptions(batch_sizes=_batch_sizes(batch_sizes), repeats=repeats, warmup=warmup, threads=threads)
+    with Progress(
+        TextColumn("{task.description:<14}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[step]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=as_json,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(model: str, step: str, done: int, total: int) -> None:
+            if model not in tasks:
+                tasks[model] = bar.add_task(model, total=total, step="")
+            label = {"skip": "already measured", "done": "done", "load": "loading", "predict": "predicting"}.get(
+                step, f"timing batch {opts.batch_sizes[min(done - 2, len(opts.batch_sizes) - 1)]}"
+            )
+            bar.update(tasks[model], completed=done, total=total, step=label)
+
+        prof, records = measure(cfg, data, out, name=name, options=opts, progress=progress, resume=not fresh)
+    if as_json:
+        print_json({"out": str(out), "name": prof.name, "device": prof.device, "models": prof.summary()})
+        return
+    console.print(f"wrote {out} ({len(records)} models, {prof.n_samples} samples; {prof.device})", highlight=False)
+    show(out)

@@ -10,6 +10,8 @@ will plug in here as more factories. A config looks like::
     models:
       m0: mypkg.models:make_small
       m1: {factory: mypkg.models:make_large, kwargs: {width: 256}}
+
+A ``models:`` *list* instead is a :mod:`cascadeserve.models` adapter config (see :func:`_adapter_config`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ def load_model_config(path: str | Path) -> ModelConfig:
         raise CascadeServeError(f"{p}: cannot read the models config: {e.strerror}") from None
     except yaml.YAMLError as e:
         raise CascadeServeError(f"{p}: invalid YAML: {e}") from None
+    if isinstance(raw, dict) and isinstance(raw.get("models"), list):
+        return _adapter_config(p)
     if not isinstance(raw, dict) or not isinstance(raw.get("models"), dict) or not raw["models"]:
         raise CascadeServeError(f"{p}: expected a mapping with a non-empty 'models' mapping")
     models: dict[str, ModelFn] = {}
@@ -103,3 +107,16 @@ def load_model_config(path: str | Path) -> ModelConfig:
 def factory_of(fn: Callable[..., Any]) -> str:
     """``module:qualname`` of a function (for messages)."""
     return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def _adapter_config(path: Path) -> ModelConfig:
+    """Hook for the real-models issue: a ``models:`` *list* is a :mod:`cascadeserve.models` config (name, adapter,
+    ref, preprocessing per model). Its adapters are built and loaded here, so a model that fails names itself."""
+    from cascadeserve.models import load_models_config  # deferred: frameworks load only when such a file is used
+
+    cfg = load_models_config(path)
+    adapters = cfg.build()
+    for adapter in adapters.values():
+        adapter.load()
+    spec = InputSpec(cfg.input.name, cfg.input.datatype, tuple(cfg.input.shape))
+    return ModelConfig(dict(adapters), spec, cfg.certainty)

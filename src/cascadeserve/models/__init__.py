@@ -1,0 +1,52 @@
+"""Real models: framework adapters, the models config, validation data, and the profiler.
+
+* :class:`Model` is the protocol (``load()``, ``predict(batch) -> scores[n, classes]``, ``memory_mb()``);
+  :class:`CallableAdapter`, :class:`TorchAdapter`, :class:`SklearnAdapter`, :class:`OnnxAdapter` and
+  :class:`HFAdapter` implement it. Frameworks are imported lazily; a missing one raises
+  :class:`MissingExtraError` naming the extra to install.
+* :func:`load_models_config` reads the YAML that names a family's models (``ModelsConfig.build()`` makes the
+  adapters); ``cascadeserve serve --models`` reads the same file.
+* :func:`load_validation` reads labelled validation data; :func:`measure` profiles a family into the profile
+  interchange format (``cascadeserve profile measure``).
+* :mod:`cascadeserve.models.families` holds the two real families, ``digits`` and ``tweets``.
+"""
+
+from __future__ import annotations
+
+from cascadeserve.models.adapters import (
+    Adapter,
+    CallableAdapter,
+    HFAdapter,
+    OnnxAdapter,
+    SklearnAdapter,
+    TorchAdapter,
+)
+from cascadeserve.models.base import MissingExtraError, Model, ModelLoadError, require
+from cascadeserve.models.config import ModelsConfig, ModelSpec, Preprocess, build_model, load_models_config
+from cascadeserve.models.profiler import DEFAULT_BATCH_SIZES, MeasureOptions, ModelRecord, measure
+from cascadeserve.models.validation import ValidationDataError, ValidationSet, load_validation
+
+__all__ = [
+    "DEFAULT_BATCH_SIZES",
+    "Adapter",
+    "CallableAdapter",
+    "HFAdapter",
+    "MeasureOptions",
+    "MissingExtraError",
+    "Model",
+    "ModelLoadError",
+    "ModelRecord",
+    "ModelSpec",
+    "ModelsConfig",
+    "OnnxAdapter",
+    "Preprocess",
+    "SklearnAdapter",
+    "TorchAdapter",
+    "ValidationDataError",
+    "ValidationSet",
+    "build_model",
+    "load_models_config",
+    "load_validation",
+    "measure",
+    "require",
+]

@@ -1,0 +1,74 @@
+"""The model protocol every adapter implements, and the errors a user sees when a model cannot be used.
+
+A model, to cascadeserve, is two calls: :meth:`Model.load` (once, before serving or profiling: read weights,
+build sessions, set thread counts) and :meth:`Model.predict` (``scores[n, classes]`` for a batch of ``n``
+inputs). Certainty is *not* the model's business: the profile's certainty function (margin by default) turns
+scores into certainty, the same way in the profiler and in the runtime.
+
+Heavy frameworks (torch, onnxruntime, transformers) are optional extras. :func:`require` imports one lazily
+and, when it is missing, raises :class:`MissingExtraError` naming the ``pip install`` line that fixes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from cascadeserve.errors import CascadeServeError
+
+__all__ = ["EXTRAS", "MissingExtraError", "Model", "ModelLoadError", "require"]
+
+# module -> the extra that installs it
+EXTRAS: dict[str, str] = {
+    "torch": "torch",
+    "onnxruntime": "onnx",
+    "onnx": "onnx",
+    "transformers": "hf",
+    "tokenizers": "text",
+    "sklearn": "sklearn",
+}
+
+
+class ModelLoadError(CascadeServeError):
+    """A model could not be built, loaded or run; the message names the model and the reason."""
+
+
+class MissingExtraError(ModelLoadError):
+    """An optional framework is not installed; the message names the extra to install."""
+
+
+def require(module: str, *, model: str | None = None) -> Any:
+    """Import an optional framework, or say which extra installs it.
+
+    Returns the module typed as ``Any``: the frameworks are untyped to mypy here, since they are optional.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        root = module.split(".")[0]
+        extra = EXTRAS.get(root, root)
+        who = f"model {model!r}: " if model else ""
+        raise MissingExtraError(
+            f"{who}{root} is not installed ({e}); install it with: pip install 'cascadeserve[{extra}]'"
+        ) from None
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What the profiler and the runtime need from a model."""
+
+    name: str
+
+    def load(self) -> None:
+        """Make the model ready to predict (idempotent)."""
+        ...
+
+    def predict(self, batch: Any) -> np.ndarray:
+        """Per-class scores (probabilities or logits), shape ``[len(batch), classes]``."""
+        ...
+
+    def memory_mb(self) -> float | None:
+        """Memory of one replica if the adapter can tell (parameters, serialized size), else None."""
+        ...

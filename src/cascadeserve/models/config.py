@@ -1,0 +1,273 @@
+"""The models config file: which models a family has, and how to build each one.
+
+::
+
+    certainty: margin                                     # how scores become certainty (profile and runtime)
+    threads: 1                                            # intra-op threads per model (recorded in the profile)
+    input: {name: input, datatype: FP32, shape: [-1, 64]} # what HTTP clients send (``cascadeserve serve``)
+    models:
+      - name: logreg
+        adapter: torch                                    # callable | torch | sklearn | onnx | hf
+        ref: cascadeserve.models.families.digits:load     # module:factory (called with kwargs), or a file path
+        kwargs: {arch: logreg}
+        memory_mb: 0.2                                    # optional hint; overrides what the profiler measures
+        preprocess: {dtype: float32, scale: 0.0625, reshape: [1, 8, 8]}
+      - name: big
+        adapter: onnx
+        ref: big.onnx                                     # relative paths are relative to this file
+        options: {output: 0}                              # adapter-specific keyword arguments
+
+A ``ref`` of the form ``package.module:factory`` is imported and called with ``kwargs``; what it returns is
+handed to the adapter (a module, an estimator, a callable, or a path for onnx/hf). Anything else is a path.
+The file is validated with pydantic, and every error names the file and the field (``models[1].adapter``) and,
+where known, the model; a model that fails to build names the model and the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.models.adapters import (
+    Adapter,
+    CallableAdapter,
+    HFAdapter,
+    OnnxAdapter,
+    SklearnAdapter,
+    TorchAdapter,
+)
+from cascadeserve.models.base import ModelLoadError
+
+__all__ = ["InputConfig", "ModelSpec", "ModelsConfig", "Preprocess", "build_model", "load_models_config", "resolve"]
+
+Hook = Callable[[Any], Any]
+_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "FP16", "FP32", "FP64")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Preprocess(_Strict):
+    """Built-in preprocessing, applied in this order: ``function``, ``dtype``, ``scale``, ``reshape``."""
+
+    function: str | None = None  # module:callable, batch -> batch
+    dtype: Literal["float32", "float64", "int64", "int32"] | None = None
+    scale: float | None = None
+    reshape: list[int] | None = None  # per-sample shape; the batch dimension is kept
+
+    @field_validator("function")
+    @classmethod
+    def _ref(cls, v: str | None) -> str | None:
+        if v is not None and not _REF.match(v):
+            raise ValueError(f"{v!r} must look like 'package.module:function'")
+        return v
+
+
+class InputConfig(_Strict):
+    name: str = "input"
+    datatype: str = "FP32"
+    shape: list[int] = Field(default_factory=lambda: [-1])
+
+    @field_validator("datatype")
+    @classmethod
+    def _dt(cls, v: str) -> str:
+        if v.upper() not in _DATATYPES:
+            raise ValueError(f"{v!r} is not one of {', '.join(_DATATYPES)}")
+        return v.upper()
+
+
+class ModelSpec(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[^/.][^/]*$")
+    adapter: Literal["callable", "torch", "sklearn", "onnx", "hf"]
+    ref: str = Field(min_length=1)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    memory_mb: float | None = Field(default=None, ge=0)
+    device: str = "cpu"
+    threads: int | None = Field(default=None, ge=1)
+    preprocess: Preprocess | None = None
+    postprocess: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelsConfig(_Strict):
+    models: list[ModelSpec] = Field(min_length=1)
+    certainty: str = "margin"
+    threads: int | None = Field(default=None, ge=1)
+    input: InputConfig = Field(default_factory=InputConfig)
+    path: Path | None = None  # where it was read from (relative refs resolve against its folder)
+
+    @field_validator("models")
+    @classmethod
+    def _unique(cls, v: list[ModelSpec]) -> list[ModelSpec]:
+        names = [m.name for m in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model names: {', '.join(dupes)}")
+        return v
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent if self.path is not None else Path.cwd()
+
+    def build(self) -> dict[str, Adapter]:
+        """One (not yet loaded) adapter per model, in the config's order."""
+        return {m.name: build_model(m, self.base_dir, default_threads=self.threads) for m in self.models}
+
+
+def _where(loc: tuple[int | str, ...], raw: Any) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1] = f"{parts[-1]}[{item}]" if parts else f"[{item}]"
+        else:
+            parts.append(str(item))
+    text = ".".join(parts)
+    if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int) and isinstance(raw, dict):
+        try:
+            name = raw["models"][loc[1]].get("name")
+        except (AttributeError, IndexError, KeyError, TypeError):
+            name = None
+        if name:
+            text += f" (model {name!r})"
+    return text
+
+
+def load_models_config(path: str | Path) -> ModelsConfig:
+    """Read and validate a models config; errors name the file and the field."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise CascadeServeError(f"{p}: cannot read the models config: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise CascadeServeError(f"{p}: invalid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise CascadeServeError(f"{p}: expected a mapping with a 'models' list")
+    try:
+        return ModelsConfig.model_validate({**raw, "path": p})
+    except ValidationError as e:
+        first = e.errors()[0]
+        msg = first["msg"].removeprefix("Value error, ")
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise CascadeServeError(f"{p}: {_where(first['loc'], raw) or 'the file'}: {msg}{more}") from None
+
+
+def resolve(ref: str, *, what: str = "reference") -> Callable[..., Any]:
+    """Import ``package.module:attr`` and return the attribute (which must be callable)."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ModelLoadError(f"{what} {ref!r}: cannot import {module_name!r}: {e}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+    if not callable(obj):
+        raise ModelLoadError(f"{what} {ref!r}: {module_name!r} has no callable {attr!r}")
+    return obj  # type: ignore[no-any-return]
+
+
+def _preprocess(spec: Preprocess | None, model: str) -> Callable[[Any], Any] | None:
+    if spec is None:
+        return None
+    fn = resolve(spec.function, what=f"model {model!r}: preprocess.function") if spec.function else None
+
+    def pre(batch: Any) -> Any:
+        x = fn(batch) if fn is not None else batch
+        if spec.dtype is None and spec.scale is None and spec.reshape is None:
+            return x
+        arr = np.asarray(x, dtype=spec.dtype) if spec.dtype else np.asarray(x)
+        if spec.scale is not None:
+            arr = arr * np.asarray(spec.scale, dtype=arr.dtype if arr.dtype.kind == "f" else np.float64)
+        if spec.reshape is not None:
+            arr = arr.reshape(len(arr), *spec.reshape)
+        return arr
+
+    return pre
+
+
+def build_model(spec: ModelSpec, base_dir: Path | None = None, *, default_threads: int | None = None) -> Adapter:
+    """The adapter for one config entry; the factory (if any) runs at ``load()``, so building is cheap."""
+    base = base_dir or Path.cwd()
+    name = spec.name
+    threads = spec.threads if spec.threads is not None else default_threads
+    pre = _preprocess(spec.preprocess, name)
+    post = resolve(spec.postprocess, what=f"model {name!r}: postprocess") if spec.postprocess else None
+    is_ref = bool(_REF.match(spec.ref))
+    path = None if is_ref else (Path(spec.ref) if Path(spec.ref).is_absolute() else base / spec.ref)
+
+    def made() -> Any:
+        factory = resolve(spec.ref, what=f"model {name!r}: ref")
+        return factory(**spec.kwargs)
+
+    def as_path() -> Path:
+        if path is not None:
+            return path
+        out = made()
+        if not isinstance(out, str | Path):
+            raise ModelLoadError(f"model {name!r}: the factory {spec.ref!r} must return a path for {spec.adapter}")
+        return Path(out)
+
+    opts = dict(spec.options)
+    try:
+        if spec.adapter == "callable":
+            if path is not None:
+                raise ModelLoadError(f"model {name!r}: a callable model needs ref 'package.module:factory'")
+            return CallableAdapter(name, loader=made, preprocess=pre, postprocess=post)
+        if spec.adapter == "torch":
+            return TorchAdapter(
+                name,
+                loader=made if is_ref else None,
+                path=path,
+                device=spec.device,
+                threads=threads,
+                preprocess=pre,
+                postprocess=post,
+            )
+        if spec.adapter == "sklearn":
+            return SklearnAdapter(name, loader=made if is_ref else None, path=path, preprocess=pre, postprocess=post)
+        if spec.adapter == "onnx":
+            return _Deferred(name, lambda: OnnxAdapter(name, as_path(), threads=threads, **opts), pre, post)
+        return _Deferred(
+            name, lambda: HFAdapter(name, as_path(), device=spec.device, threads=threads, **opts), pre, post
+        )
+    except TypeError as e:  # unknown option for the adapter
+        raise ModelLoadError(f"model {name!r}: bad options for adapter {spec.adapter!r}: {e}") from None
+
+
+class _Deferred(Adapter):
+    """An adapter whose path is known only after a factory runs (at ``load()``)."""
+
+    def __init__(self, name: str, make: Callable[[], Adapter], pre: Hook | None, post: Hook | None) -> None:
+        super().__init__(name, preprocess=pre, postprocess=post)
+        self._make = make
+        self.inner: Adapter | None = None
+
+    @property
+    def framework(self) -> str:  # type: ignore[override]
+        return self.inner.framework if self.inner is not None else "deferred"
+
+    def _load(self) -> None:
+        try:
+            inner = self._make()
+        except TypeError as e:
+            raise ModelLoadError(f"model {self.name!r}: bad options: {e}") from None
+        inner.load()
+        self.inner = inner
+
+    def _run(self, x: Any) -> Any:
+        assert self.inner is not None
+        return self.inner._run(x)
+
+    def memory_mb(self) -> float | None:
+        return None if self.inner is None else self.inner.memory_mb()

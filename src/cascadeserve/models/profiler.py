@@ -1,0 +1,303 @@
+"""The profiler: measure a real model family and write the profile interchange format.
+
+For every model, in the config's order:
+
+1. **Load** it and measure memory per replica: the config's ``memory_mb`` hint if given, else what the adapter
+   knows (parameters and buffers for torch, the serialized size for scikit-learn and ONNX), else the process's
+   resident-set growth across ``load()``.
+2. **Predict** every validation sample (in chunks), check that the labels are inside the model's classes (the
+   row of the first offender is named), and turn scores into certainty with the config's certainty function.
+3. **Time** each batch size: ``warmup`` untimed runs, then ``repeats`` timed ones (fewer if one batch size has
+   already taken ``budget_s``), and record the median. Thread counts are fixed before timing and written into
+   the profile's ``device`` line, because runtimes mean little without them.
+
+After each model, its predictions (``predictions/<model>.csv``) and facts (``measured/<model>.json``, with a
+fingerprint of the model's config, the validation data and the options) are written, and ``profile.yaml`` is
+rewritten for the models measured so far. A rerun skips every model whose fingerprint matches, so an interrupted
+run resumes where it stopped; change a model's config and only that model is measured again.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.models.adapters import Adapter
+from cascadeserve.models.base import ModelLoadError
+from cascadeserve.models.config import ModelsConfig
+from cascadeserve.models.validation import ValidationSet
+from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, certainty_function, load_profile, save_profile
+
+__all__ = ["DEFAULT_BATCH_SIZES", "MeasureOptions", "ModelRecord", "measure"]
+
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MEASURED_DIR = "measured"
+
+# progress(model, step, done, total): step is "load", "predict", "time" or "skip" (already measured)
+Progress = Callable[[str, str, int, int], None]
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    repeats: int = 7
+    warmup: int = 2
+    budget_s: float = 3.0  # per batch size: stop repeating (after 3 runs) once this much time went by
+    threads: int | None = None  # intra-op threads for every model (None: the config's value, else 1)
+    predict_batch: int = 256
+
+    def __post_init__(self) -> None:
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise ValueError("batch sizes must be positive integers")
+        if list(self.batch_sizes) != sorted(set(self.batch_sizes)):
+            raise ValueError("batch sizes must be strictly increasing")
+        if self.repeats < 1 or self.warmup < 0:
+            raise ValueError("repeats must be >= 1 and warmup >= 0")
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """What was measured about one model (also the content of ``measured/<model>.json``)."""
+
+    name: str
+    memory_mb: float
+    memory_source: str
+    runtime_ms: dict[int, float]
+    accuracy: float
+    classes: int
+    threads: int
+    fingerprint: str
+    predictions: np.ndarray = field(repr=False)
+    certainties: np.ndarray = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "memory_mb": self.memory_mb,
+            "memory_source": self.memory_source,
+            "runtime_ms": {str(b): v for b, v in self.runtime_ms.items()},
+            "accuracy": self.accuracy,
+            "classes": self.classes,
+            "threads": self.threads,
+            "fingerprint": self.fingerprint,
+        }
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):  # not Linux: no RSS figure, the adapter's own figure must do
+        return 0.0
+
+
+def _fingerprint(spec: Mapping[str, Any], validation: ValidationSet, options: MeasureOptions, threads: int) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps(spec, sort_keys=True, default=str).encode())
+    h.update(validation.source.encode())
+    h.update(np.ascontiguousarray(validation.labels).tobytes())
+    h.update(repr((options.batch_sizes, options.repeats, options.warmup, threads)).encode())
+    return h.hexdigest()[:16]
+
+
+def _batch(validation: ValidationSet, size: int) -> Any:
+    idx = np.arange(size) % len(validation)
+    return validation.take(idx)
+
+
+def _set_threads(threads: int) -> None:
+    # torch's intra-op pool is process-wide; set it before any model loads so every model is timed alike
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(threads)
+
+
+def _measure_one(
+    model: Adapter,
+    memory_hint: float | None,
+    validation: ValidationSet,
+    certainty: Callable[[np.ndarray], np.ndarray],
+    options: MeasureOptions,
+    threads: int,
+    fingerprint: str,
+    progress: Progress | None,
+) -> ModelRecord:
+    name = model.name
+    steps = len(options.batch_sizes) + 2
+    if progress:
+        progress(name, "load", 0, steps)
+    before = _rss_mb()
+    model.load()
+    rss = max(_rss_mb() - before, 0.0)
+    adapter_mb = model.memory_mb()
+    if memory_hint is not None:
+        memory, source = memory_hint, "config hint"
+    elif adapter_mb is not None:
+        memory, source = adapter_mb, f"{getattr(model, 'framework', 'adapter')} size"
+    else:
+        memory, source = rss, "RSS delta"
+    memory = max(memory, 0.001)
+    if progress:
+        progress(name, "predict", 1, steps)
+
+    n = len(validation)
+    chunks: list[np.ndarray] = []
+    for start in range(0, n, options.predict_batch):
+        idx = np.arange(start, min(start + options.predict_batch, n))
+        scores = model.predict(validation.take(idx))
+        if chunks and scores.shape[1] != chunks[0].shape[1]:
+            raise ModelLoadError(
+                f"model {name!r}: returned {scores.shape[1]} classes at {validation.where(start)} "
+                f"but {chunks[0].shape[1]} before"
+            )
+        if not chunks:
+            validation.check_classes(scores.shape[1], name)
+        chunks.append(scores)
+    scores = np.concatenate(chunks)
+    preds = np.asarray(scores.argmax(axis=1), dtype=np.int64)
+    certs = np.clip(np.asarray(certainty(scores), dtype=np.float64), 0.0, 1.0)
+
+    runtime: dict[int, float] = {}
+    for k, b in enumerate(options.batch_sizes):
+        if progress:
+            progress(name, "time", 2 + k, steps)
+        batch = _batch(validation, b)
+        for _ in range(options.warmup):
+            model.predict(batch)
+        samples: list[float] = []
+        t_start = time.perf_counter()
+        for _ in range(options.repeats):
+            t0 = time.perf_counter()
+            model.predict(batch)
+            samples.append((time.perf_counter() - t0) * 1000.0)
+            if len(samples) >= 3 and time.perf_counter() - t_start > options.budget_s:
+                break
+        runtime[b] = max(float(np.median(samples)), 1e-4)
+    if progress:
+        progress(name, "done", steps, steps)
+    return ModelRecord(
+        name=name,
+        memory_mb=round(memory, 4),
+        memory_source=source,
+        runtime_ms=runtime,
+        accuracy=float((preds == validation.labels).mean()),
+        classes=int(scores.shape[1]),
+        threads=threads,
+        fingerprint=fingerprint,
+        predictions=preds,
+        certainties=certs,
+    )
+
+
+def _device_line(threads: int) -> str:
+    cpu = platform.processor() or platform.machine()
+    return f"cpu ({cpu}, {os.cpu_count()} cores), {threads} intra-op thread(s) per model"
+
+
+def _resume(out: Path, name: str, fingerprint: str, validation: ValidationSet) -> ModelRecord | None:
+    meta = out / MEASURED_DIR / f"{name}.json"
+    pred = out / "predictions" / f"{name}.csv"
+    if not meta.is_file() or not pred.is_file() or not (out / "labels.csv").is_file():
+        return None
+    try:
+        doc = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if doc.get("fingerprint") != fingerprint:
+        return None
+    # the predictions file is ours (same sample order); anything unexpected means: measure again
+    try:
+        with pred.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))[1:]
+        ids = [str(s) for s in validation.sample_ids.tolist()]
+        if [r[0] for r in rows] != ids:
+            return None
+        preds = np.asarray([int(r[1]) for r in rows], dtype=np.int64)
+        certs = np.asarray([float(r[2]) for r in rows], dtype=np.float64)
+    except (OSError, ValueError, IndexError):
+        return None
+    return ModelRecord(
+        name=name,
+        memory_mb=float(doc["memory_mb"]),
+        memory_source=str(doc["memory_source"]),
+        runtime_ms={int(b): float(v) for b, v in doc["runtime_ms"].items()},
+        accuracy=float(doc["accuracy"]),
+        classes=int(doc["classes"]),
+        threads=int(doc["threads"]),
+        fingerprint=fingerprint,
+        predictions=preds,
+        certainties=certs,
+    )
+
+
+def _write(out: Path, name: str, records: Sequence[ModelRecord], validation: ValidationSet, source: str) -> Profile:
+    threads = records[0].threads
+    prof = Profile(
+        name=name,
+        models=tuple(ModelProfile(r.name, r.memory_mb, RuntimeCurve.from_mapping(r.runtime_ms)) for r in records),
+        sample_ids=validation.sample_ids,
+        labels=validation.labels,
+        predictions=np.stack([r.predictions for r in records]),
+        certainties=np.stack([r.certainties for r in records]),
+        device=_device_line(threads),
+        source=source,
+    )
+    save_profile(prof, out)
+    return prof
+
+
+def measure(
+    config: ModelsConfig,
+    validation: ValidationSet,
+    out: str | Path,
+    *,
+    name: str | None = None,
+    options: MeasureOptions | None = None,
+    models: Mapping[str, Adapter] | None = None,
+    progress: Progress | None = None,
+    resume: bool = True,
+) -> tuple[Profile, list[ModelRecord]]:
+    """Measure every model of ``config`` on ``validation`` and write the profile to ``out``.
+
+    ``models`` may pass already-built adapters (by name) instead of building them from the config. Returns the
+    profile (as :func:`~cascadeserve.profile.load_profile` will read it) and the per-model records.
+    """
+    opts = options or MeasureOptions()
+    out_dir = Path(out)
+    (out_dir / MEASURED_DIR).mkdir(parents=True, exist_ok=True)
+    threads = opts.threads or config.threads or 1
+    _set_threads(threads)
+    adapters = dict(models) if models is not None else config.build()
+    certainty = certainty_function(config.certainty.replace("_", "-"))
+    records: list[ModelRecord] = []
+    source = f"cascadeserve profile measure on {validation.source} ({len(validation)} samples)"
+    for spec in config.models:
+        fp = _fingerprint(spec.model_dump(mode="json"), validation, opts, threads)
+        rec = _resume(out_dir, spec.name, fp, validation) if resume else None
+        if rec is None:
+            model = adapters[spec.name]
+            if getattr(model, "threads", None) is None and hasattr(model, "threads"):
+                setattr(model, "threads", threads)  # noqa: B010  (only adapters that have the knob)
+            rec = _measure_one(model, spec.memory_mb, validation, certainty, opts, threads, fp, progress)
+            (out_dir / MEASURED_DIR / f"{spec.name}.json").write_text(
+                json.dumps(rec.to_json(), indent=2), encoding="utf-8"
+            )
+        elif progress:
+            progress(spec.name, "skip", 1, 1)
+        records.append(rec)
+        _write(out_dir, name or out_dir.name, records, validation, source)
+    prof = load_profile(out_dir)
+    return prof, records

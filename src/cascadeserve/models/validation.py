@@ -1,0 +1,195 @@
+"""Validation data for the profiler: labelled inputs, read from a built-in family or a file.
+
+Accepted forms (``--validation``):
+
+* ``digits``: the digits family's held-out split (``sklearn.datasets.load_digits``, no file needed);
+* ``tweets`` or ``tweets:DIR``: TweetEval sentiment's validation split (``DIR`` holds ``val_text.txt`` and
+  ``val_labels.txt``; the ``[text]`` extra);
+* ``FILE.npz``: arrays ``inputs`` ``[n, ...]`` and ``labels`` ``[n]``, optionally ``sample_ids`` ``[n]``;
+* ``FILE.csv``: a header with ``label``, optionally ``sample_id``, and either a ``text`` column (strings) or
+  numeric feature columns (every other column).
+
+Labels are non-negative class indices. Every problem names the file and the row (the CSV line, or the array row)
+so a user can find it: a row with the wrong number of fields, a label that is not a class index, inputs and
+labels of different lengths. The profiler adds one more check once it knows a model's classes: a label outside
+them is rejected naming its row (:meth:`ValidationSet.where`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.errors import CascadeServeError
+
+__all__ = ["ValidationDataError", "ValidationSet", "load_validation"]
+
+
+class ValidationDataError(CascadeServeError):
+    """The validation data is malformed; the message names the file and row."""
+
+
+@dataclass(frozen=True, eq=False)
+class ValidationSet:
+    """``inputs`` (an array ``[n, ...]`` or a list of ``n`` strings), ``labels`` ``[n]`` and ``sample_ids``."""
+
+    inputs: Any
+    labels: np.ndarray
+    sample_ids: np.ndarray
+    source: str
+    lines: tuple[int, ...] | None = None  # CSV line of each row, for messages
+
+    def __post_init__(self) -> None:
+        if len(self.inputs) != len(self.labels) or len(self.sample_ids) != len(self.labels):
+            raise ValidationDataError(
+                f"{self.source}: {len(self.inputs)} inputs, {len(self.labels)} labels and "
+                f"{len(self.sample_ids)} sample ids; they must have one row each"
+            )
+        if len(self.labels) == 0:
+            raise ValidationDataError(f"{self.source}: no validation rows")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def where(self, i: int) -> str:
+        """Where row ``i`` lives, for messages: ``file, line 17`` or ``file, row 16``."""
+        if self.lines is not None:
+            return f"{self.source}, line {self.lines[i]}"
+        return f"{self.source}, row {i} (sample_id {self.sample_ids[i]})"
+
+    def take(self, idx: np.ndarray) -> Any:
+        """The inputs at positions ``idx`` (works for arrays and lists of strings)."""
+        if isinstance(self.inputs, np.ndarray):
+            return self.inputs[idx]
+        return [self.inputs[int(i)] for i in idx]
+
+    def check_classes(self, n_classes: int, model: str) -> None:
+        """Reject the first label outside ``0..n_classes-1``, naming its row."""
+        bad = np.flatnonzero((self.labels < 0) | (self.labels >= n_classes))
+        if len(bad):
+            i = int(bad[0])
+            raise ValidationDataError(
+                f"{self.where(i)}, column label: label {int(self.labels[i])} is outside model {model!r}'s classes "
+                f"0..{n_classes - 1} ({len(bad)} such row(s))"
+            )
+
+
+def _label(text: str, where: str) -> int:
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise ValidationDataError(f"{where}, column label: expected a class index, got {text!r}") from None
+    if v < 0:
+        raise ValidationDataError(f"{where}, column label: a class index must be >= 0, got {v}")
+    return v
+
+
+def _load_npz(path: Path) -> ValidationSet:
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ValidationDataError(f"{path}: cannot read as .npz: {e}") from None
+    for key in ("inputs", "labels"):
+        if key not in data:
+            raise ValidationDataError(f"{path}: missing array {key!r} (has {', '.join(data.files) or 'nothing'})")
+    inputs, labels = data["inputs"], data["labels"]
+    if labels.ndim != 1:
+        raise ValidationDataError(f"{path}: 'labels' must be 1-D, got shape {list(labels.shape)}")
+    if len(inputs) != len(labels):
+        short, n = ("labels", len(labels)) if len(labels) < len(inputs) else ("inputs", len(inputs))
+        raise ValidationDataError(
+            f"{path}: row count mismatch: 'inputs' has {len(inputs)} rows, 'labels' {len(labels)}; "
+            f"row {n} has no {short[:-1]}"
+        )
+    if labels.dtype.kind not in "iu":
+        raise ValidationDataError(f"{path}, 'labels': expected integer class indices, got dtype {labels.dtype}")
+    neg = np.flatnonzero(labels < 0)
+    if len(neg):
+        raise ValidationDataError(f"{path}, row {int(neg[0])}, column label: a class index must be >= 0")
+    ids = data["sample_ids"] if "sample_ids" in data else np.arange(len(labels), dtype=np.int64)
+    if len(ids) != len(labels):
+        raise ValidationDataError(f"{path}: 'sample_ids' has {len(ids)} rows, 'labels' {len(labels)}")
+    return ValidationSet(inputs, labels.astype(np.int64), np.asarray(ids), str(path))
+
+
+def _load_csv(path: Path) -> ValidationSet:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValidationDataError(f"{path}: cannot read as UTF-8 CSV: {e}") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = [c.strip() for c in next(reader, [])]
+    if "label" not in header:
+        raise ValidationDataError(f"{path}, line 1: the header needs a 'label' column, got {','.join(header)!r}")
+    li = header.index("label")
+    si = header.index("sample_id") if "sample_id" in header else None
+    ti = header.index("text") if "text" in header else None
+    feats = [i for i, c in enumerate(header) if i not in (li, si, ti)]
+    if ti is None and not feats:
+        raise ValidationDataError(f"{path}, line 1: need a 'text' column or numeric feature columns")
+    labels: list[int] = []
+    ids: list[str] = []
+    texts: list[str] = []
+    rows: list[list[float]] = []
+    lines: list[int] = []
+    for row in reader:
+        if not row:
+            continue
+        where = f"{path}, line {reader.line_num}"
+        if len(row) != len(header):
+            raise ValidationDataError(f"{where}: expected {len(header)} fields, got {len(row)}")
+        labels.append(_label(row[li], where))
+        ids.append(row[si].strip() if si is not None else str(len(ids)))
+        lines.append(reader.line_num)
+        if ti is not None:
+            texts.append(row[ti])
+        else:
+            try:
+                rows.append([float(row[i]) for i in feats])
+            except ValueError:
+                bad = next(i for i in feats if not _is_float(row[i]))
+                raise ValidationDataError(
+                    f"{where}, column {header[bad]}: expected a number, got {row[bad]!r}"
+                ) from None
+    if not labels:
+        raise ValidationDataError(f"{path}: no data rows")
+    inputs: Any = texts if ti is not None else np.asarray(rows, dtype=np.float32)
+    try:
+        sid = np.asarray([int(s) for s in ids], dtype=np.int64)
+    except ValueError:
+        sid = np.asarray(ids, dtype=object)
+    return ValidationSet(inputs, np.asarray(labels, dtype=np.int64), sid, str(path), tuple(lines))
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_validation(spec: str | Path) -> ValidationSet:
+    """Read validation data from a built-in name or a file (see the module docstring)."""
+    s = str(spec)
+    if s == "digits":
+        from cascadeserve.models.families import digits
+
+        return digits.validation_set()
+    if s == "tweets" or s.startswith("tweets:"):
+        from cascadeserve.models.families import tweets
+
+        return tweets.validation_set(s.partition(":")[2] or None)
+    path = Path(s)
+    if not path.is_file():
+        raise ValidationDataError(f"{path}: no such file (give digits, tweets[:DIR], a .npz or a .csv)")
+    if path.suffix == ".npz":
+        return _load_npz(path)
+    if path.suffix == ".csv":
+        return _load_csv(path)
+    raise ValidationDataError(f"{path}: unknown validation format {path.suffix!r}; use .npz or .csv")
