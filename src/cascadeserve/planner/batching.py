@@ -26,7 +26,7 @@ from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 from cascadeserve.traces import poisson
 
-__all__ = ["BUSY_LIMIT", "MIN_REQUESTS", "TREND_FACTOR", "LoadCheck", "check_load", "sim_duration"]
+__all__ = ["BUSY_LIMIT", "MIN_REQUESTS", "TREND_FACTOR", "LoadCheck", "check_load", "check_seed", "sim_duration"]
 
 BUSY_LIMIT = 0.97
 TREND_FACTOR = 1.5
@@ -45,6 +45,11 @@ def sim_duration(qps: float, slo_ms: float | None, max_requests: int) -> float:
     """Seconds of simulated load at ``qps`` (see the module docstring)."""
     want = max(1.0, MIN_REQUESTS / qps, 0.02 * slo_ms if slo_ms else 0.0)
     return float(max(0.5, min(want, max_requests / qps)))
+
+
+def check_seed(seed: int, range_index: int) -> int:
+    """The arrival seed SP4 uses for one range (distinct per range, repeatable per planner seed)."""
+    return seed * 7919 + range_index
 
 
 def check_load(profile: Profile, plan: GearPlan, qps: float, duration_s: float, seed: int) -> LoadCheck:

@@ -89,6 +89,22 @@ def balance(
         return Balance(q, np.full(n_devices, math.inf), math.inf)
     x = np.maximum(np.asarray(res.x, dtype=np.float64), 0.0) * dscale
     q[var] = x[:nv]
+    dev = np.asarray(replica_devices, dtype=np.int64)
+    # HiGHS meets constraints only up to its feasibility tolerance (1e-7), so a model whose demand is tiny next to
+    # the others' can come back unserved. Top such models up exactly: scale their replicas' QPS, or give the
+    # shortfall to the replica on the least loaded device. The change is below the tolerance, so u stays optimal.
+    for m in models:
+        idx = [i for i in var if replica_models[i] == m]
+        served = float(q[idx].sum())
+        if served >= need[m]:
+            continue
+        if served > 0:
+            q[idx] *= need[m] / served
+        else:
+            util_now = np.zeros(n_devices)
+            np.add.at(util_now, dev, q * t)
+            best = min(idx, key=lambda i: (util_now[dev[i]] + need[m] * t[i], i))
+            q[best] = need[m]
     util = np.zeros(n_devices)
-    np.add.at(util, np.asarray(replica_devices, dtype=np.int64), q * t)
+    np.add.at(util, dev, q * t)
     return Balance(q, util, float(util.max()))

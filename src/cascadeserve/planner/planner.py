@@ -46,7 +46,7 @@ import numpy as np
 
 from cascadeserve.errors import InfeasibleError
 from cascadeserve.plan import SLO, Device, Gear, GearPlan, Replica, ReplicaGear
-from cascadeserve.planner.batching import check_load, sim_duration
+from cascadeserve.planner.batching import check_load, check_seed, sim_duration
 from cascadeserve.planner.loop import LoopInfeasible, Step, run_loop
 from cascadeserve.planner.lp import Balance, balance
 from cascadeserve.planner.placement import Load, PlacementError, place_replicas
@@ -545,8 +545,8 @@ class _Run:
         )
         hit = self._sim_cache.get(key)
         if hit is None:
-            dur = sim_duration(qps, self.latency_ms, self.p.sim_requests)
-            chk = check_load(self.profile, self._plan_for(r, mq), qps, dur, seed=self.p.seed * 7919 + r)
+            dur = self.p.check_duration_s or sim_duration(qps, self.latency_ms, self.p.sim_requests)
+            chk = check_load(self.profile, self._plan_for(r, mq), qps, dur, seed=check_seed(self.p.seed, r))
             self.simulations += 1
             self.sim_requests += chk.requests
             hit = self._sim_cache[key] = (chk.keep_up, chk.p95_ms)
@@ -764,6 +764,7 @@ class Planner:
         sim_requests: int = 2000,
         max_iterations: int = 5000,
         search_method: str = "auto",
+        check_duration_s: float | None = None,
     ) -> None:
         self.n_ranges = n_ranges
         self.qps_dist = qps_dist
@@ -774,6 +775,9 @@ class Planner:
         self.sim_requests = sim_requests
         self.max_iterations = max_iterations
         self.search_method = search_method
+        # SP4 simulates each range for a duration chosen from its QPS and the SLO; a fixed one is for experiments
+        # that score plans on one known trace (the quality harness).
+        self.check_duration_s = check_duration_s
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 

@@ -33,6 +33,7 @@ import numpy as np
 from cascadeserve.cascade import Cascade, evaluate
 from cascadeserve.errors import CascadeServeError, InfeasibleError
 from cascadeserve.plan import SLO, Device, fixed_plan
+from cascadeserve.planner.batching import check_seed
 from cascadeserve.planner.planner import Planner
 from cascadeserve.planner.search import _levels
 from cascadeserve.profile import Profile
@@ -128,7 +129,9 @@ def compare_planner(
             f"the constrained space needs every model on every device: the models need {total_mb:g} MB together, "
             f"more than a device's {min(d.memory_mb for d in devices):g} MB"
         )
-    tr = trace if trace is not None else poisson(max_qps, duration_s, seed=seed)
+    # The default trace is exactly the one the planner's SP4 simulates for its single range, so planner and
+    # scorer judge a cascade on the same arrivals.
+    tr = trace if trace is not None else poisson(max_qps, duration_s, seed=check_seed(seed, 0))
     space = _space(profile, levels)
     if len(space) > max_space:
         raise CascadeServeError(
@@ -147,7 +150,7 @@ def compare_planner(
     run_times: list[float] = []
     infeasible = 0
     for slo in slos.tolist():
-        pl = Planner(n_ranges=1, seed=seed, levels=levels, max_batch=1)
+        pl = Planner(n_ranges=1, seed=seed, levels=levels, max_batch=1, check_duration_s=tr.duration_s)
         t1 = time.perf_counter()
         try:
             pl.fit(profile, devices, SLO(kind="p95_ms", value=float(slo)), max_qps)
