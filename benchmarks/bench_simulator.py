@@ -70,7 +70,6 @@ def main() -> None:
                     "wall_s": round(wall, 3),
                     "requests_per_s": round(len(trace) / wall),
                     "p95_ms": round(s["p95_ms"], 3),
-                    "batches_per_device_s": None,
                 }
             )
         )
