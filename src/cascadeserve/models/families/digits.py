@@ -11,7 +11,7 @@ values (0..16) as float32 ``[n, 64]`` and scales and reshapes them itself, so on
 
 The 1,797 images are split once, stratified with a fixed seed, into 1,197 for training and 600 for validation
 (what the profiler measures and the demo replays). Training is Adam on one thread (two threads thrash on a busy
-2-core machine) for a few epochs per model: about 15 s for the family (``quick`` trains three models for a third
+2-core machine) for a few epochs per model: about 15 s for the family (``quick`` trains three models for half
 of the epochs). Trained weights are cached under the user cache dir (``platformdirs``; ``CASCADESERVE_CACHE_DIR``
 overrides it), keyed by a hash of this file's source, the seed and the epochs, so a code change retrains and a
 rerun loads in milliseconds.
@@ -156,7 +156,7 @@ def _tta(model: Any) -> Any:
 
 
 def _epochs(arch: str, quick: bool) -> int:
-    return max(2, ARCHS[arch] // 3) if quick else ARCHS[arch]
+    return max(3, ARCHS[arch] // 2) if quick else ARCHS[arch]
 
 
 def _key(seed: int, quick: bool) -> str:

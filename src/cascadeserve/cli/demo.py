@@ -1,0 +1,62 @@
+"""``cascadeserve demo``: the whole idea on real models in a few minutes (see :mod:`cascadeserve.demo`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cascadeserve.cli.app import app, console, err_console
+from cascadeserve.errors import CascadeServeError
+
+
+@app.command("demo")
+def demo(
+    quick: Annotated[bool, typer.Option("--quick", help="CI size: 3 models, fewer epochs, a 30 s trace.")] = False,
+    out: Annotated[Path, typer.Option(help="Where the plan, config and PNG figures go.")] = Path("reports/demo"),
+    slo_p95_ms: Annotated[float, typer.Option(help="The p95 latency SLO in ms.")] = 150.0,
+    peak_qps: Annotated[float | None, typer.Option(help="Peak QPS of the replay (default: from the profile).")] = None,
+    contention: Annotated[
+        float, typer.Option(help="Runtime factor for the cores shared with HTTP and the client.")
+    ] = 3.0,
+    baseline: Annotated[bool, typer.Option(help="Also replay the load on DynBa (the top model alone).")] = True,
+) -> None:
+    """Train the digits family, profile it, plan, serve it on 127.0.0.1, replay a Twitter excerpt, plot."""
+    try:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from cascadeserve.demo import DemoOptions, run_demo
+    except ImportError as e:  # the demo needs torch and scikit-learn
+        raise CascadeServeError(
+            f"the demo needs torch and scikit-learn ({e}); pip install 'cascadeserve[demo]'"
+        ) from None
+    opts = DemoOptions(
+        quick=quick, out=out, slo_p95_ms=slo_p95_ms, peak_qps=peak_qps, contention=contention, baseline=baseline
+    )
+    console.print(f"[bold]cascadeserve demo[/] ({'quick' if quick else 'full'}): digits family, real models, 2 devices")
+    with Progress(
+        TextColumn("{task.description:<22}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(what: str, done: int, total: int) -> None:
+            key = what if what.startswith("profile") else f"train {what}"
+            if key not in tasks:
+                tasks[key] = bar.add_task(key, total=total)
+            bar.update(tasks[key], completed=done, total=total)
+
+        try:
+            result = run_demo(opts, say=lambda s: console.print(s, highlight=False, soft_wrap=True), progress=progress)
+        except (RuntimeError, OSError) as e:
+            raise CascadeServeError(f"the demo's server failed: {e}") from e
+    for line in result.summary:
+        console.print(line, highlight=False, soft_wrap=True)
+    if not result.ok:
+        err_console.print(f"[bold red]error:[/] {result.cascade.lost} request(s) were lost")
+        raise typer.Exit(1)

@@ -1,0 +1,130 @@
+"""``cascadeserve profile measure``: the profile it writes is read back by load_profile; resume; bad input."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cascadeserve.cli import run
+from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
+from cascadeserve.profile import load_profile
+
+FACTORY = '''
+import numpy as np
+
+def linear(seed=0, classes=3):
+    w = np.random.default_rng(seed).normal(size=(4, classes))
+    def f(batch):
+        return np.asarray(batch, dtype=float) @ w
+    return f
+'''
+
+
+@pytest.fixture()
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    (tmp_path / "cs_measure_factories.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text(
+        textwrap.dedent(
+            """
+            certainty: margin
+            threads: 1
+            models:
+              - {name: a, adapter: callable, ref: "cs_measure_factories:linear", kwargs: {seed: 1}, memory_mb: 5}
+              - {name: b, adapter: callable, ref: "cs_measure_factories:linear", kwargs: {seed: 2}}
+            """
+        )
+    )
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 4))
+    y = rng.integers(0, 3, 40)
+    data = tmp_path / "val.csv"
+    lines = ["sample_id,label,f0,f1,f2,f3"] + [f"s{i},{y[i]}," + ",".join(f"{v:.4f}" for v in x[i]) for i in range(40)]
+    data.write_text("\n".join(lines) + "\n")
+    return cfg, data
+
+
+def test_measure_writes_a_profile_that_load_profile_reads(setup: tuple[Path, Path], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    cfg, data = setup
+    out = tmp_path / "prof"
+    argv = ["profile", "measure", "--models", str(cfg), "--validation", str(data), "--out", str(out)]
+    code = run([*argv, "--batch-sizes", "1,2,4,...,16", "--repeats", "2", "--json"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out)
+    prof = load_profile(out)
+    assert prof.model_names == ("a", "b") and prof.n_samples == 40
+    assert prof.model("a").memory_mb == 5.0  # the config hint wins
+    assert prof.model("b").runtime.batch_sizes == (1, 2, 4, 8, 16)
+    assert "1 intra-op thread" in prof.device
+    assert [m["model"] for m in summary["models"]] == ["a", "b"]
+    assert np.all((prof.certainties >= 0) & (prof.certainties <= 1))
+    # resumable: a second run measures nothing again
+    before = (out / "measured" / "a.json").stat().st_mtime_ns
+    assert run([*argv, "--batch-sizes", "1,2,4,...,16", "--repeats", "2", "--json"]) == 0
+    assert (out / "measured" / "a.json").stat().st_mtime_ns == before
+
+
+def test_measure_api_reports_skips_on_resume(setup: tuple[Path, Path], tmp_path: Path) -> None:
+    cfg_path, data = setup
+    cfg = load_models_config(cfg_path)
+    val = load_validation(data)
+    opts = MeasureOptions(batch_sizes=(1, 4), repeats=1, warmup=0)
+    measure(cfg, val, tmp_path / "p", options=opts)
+    steps: list[tuple[str, str]] = []
+    prof, records = measure(cfg, val, tmp_path / "p", options=opts, progress=lambda m, s, d, t: steps.append((m, s)))
+    assert steps == [("a", "skip"), ("b", "skip")]
+    assert [r.name for r in records] == ["a", "b"] and prof.n_samples == 40
+
+
+def test_label_outside_the_models_classes_names_the_row(setup: tuple[Path, Path], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    cfg, data = setup
+    lines = data.read_text().splitlines()
+    lines[7] = "s6,5," + lines[7].split(",", 2)[2]
+    data.write_text("\n".join(lines) + "\n")
+    code = run(["profile", "measure", "--models", str(cfg), "--validation", str(data), "--out", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "line 8" in err and "label 5 is outside model 'a'" in err and "0..2" in err
+
+
+def test_row_count_mismatch_in_npz_names_the_row(setup: tuple[Path, Path], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    cfg, _ = setup
+    npz = tmp_path / "val.npz"
+    np.savez(npz, inputs=np.zeros((10, 4)), labels=np.zeros(9, dtype=np.int64))
+    code = run(["profile", "measure", "--models", str(cfg), "--validation", str(npz), "--out", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "row count mismatch" in err and "'inputs' has 10 rows, 'labels' 9" in err and "row 9 has no label" in err
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("s3,1,0.1,0.2", "line 5: expected 6 fields, got 4"),
+        ("s3,x,0.1,0.2,0.3,0.4", "line 5, column label: expected a class index, got 'x'"),
+        ("s3,1,0.1,oops,0.3,0.4", "line 5, column f1: expected a number, got 'oops'"),
+        ("s3,-1,0.1,0.2,0.3,0.4", "line 5, column label: a class index must be >= 0"),
+    ],
+)
+def test_bad_csv_rows_are_named(setup: tuple[Path, Path], line: str, message: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    cfg, data = setup
+    lines = data.read_text().splitlines()
+    lines[4] = line
+    data.write_text("\n".join(lines) + "\n")
+    code = run(["profile", "measure", "--models", str(cfg), "--validation", str(data), "--out", str(data.parent / "o")])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_batch_sizes_and_missing_validation(setup: tuple[Path, Path], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    cfg, data = setup
+    base = ["profile", "measure", "--models", str(cfg), "--out", str(tmp_path / "o")]
+    assert run([*base, "--validation", str(data), "--batch-sizes", "4,2"]) == 2
+    assert "--batch-sizes" in capsys.readouterr().err
+    assert run([*base, "--validation", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""The models config: validation errors name the file and field (and model); refs, paths and preprocessing."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.models import ModelLoadError, load_models_config
+from cascadeserve.runtime import load_model_config
+
+FACTORY = '''
+import numpy as np
+
+def make(classes=3, bias=0.0):
+    def f(batch):
+        x = np.asarray(batch, dtype=float)
+        return np.stack([x.sum(axis=1) * (k + 1) + bias for k in range(classes)], axis=1)
+    return f
+
+def double(batch):
+    return np.asarray(batch) * 2
+'''
+
+
+@pytest.fixture()
+def factory_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "cs_test_factories.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "cs_test_factories"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "models.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_a_valid_config_builds_callable_adapters_with_preprocessing(tmp_path: Path, factory_module: str) -> None:
+    p = write(
+        tmp_path,
+        f"""
+        certainty: margin
+        input: {{name: x, datatype: fp32, shape: [-1, 4]}}
+        models:
+          - name: small
+            adapter: callable
+            ref: {factory_module}:make
+            kwargs: {{classes: 2}}
+            preprocess: {{function: {factory_module}:double, dtype: float32, scale: 0.5, reshape: [4]}}
+            postprocess: numpy:squeeze
+          - {{name: big, adapter: callable, ref: "{factory_module}:make", memory_mb: 12}}
+        """,
+    )
+    cfg = load_models_config(p)
+    assert [m.name for m in cfg.models] == ["small", "big"] and cfg.input.datatype == "FP32"
+    models = cfg.build()
+    x = np.ones((5, 4))
+    assert models["big"].predict(x).shape == (5, 3)
+    # double, float32, then scale 0.5 gives ones again; each row sums to 4, class k scores 4 * (k + 1)
+    np.testing.assert_allclose(models["small"].predict(x), np.tile([4.0, 8.0], (5, 1)))
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("models: []", r"models: List should have at least 1 item"),
+        ("models:\n  - {name: a, adapter: keras, ref: m:f}", r"models\[0\]\.adapter \(model 'a'\): Input should be"),
+        ("models:\n  - {name: a, adapter: torch}", r"models\[0\]\.ref \(model 'a'\): Field required"),
+        ("models:\n  - {name: a, adapter: torch, ref: m:f, memory_mb: -1}", r"models\[0\]\.memory_mb \(model 'a'\)"),
+        ("models:\n  - {name: a, adapter: torch, ref: m:f, colour: red}", r"models\[0\]\.colour.*Extra inputs"),
+        (
+            "models:\n  - {name: a, adapter: torch, ref: m:f}\n  - {name: a, adapter: torch, ref: m:g}",
+            r"models: duplicate model names: a",
+        ),
+        ("models:\n  - {name: a/b, adapter: torch, ref: m:f}", r"models\[0\]\.name"),
+        ("[1, 2]", r"expected a mapping"),
+        ("models: [", r"invalid YAML"),
+    ],
+)
+def test_bad_configs_name_the_file_and_field(tmp_path: Path, body: str, message: str) -> None:
+    p = write(tmp_path, body)
+    with pytest.raises(CascadeServeError, match=message) as e:
+        load_models_config(p)
+    assert str(p) in str(e.value)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(CascadeServeError, match="cannot read the models config"):
+        load_models_config(tmp_path / "nope.yaml")
+
+
+def test_unimportable_reference_names_the_model(tmp_path: Path) -> None:
+    p = write(tmp_path, "models:\n  - {name: ghost, adapter: callable, ref: no_such_module_xyz:make}")
+    with pytest.raises(ModelLoadError, match=r"model 'ghost': ref 'no_such_module_xyz:make': cannot import"):
+        load_models_config(p).build()["ghost"].load()
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path: Path) -> None:
+    p = write(tmp_path, "models:\n  - {name: lr, adapter: sklearn, ref: weights/lr.pkl}")
+    with pytest.raises(ModelLoadError, match=r"model 'lr': no such file .*weights/lr.pkl"):
+        load_models_config(p).build()["lr"].load()
+
+
+def test_serve_reads_an_adapter_config_through_the_runtime_hook(tmp_path: Path, factory_module: str) -> None:
+    p = write(
+        tmp_path,
+        f"""
+        certainty: margin
+        input: {{name: x, datatype: FP32, shape: [-1, 4]}}
+        models:
+          - {{name: a, adapter: callable, ref: "{factory_module}:make"}}
+        """,
+    )
+    cfg = load_model_config(p)
+    assert set(cfg.models) == {"a"} and cfg.input.name == "x" and cfg.input.shape == (-1, 4)
+    assert np.asarray(cfg.models["a"](np.ones((2, 4)))).shape == (2, 3)
