@@ -26,14 +26,14 @@ from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import (
+    Backend,
     Clock,
     InputSpec,
+    LocalBackend,
     ModelConfig,
     Observer,
     Runtime,
     RuntimeOptions,
-    emulated_runtime,
-    local_runtime,
 )
 from cascadeserve.runtime.observer import Fanout
 
@@ -61,8 +61,11 @@ def build_app(
     runtime_options: RuntimeOptions | None = None,
     server_options: ServerOptions | None = None,
     observer: Observer | None = None,
+    backend: Backend | None = None,
 ) -> App:
-    """A served cascade: emulated devices (answers from ``profile``) or ``models`` on local device threads."""
+    """A served cascade: emulated devices (answers from ``profile``) or ``models`` on the ``backend``'s devices
+    (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process)."""
+    engine: Backend = backend or LocalBackend()
     plan.check_against(profile)
     metrics = PrometheusObserver()
     obs: Observer = metrics if observer is None else Fanout(metrics, observer)
@@ -71,15 +74,13 @@ def build_app(
         p.check_against(profile)
 
     if emulate:
-        runtime = emulated_runtime(profile, plan, clock=clock, observer=obs, options=runtime_options)
+        runtime = engine.emulated_runtime(profile, plan, clock=clock, observer=obs, options=runtime_options)
         index: Mapping[int, int] = {int(s): i for i, s in enumerate(profile.sample_ids.tolist())}
         served = ServedModel(name or profile.name, InputSpec(), True, index, check)
     else:
         if models is None:
             raise ValueError("give models (a models config) or emulate=True")
-        runtime = local_runtime(
-            plan, models.models, certainty=models.certainty, clock=clock, observer=obs, options=runtime_options
-        )
+        runtime = engine.local_runtime(plan, models, clock=clock, observer=obs, options=runtime_options)
         served = ServedModel(name or profile.name, models.input, False, None, check)
     asgi = create_app(runtime, served, metrics=metrics, options=server_options)
     return App(asgi, runtime, metrics, served)

@@ -9,6 +9,7 @@ tests drive the runtime on a fake clock and compare its trajectory with the simu
 
 from __future__ import annotations
 
+from cascadeserve.runtime.backend import Backend, LocalBackend
 from cascadeserve.runtime.clock import Clock, FakeClock, MonotonicClock, call_later
 from cascadeserve.runtime.device import BatchOutput, Device, EmulatedDevice, ModelFn, ThreadDevice
 from cascadeserve.runtime.factory import emulated_runtime, local_runtime
@@ -24,10 +25,11 @@ from cascadeserve.runtime.request import (
     RuntimeStopped,
     ServingError,
 )
-from cascadeserve.runtime.server import Runtime, RuntimeOptions
+from cascadeserve.runtime.server import Runtime, RuntimeOptions, answer_early
 
 __all__ = [
     "Answer",
+    "Backend",
     "BatchEvent",
     "BatchOutput",
     "Clock",
@@ -38,6 +40,7 @@ __all__ = [
     "Fanout",
     "Generation",
     "InputSpec",
+    "LocalBackend",
     "ModelConfig",
     "ModelFailed",
     "ModelFn",
@@ -53,6 +56,7 @@ __all__ = [
     "ServingError",
     "ThreadDevice",
     "TickEvent",
+    "answer_early",
     "call_later",
     "emulated_runtime",
     "load_model",

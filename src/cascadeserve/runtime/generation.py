@@ -85,23 +85,27 @@ class Generation:
             c.poke()
 
     # -- routing -----------------------------------------------------------------------------------------------
-    def admit(self, req: Request, now: float) -> None:
-        """Put a new request on a first-stage replica chosen by the gear's shares."""
+    def admit(self, req: Request, now: float, replica: int | None = None) -> None:
+        """Put a new request on a first-stage replica chosen by the gear's shares, or on ``replica`` when given
+        (a request that another process already routed, as the Ray backend's servers receive them)."""
         self.in_flight += 1
         self.live.add(req)
-        row = int(self.tables.first_row[req.gear])
-        self._enqueue(req, self._pick(req.gear, row), now)
+        if replica is None:
+            replica = self._pick(req.gear, int(self.tables.first_row[req.gear]))
+        self.enqueue(req, replica, now)
 
     def forward(self, req: Request, row: int, now: float) -> None:
         """Send a request that ``row`` was unsure of to the next model of its own gear's cascade."""
         nxt = int(self.tables.next_row[req.gear, row])
-        self._enqueue(req, self._pick(req.gear, nxt), now)
+        self.enqueue(req, self._pick(req.gear, nxt), now)
 
     def _pick(self, gear: int, row: int) -> int:
         reps = self.tables.route(gear, row).replicas
         return reps[0] if len(reps) == 1 else reps[self.routers[(gear, row)].pick()]
 
-    def _enqueue(self, req: Request, replica: int, now: float) -> None:
+    def enqueue(self, req: Request, replica: int, now: float) -> None:
+        """Queue ``req`` on ``replica`` and wake its consumer. The seam for distributed backends: the Ray backend
+        overrides it to send requests for replicas that live in another process to that process."""
         self.queues[replica].push(req, now)
         self.consumers[replica].poke()
 

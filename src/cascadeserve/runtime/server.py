@@ -37,9 +37,10 @@ from cascadeserve.runtime.request import (
     Overloaded,
     Request,
     RuntimeStopped,
+    ServingError,
 )
 
-__all__ = ["Runtime", "RuntimeOptions"]
+__all__ = ["Runtime", "RuntimeOptions", "answer_early"]
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,12 @@ class Runtime:
         reqs = self.producer.admit(payloads, deadline)
         if timeout_s is not None:
             for req in reqs:
-                req.timer = call_later(self.clock, timeout_s, _expiry(req, self.clock))
+                self.set_deadline(req, timeout_s)
         return reqs
+
+    def set_deadline(self, req: Request, timeout_s: float) -> None:
+        """Arm ``req``'s deadline timer: in ``timeout_s`` it falls back to the last stage that ran, or fails (504)."""
+        req.timer = call_later(self.clock, timeout_s, _expiry(req, self.clock))
 
     async def infer(self, payload: Any, timeout_s: float | None = None) -> Answer:
         """Submit one request and wait for its answer (raises the request's ServingError)."""
@@ -181,8 +186,18 @@ class Runtime:
 
     # -- internals ---------------------------------------------------------------------------------------------
     def _new_generation(self, plan: GearPlan, initial_qps: float) -> Generation:
+        gen = self.create_generation(self._generation_count, plan, initial_qps)
+        self._generation_count += 1
+        self.generations.append(gen)
+        return gen
+
+    def create_generation(self, number: int, plan: GearPlan, initial_qps: float) -> Generation:
+        """Build generation ``number`` of ``plan`` and give each of its replicas a consumer on its device.
+
+        The seam for other backends: the Ray backend overrides it to place replicas on remote server actors.
+        """
         gen = Generation(
-            self._generation_count,
+            number,
             plan,
             self.model_names,
             clock=self.clock,
@@ -190,7 +205,6 @@ class Runtime:
             observer=self.observer,
             initial_qps=initial_qps,
         )
-        self._generation_count += 1
         for r, rep in enumerate(plan.replicas):
             consumer = self.consumers.get(rep.device)
             if consumer is None:
@@ -199,7 +213,6 @@ class Runtime:
                 self.consumers[rep.device] = consumer
             consumer.add_lane(gen, r)
             gen.consumers.append(consumer)
-        self.generations.append(gen)
         return gen
 
     def _retire(self, gen: Generation) -> None:
@@ -226,30 +239,35 @@ def _expiry(req: Request, clock: Clock) -> Callable[[], None]:
 
     def expire() -> None:
         req.timer = None
-        if req.done:
-            return
-        now = clock.now()
-        if req.queue is not None:
-            req.queue_s += now - req.enqueued
-            req.queue.discard(req)
-        gen = req.gen
-        if req.best is None:
-            req.fail(DeadlineExceeded("the deadline passed before any cascade stage ran"))
-            return
-        label, cert, row = req.best
-        req.resolve(
-            Answer(
-                label=label,
-                certainty=cert,
-                model=gen.model_names[row],
-                stage=int(gen.tables.stage[req.gear, row]),
-                gear=req.gear,
-                queue_s=req.queue_s,
-                compute_s=req.compute_s,
-                finished=now,
-                fallback=True,
-                emulated=any(c.device.emulated for c in gen.consumers[:1]),
-            )
-        )
+        answer_early(req, clock.now(), DeadlineExceeded("the deadline passed before any cascade stage ran"))
 
     return expire
+
+
+def answer_early(req: Request, now: float, error: ServingError) -> bool:
+    """Answer ``req`` now with the prediction of the last stage that ran (``fallback``), or fail it with ``error``
+    when no stage has run. Used by deadlines, and by the Ray backend when the server holding a request dies.
+    Returns ``False`` when the request was already answered."""
+    if req.done:
+        return False
+    if req.queue is not None:
+        req.queue_s += now - req.enqueued
+        req.queue.discard(req)
+    gen = req.gen
+    if req.best is None:
+        return req.fail(error)
+    label, cert, row = req.best
+    return req.resolve(
+        Answer(
+            label=label,
+            certainty=cert,
+            model=gen.model_names[row],
+            stage=int(gen.tables.stage[req.gear, row]),
+            gear=req.gear,
+            queue_s=req.queue_s,
+            compute_s=req.compute_s,
+            finished=now,
+            fallback=True,
+            emulated=any(c.device.emulated for c in gen.consumers[:1]),
+        )
+    )
