@@ -13,6 +13,14 @@ It replays an arrival trace against a gear plan and a profile:
 * Request ``i`` uses validation sample ``i mod n``, so certainty and correctness are the recorded ones.
 * After the last arrival, queues drain with a minimum queue length of 1, so that every request completes.
 
+Two optional policy hooks serve the baselines (:mod:`cascadeserve.baselines`); both default to off and cost one
+``is None`` test per batch or tick when off:
+
+* ``batch_limit`` (:class:`~cascadeserve.policy.AimdBatchLimit`): caps each batch at the replica's current AIMD
+  limit and reports every batch's runtime back to it (Clipper-style adaptive batching, MS+);
+* ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`): the gear of every tick, decided in advance
+  (an autoscaler given the future load, Cocktail+), in place of the measured-QPS selector.
+
 Speed comes from working at the granularity of *batches*, not requests: arrivals of a tick are routed with one
 vectorised call, a replica's first-stage queue is a slice of its routed arrivals, and forwarding is a handful of
 numpy operations per batch. The policy objects are the same ones the runtime uses; only the clock differs.
@@ -28,7 +36,9 @@ import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import (
+    AimdBatchLimit,
     BatchTrigger,
+    GearSchedule,
     PlanTables,
     QpsMeter,
     SmoothWeightedRoundRobin,
@@ -88,8 +98,20 @@ def _split(
 class Simulator:
     """One simulation run. Build it, call :meth:`run`; the object is not reusable."""
 
-    def __init__(self, profile: Profile, plan: GearPlan, *, record_batches: bool = False) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        plan: GearPlan,
+        *,
+        record_batches: bool = False,
+        batch_limit: AimdBatchLimit | None = None,
+        gear_schedule: GearSchedule | None = None,
+    ) -> None:
         plan.check_against(profile)
+        if gear_schedule is not None and int(gear_schedule.gears.max()) >= len(plan.gears):
+            raise ValueError("the gear schedule names a gear the plan does not have")
+        self.batch_limit = batch_limit
+        self.gear_schedule = gear_schedule
         self.profile = profile
         self.plan = plan
         self.tables = PlanTables(plan, {m: profile.index(m) for m in profile.model_names})
@@ -138,7 +160,9 @@ class Simulator:
         dirty = [True] * d_count
         routers: dict[tuple[int, int], SmoothWeightedRoundRobin] = tb.new_routers()
         meter = QpsMeter(tick)
-        gear = tb.selector.lookup(0.0)
+        limiter = self.batch_limit
+        schedule = self.gear_schedule
+        gear = tb.selector.lookup(0.0) if schedule is None else schedule.gear_at(0)
         triggers: Sequence[BatchTrigger] = tb.triggers[gear]
         clock = 0.0  # time of the last processed event
 
@@ -191,6 +215,8 @@ class Simulator:
             k = max(k, p)
             present = f.n + (k - p)
             size = triggers[r].take(present)
+            if limiter is not None:
+                size = min(size, limiter.limit(r))
             if f.n == 0:
                 ids = pend_ids[r][p : p + size]
                 pos[r] = p + size
@@ -229,6 +255,8 @@ class Simulator:
             entry = busy[d]
             assert entry is not None
             r, ids, t0 = entry
+            if limiter is not None:
+                limiter.observe(r, t - t0)
             busy[d] = None
             busy_until[d] = math.inf
             free_at[d] = t
@@ -334,11 +362,11 @@ class Simulator:
                 q0 = 0
                 for r in tb.first_stage_replicas(gear):
                     q0 += fwd[r].n + len(pend_ids[r]) - pos[r]
-                decision = tb.selector.decide(gear, qps, q0)
+                new_gear = tb.selector.decide(gear, qps, q0).gear if schedule is None else schedule.gear_at(w)
                 tick_qps[w] = qps
                 tick_q0[w] = q0
-                if decision.gear != gear:
-                    gear = decision.gear
+                if new_gear != gear:
+                    gear = new_gear
                     triggers = tb.triggers[gear]
                     dirty = [True] * d_count
                     rep_dirty = [True] * r_count
@@ -400,7 +428,19 @@ class Simulator:
 
 
 def simulate(
-    profile: Profile, plan: GearPlan, arrivals: Sequence[float] | np.ndarray, *, record_batches: bool = False
+    profile: Profile,
+    plan: GearPlan,
+    arrivals: Sequence[float] | np.ndarray,
+    *,
+    record_batches: bool = False,
+    batch_limit: AimdBatchLimit | None = None,
+    gear_schedule: GearSchedule | None = None,
 ) -> SimResult:
-    """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records."""
-    return Simulator(profile, plan, record_batches=record_batches).run(arrivals)
+    """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records.
+
+    ``batch_limit`` and ``gear_schedule`` are the optional policy hooks of the module docstring (a batch limit
+    holds state: pass a fresh one per run).
+    """
+    return Simulator(
+        profile, plan, record_batches=record_batches, batch_limit=batch_limit, gear_schedule=gear_schedule
+    ).run(arrivals)
