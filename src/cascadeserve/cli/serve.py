@@ -1,4 +1,8 @@
-"""``cascadeserve serve``: serve a gear plan over the Open Inference Protocol V2 (loopback by default)."""
+"""``cascadeserve serve``: serve a gear plan over the Open Inference Protocol V2 (loopback by default).
+
+``--backend local`` (the default) runs every device in this process; ``--backend ray`` runs one inference-server
+actor per device on a Ray cluster (``--address``), with the same HTTP API (see :mod:`cascadeserve.backends.ray`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.plan import load_plan
 from cascadeserve.profile import load_profile
-from cascadeserve.runtime import RuntimeOptions, load_model_config
+from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 
 
 @app.command("serve")
@@ -32,6 +36,15 @@ def serve(
     max_in_flight: Annotated[int, typer.Option(help="Admission bound; past it requests get 503.")] = 4096,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted (413 past it).")] = 8 << 20,
     grace_s: Annotated[float, typer.Option(help="On SIGINT/SIGTERM, how long in-flight requests may finish.")] = 5.0,
+    backend: Annotated[
+        str, typer.Option(help="Where devices run: 'local' (this process) or 'ray' (a server actor per device).")
+    ] = "local",
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster for --backend ray: 'auto', 'ray://host:port' or host:port (default: a new local one)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     prof = load_profile(profile)
@@ -39,6 +52,7 @@ def serve(
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
+    engine = _backend(backend, address, None if emulate else models)
     built = build_app(
         prof,
         gear_plan,
@@ -47,9 +61,10 @@ def serve(
         name=name,
         runtime_options=RuntimeOptions(max_in_flight=max_in_flight),
         server_options=ServerOptions(max_body_bytes=max_body_bytes, stop_grace_s=grace_s),
+        backend=engine,
     )
     server = Server(built, host, port, grace_s=grace_s)
-    mode = "emulated devices" if emulate else "local devices"
+    mode = ("emulated devices" if emulate else "devices") + f" on the {engine.name} backend"
     err_console.print(
         f"serving model {built.model.name!r} ({len(gear_plan.gears)} gears, {len(gear_plan.devices)} {mode}) "
         f"on http://{host}:{port}",
@@ -58,3 +73,18 @@ def serve(
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled, after shutting down
         server.run()
     err_console.print("stopped")
+
+
+def _backend(name: str, address: str | None, models: Path | None) -> Backend:
+    if name == "local":
+        if address is not None:
+            raise CascadeServeError("--address is for --backend ray only")
+        return LocalBackend()
+    if name != "ray":
+        raise CascadeServeError(f"--backend: {name!r} is not one of local, ray")
+    try:
+        from cascadeserve.backends.ray import RayBackend, RayOptions, model_sources
+    except ImportError as e:
+        raise CascadeServeError(f"--backend ray needs Ray: pip install 'cascadeserve[ray]' ({e})") from None
+    # Servers import their own models from a module:factory config, so each loads only what is placed on it.
+    return RayBackend(RayOptions(address=address), model_sources=None if models is None else model_sources(models))
