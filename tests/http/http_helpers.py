@@ -1,4 +1,4 @@
-"""Helpers for HTTP tests: an emulated server on 127.0.0.1 (ephemeral port) over the toy profile."""
+"""Helpers for HTTP tests: an emulated server on 127.0.0.1 (ephemeral port) over the toy profile, on any backend."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.plan import Device, GearPlan, fixed_plan
 from cascadeserve.profile import Profile
-from cascadeserve.runtime import ModelConfig, RuntimeOptions
+from cascadeserve.runtime import Backend, ModelConfig, RuntimeOptions
 
 
 def toy_plan(profile: Profile, *, min_queue: int = 1, max_wait_ms: float | None = 5.0) -> GearPlan:
@@ -30,6 +30,7 @@ def serving(
     models: ModelConfig | None = None,
     max_in_flight: int | None = 4096,
     max_body_bytes: int = 1 << 20,
+    backend: Backend | None = None,
 ) -> Iterator[Server]:
     app = build_app(
         profile,
@@ -39,6 +40,7 @@ def serving(
         name="toy",
         runtime_options=RuntimeOptions(max_in_flight=max_in_flight),
         server_options=ServerOptions(max_body_bytes=max_body_bytes, stop_grace_s=2.0),
+        backend=backend,
     )
     server = Server(app, "127.0.0.1", 0, grace_s=2.0).start()
     try:

@@ -1,6 +1,7 @@
 """Faults through real HTTP on loopback: a model that raises, overload shedding, deadlines, hot-swap under load.
 
-Every load here is bounded (a few hundred requests, a few seconds) and targets 127.0.0.1 only.
+Every load here is bounded (a few hundred requests, a few seconds) and targets 127.0.0.1 only. Each test runs on
+both backends (``backend``: local, ray).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 from tests.http.http_helpers import metric, serving, toy_plan
 
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
-from cascadeserve.runtime import InputSpec, ModelConfig
+from cascadeserve.runtime import Backend, InputSpec, ModelConfig
 
 
 def _body(ids: list[int], **params: object) -> dict[str, object]:
@@ -22,7 +23,7 @@ def _body(ids: list[int], **params: object) -> dict[str, object]:
     return body
 
 
-def test_model_that_raises_gives_500_and_server_keeps_serving(toy_profile: Profile) -> None:
+def test_model_that_raises_gives_500_and_server_keeps_serving(toy_profile: Profile, backend: Backend) -> None:
     def make_m0(batch: np.ndarray) -> np.ndarray:
         if np.any(batch[:, 0] < 0):
             raise ValueError("negative feature")
@@ -32,7 +33,7 @@ def test_model_that_raises_gives_500_and_server_keeps_serving(toy_profile: Profi
         return np.tile([0.1, 0.2, 0.7], (len(batch), 1))
 
     models = ModelConfig({"m0": make_m0, "m1": make_m1}, InputSpec("input", "FP32", (-1, 2)))
-    with serving(toy_profile, models=models) as server:
+    with serving(toy_profile, models=models, backend=backend) as server:
         url = f"{server.url}/v2/models/toy/infer"
 
         def rows(xs: list[list[float]]) -> dict[str, object]:
@@ -50,10 +51,10 @@ def test_model_that_raises_gives_500_and_server_keeps_serving(toy_profile: Profi
         assert wrong.status_code == 400 and "shape" in wrong.json()["error"]
 
 
-def test_overload_sheds_with_503_and_loses_nothing(toy_profile: Profile) -> None:
+def test_overload_sheds_with_503_and_loses_nothing(toy_profile: Profile, backend: Backend) -> None:
     # Batches wait for 16 samples or 200 ms, so requests pile up; only 8 may be in flight.
     plan = toy_plan(toy_profile, min_queue=16, max_wait_ms=200.0)
-    with serving(toy_profile, plan, max_in_flight=8) as server:
+    with serving(toy_profile, plan, max_in_flight=8, backend=backend) as server:
         url = f"{server.url}/v2/models/toy/infer"
 
         async def blast() -> list[httpx.Response]:
@@ -89,13 +90,13 @@ def _slow_second_stage_profile(base: Profile) -> Profile:
     )
 
 
-def test_deadline_fallback_over_http(toy_profile: Profile) -> None:
+def test_deadline_fallback_over_http(toy_profile: Profile, backend: Backend) -> None:
     prof = _slow_second_stage_profile(toy_profile)
     from cascadeserve.cascade import Cascade
     from cascadeserve.plan import Device, fixed_plan
 
     plan = fixed_plan(prof, Cascade(("m0", "m1"), (1.0,)), (Device(name="d0", memory_mb=1000),))
-    with serving(prof, plan) as server:
+    with serving(prof, plan, backend=backend) as server:
         url = f"{server.url}/v2/models/toy/infer"
         r = httpx.post(url, json=_body([3], timeout_ms=100), timeout=10)
         assert r.status_code == 200, r.text
@@ -107,9 +108,9 @@ def test_deadline_fallback_over_http(toy_profile: Profile) -> None:
         assert r2.status_code == 504 and "deadline" in r2.json()["error"]
 
 
-def test_hot_swap_under_load_answers_everything_exactly_once(toy_profile: Profile) -> None:
+def test_hot_swap_under_load_answers_everything_exactly_once(toy_profile: Profile, backend: Backend) -> None:
     plans = [toy_plan(toy_profile, min_queue=q, max_wait_ms=10.0) for q in (1, 4, 2)]
-    with serving(toy_profile, plans[0]) as server:
+    with serving(toy_profile, plans[0], backend=backend) as server:
         url = f"{server.url}/v2/models/toy/infer"
 
         async def load() -> tuple[list[httpx.Response], list[int]]:

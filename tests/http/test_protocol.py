@@ -14,9 +14,16 @@ from cascadeserve.http import Server
 from cascadeserve.profile import Profile
 
 
-@pytest.fixture(scope="module")
-def server(toy_profile: Profile) -> Iterator[Server]:
-    with serving(toy_profile, max_body_bytes=4096) as s:
+@pytest.fixture(scope="module", params=["local", "ray"])
+def server(toy_profile: Profile, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """One server per backend for the whole module (tritonclient against ``serve --backend ray`` too)."""
+    backend = None
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
+        from cascadeserve.backends.ray import RayBackend
+
+        backend = RayBackend()
+    with serving(toy_profile, max_body_bytes=4096, backend=backend) as s:
         yield s
 
 

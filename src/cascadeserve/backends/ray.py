@@ -65,6 +65,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import (
     Answer,
+    BatchEvent,
     Clock,
     DeadlineExceeded,
     Device,
@@ -339,6 +340,22 @@ class _ServerRuntime(Runtime):
         return gen
 
 
+class _BatchLog(NullObserver):
+    """Keeps the server's batch events until the producer's next poll carries them to the front end's observer."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.events: list[BatchEvent] = []
+        self.limit = limit
+
+    def batch(self, event: BatchEvent) -> None:
+        if len(self.events) < self.limit:  # a front end that stopped polling must not grow this without bound
+            self.events.append(event)
+
+    def take(self) -> list[BatchEvent]:
+        out, self.events = self.events, []
+        return out
+
+
 class InferenceServer:
     """One device: its replicas' queues, its consumer and its models (the body of a Ray server actor)."""
 
@@ -361,6 +378,7 @@ class InferenceServer:
         self.clock: Clock = MonotonicClock()
         self.fns: dict[int, ModelFn] = {}
         self._load(models)  # at start-up, exactly the models of this device's replicas
+        self.log = _BatchLog()
         self.rt = _ServerRuntime(
             device,
             order,
@@ -369,7 +387,7 @@ class InferenceServer:
             self._make_device,
             options,
             clock=self.clock,
-            observer=NullObserver(),
+            observer=self.log,
             options=RuntimeOptions(max_in_flight=None, run_producer=False),
         )
         self._rid = 0
@@ -468,6 +486,7 @@ class InferenceServer:
             "queues": self.rt.queue_lengths(),
             "gear_set_at": {n: g.gear_set_at for n, g in self.rt.gens.items()},
             "gears": {n: g.gear for n, g in self.rt.gens.items()},
+            "batches": self.log.take(),
         }
 
 
@@ -649,6 +668,8 @@ class RayRuntime(Runtime):
         self.fleet.q0[device] = rep["q0"]
         self.fleet.queues[device] = rep["queues"]
         self.fleet.gear_set_at[device] = rep["gear_set_at"]
+        for event in rep["batches"]:  # batch metrics reach the front end's observer one tick late
+            self.observer.batch(event)
         known = set(rep["gens"])
         for gen in self.generations:
             if gen.number not in known and device in gen.plan.device_index:  # a restarted server lost it
