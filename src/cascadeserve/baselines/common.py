@@ -1,0 +1,198 @@
+"""What every system in a comparison shares: the workload, a deployment, and the outcome of one run.
+
+A **system** (cascadeserve, a baseline or an ablation) turns a :class:`Workload` and a device count into a list of
+hyper-parameter settings (:meth:`System.configs`) and each setting into a :class:`Deployment`
+(:meth:`System.deploy`): a profile (possibly derived, e.g. an ensemble's votes), a gear plan, and optionally the
+two policy hooks of the simulator (an AIMD batch limit, a gear schedule). Every deployment runs on the *same*
+simulator (:meth:`Deployment.simulate`) and, where it needs no hook, on the same runtime, so no system gets a
+private execution path. :class:`Outcome` is one run's cost, p95 and accuracy.
+
+Autoscaled systems (Cocktail+) decide their own device count over time; their cost is the time-mean of the
+devices they had provisioned (rounded up), and their peak may not exceed the device budget.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.plan import Device, GearPlan
+from cascadeserve.planner import QpsDistribution
+from cascadeserve.policy import AimdBatchLimit, GearSchedule
+from cascadeserve.profile import ModelProfile, Profile
+from cascadeserve.simulate import SimResult, simulate
+from cascadeserve.traces import Trace
+
+__all__ = [
+    "ACCURACY_TOL",
+    "Config",
+    "Deployment",
+    "Outcome",
+    "System",
+    "Workload",
+    "batch_for_latency",
+    "pareto_models",
+    "sub_profile",
+]
+
+# Replaying a trace cycles through the validation set, so a run's accuracy differs from the set's by a partial
+# cycle; a cell's accuracy target counts as met within this (the same for every system).
+ACCURACY_TOL = 5e-4
+
+Config = dict[str, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """The profile, the trace, the SLO grid and the hardware that every system is compared on."""
+
+    profile: Profile
+    trace: Trace
+    latency_slos_ms: tuple[float, ...]
+    accuracy_targets: tuple[float, ...]
+    device_memory_mb: float = 16000.0
+    qps_dist: QpsDistribution | str = "zipf"
+    seed: int = 0
+
+    @property
+    def max_qps(self) -> float:
+        return float(max(1, self.trace.max_qps))
+
+    def devices(self, n: int) -> tuple[Device, ...]:
+        return tuple(Device(name=f"dev{i}", memory_mb=self.device_memory_mb) for i in range(n))
+
+    def with_trace(self, trace: Trace) -> Workload:
+        return Workload(
+            self.profile,
+            trace,
+            self.latency_slos_ms,
+            self.accuracy_targets,
+            self.device_memory_mb,
+            self.qps_dist,
+            self.seed,
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One simulated run of one system setting."""
+
+    system: str
+    config: Config
+    devices: int  # cost: devices provisioned (autoscaled: time-mean, rounded up)
+    p95_ms: float
+    accuracy: float
+    mean_devices: float
+    peak_devices: int
+
+    def meets(self, p95_ms: float, accuracy: float) -> bool:
+        return self.p95_ms <= p95_ms and self.accuracy >= accuracy - ACCURACY_TOL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "config": self.config,
+            "devices": self.devices,
+            "p95_ms": self.p95_ms,
+            "accuracy": self.accuracy,
+            "mean_devices": self.mean_devices,
+            "peak_devices": self.peak_devices,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class Deployment:
+    """A system setting ready to run: the profile and plan, plus optional AIMD batching and a gear schedule."""
+
+    system: str
+    config: Config
+    profile: Profile
+    plan: GearPlan
+    aimd_target_s: float | None = None
+    schedule: GearSchedule | None = None
+    provisioned: np.ndarray | None = None  # devices provisioned per tick (autoscaled systems)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def needs_hooks(self) -> bool:
+        """Whether the deployment needs a simulator hook (the plain runtime cannot run it as is)."""
+        return self.aimd_target_s is not None or self.schedule is not None
+
+    def simulate(self, arrivals: np.ndarray) -> SimResult:
+        limit = None if self.aimd_target_s is None else AimdBatchLimit(self.aimd_target_s)
+        return simulate(self.profile, self.plan, arrivals, batch_limit=limit, gear_schedule=self.schedule)
+
+    def outcome(self, res: SimResult) -> Outcome:
+        if self.provisioned is not None and len(self.provisioned):
+            mean = float(np.mean(self.provisioned))
+            peak = int(np.max(self.provisioned))
+            cost = math.ceil(mean - 1e-9)
+        else:
+            cost = peak = len(self.plan.devices)
+            mean = float(cost)
+        return Outcome(self.system, self.config, cost, res.percentile_ms(95), res.accuracy, mean, peak)
+
+
+class System(ABC):
+    """A serving system under comparison: settings to try at a device count, and a deployment per setting."""
+
+    name: str = ""
+    autoscaled: bool = False  # True: the device count is the system's own decision (``devices`` is the budget)
+
+    @abstractmethod
+    def configs(self, w: Workload, devices: int) -> list[Config]:
+        """The hyper-parameter settings to grid-search at ``devices`` devices."""
+
+    @abstractmethod
+    def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
+        """The deployment for one setting, or ``None`` when it cannot be built (e.g. the planner says infeasible)."""
+
+    def run(self, w: Workload, devices: int) -> list[Outcome]:
+        """Every setting's outcome on the workload's trace."""
+        out = []
+        for cfg in self.configs(w, devices):
+            dep = self.deploy(w, devices, cfg)
+            if dep is not None:
+                out.append(dep.outcome(dep.simulate(w.trace.arrivals)))
+        return out
+
+
+def sub_profile(profile: Profile, models: Sequence[str], *, name: str | None = None) -> Profile:
+    """The profile restricted to ``models`` (same samples and records)."""
+    rows = [profile.index(m) for m in models]
+    return Profile(
+        name=name or profile.name,
+        models=tuple(profile.models[r] for r in rows),
+        sample_ids=np.array(profile.sample_ids),
+        labels=np.array(profile.labels),
+        predictions=np.array(profile.predictions[rows]),
+        certainties=np.array(profile.certainties[rows]),
+        task=profile.task,
+        device=profile.device,
+        source=profile.source,
+    )
+
+
+def pareto_models(profile: Profile, batch: int = 32) -> list[str]:
+    """Models not beaten on both accuracy and per-sample cost (at ``batch``) by another; most accurate first."""
+    rows = []
+    for i, m in enumerate(profile.models):
+        rows.append((float(profile.accuracies[i]), m.runtime.per_sample_ms(batch), m.name))
+    keep = [
+        name
+        for acc, cost, name in rows
+        if not any((a >= acc and c <= cost) and (a > acc or c < cost) for a, c, _ in rows)
+    ]
+    return sorted(keep, key=lambda n: -float(profile.accuracies[profile.index(n)]))
+
+
+def batch_for_latency(model: ModelProfile, budget_ms: float, cap: int = 4096) -> int:
+    """The largest batch whose runtime fits ``budget_ms`` (at least 1)."""
+    sizes = np.arange(1, cap + 1)
+    ok = np.flatnonzero(model.runtime.ms_at(sizes) <= budget_ms)
+    return int(sizes[ok[-1]]) if len(ok) else 1

@@ -1,0 +1,49 @@
+"""DynBa (paper §6.2): one model for every request, statically provisioned on all devices, dynamic batching.
+
+For each model whose accuracy can reach some accuracy target of the grid, DynBa places one replica of it on every
+device and splits the load evenly. Its batching is cascadeserve's own (the paper's improvement): either
+work-conserving (``min_queue=1``: a free device takes its whole queue), or the planner's per-QPS-range minimum
+queue lengths, obtained by running the gear planner on the one-model profile under each latency SLO (with one
+model the planner can only place, balance and batch). Both are grid-searched; the best setting per cell wins.
+"""
+
+from __future__ import annotations
+
+from cascadeserve.baselines.common import ACCURACY_TOL, Config, Deployment, System, Workload, sub_profile
+from cascadeserve.cascade import Cascade
+from cascadeserve.errors import InfeasibleError, PlanError
+from cascadeserve.plan import SLO, fixed_plan
+from cascadeserve.planner import Planner
+
+__all__ = ["DynBa"]
+
+
+class DynBa(System):
+    name = "dynba"
+
+    def configs(self, w: Workload, devices: int) -> list[Config]:
+        low = min(w.accuracy_targets) - ACCURACY_TOL if w.accuracy_targets else 0.0
+        out: list[Config] = []
+        for i, m in enumerate(w.profile.models):
+            if float(w.profile.accuracies[i]) < low:
+                continue  # could meet no cell
+            out.append({"model": m.name, "batching": "min_queue=1"})
+            out.extend({"model": m.name, "batching": "planner", "slo_ms": v} for v in w.latency_slos_ms)
+        return out
+
+    def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
+        model = str(config["model"])
+        if config["batching"] == "min_queue=1":
+            try:
+                plan = fixed_plan(w.profile, Cascade((model,), ()), w.devices(devices), min_queue=1)
+            except PlanError:
+                return None
+            return Deployment(self.name, dict(config), w.profile, plan)
+        one = sub_profile(w.profile, [model])
+        planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed)
+        try:
+            planner.fit(one, w.devices(devices), SLO(kind="p95_ms", value=float(config["slo_ms"])), w.max_qps)
+        except InfeasibleError:
+            return None
+        assert planner.plan_ is not None
+        return Deployment(self.name, dict(config), one, planner.plan_)

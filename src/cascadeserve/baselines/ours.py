@@ -1,0 +1,114 @@
+"""cascadeserve itself as a system under comparison, and its two ablations (paper §6.6, Fig. 12).
+
+* :class:`CascadeServe`: the gear planner, planned once per SLO of the grid (each latency SLO and each accuracy
+  target, the two ways a user states an SLO); any of the resulting plans may meet a cell. Its own
+  hyper-parameters are the defaults (``n_ranges=10``, ``alpha=8``), not grid-searched.
+* :class:`NoSwitching`: one static cascade serves the whole trace. The candidates are SP1's frontier cascades
+  that can reach an accuracy target (up to :data:`STATIC_CANDIDATES`, spread over the frontier), each placed on
+  every device where it fits with work-conserving batching (a free device takes its whole queue); grid-searched.
+  (The planner with ``n_ranges=1`` is not used: its only range is also its lowest, which it pins to a minimum
+  queue length of 1, and its keep-up check (busy ≤ 97 %) then rejects every cascade at high load.)
+* :class:`NoCascade`: the same planner on a copy of the profile whose certainties are all zero, so every
+  cascade longer than one model forwards everything and is dominated by its last model: the planner switches
+  between *single* models with cascadeserve's placement, load balancing and batching.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cascadeserve.baselines.common import ACCURACY_TOL, Config, Deployment, System, Workload
+from cascadeserve.cascade import Cascade
+from cascadeserve.errors import InfeasibleError, PlanError
+from cascadeserve.plan import SLO, fixed_plan
+from cascadeserve.planner import Planner, search_cascades
+from cascadeserve.profile import Profile
+
+__all__ = ["STATIC_CANDIDATES", "CascadeServe", "NoCascade", "NoSwitching", "without_cascades"]
+
+STATIC_CANDIDATES = 8
+
+
+def without_cascades(profile: Profile) -> Profile:
+    """A copy of ``profile`` whose models are never certain (every threshold forwards every sample)."""
+    return Profile(
+        name=profile.name,
+        models=profile.models,
+        sample_ids=np.array(profile.sample_ids),
+        labels=np.array(profile.labels),
+        predictions=np.array(profile.predictions),
+        certainties=np.zeros_like(profile.certainties),
+        task=profile.task,
+        device=profile.device,
+        source=profile.source,
+    )
+
+
+class CascadeServe(System):
+    name = "cascadeserve"
+
+    def __init__(self, n_ranges: int = 10, alpha: float = 8.0) -> None:
+        self.n_ranges = n_ranges
+        self.alpha = alpha
+
+    def _profile(self, w: Workload) -> Profile:
+        return w.profile
+
+    def configs(self, w: Workload, devices: int) -> list[Config]:
+        return [{"slo": "p95_ms", "value": v} for v in w.latency_slos_ms] + [
+            {"slo": "accuracy", "value": v} for v in w.accuracy_targets
+        ]
+
+    def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
+        prof = self._profile(w)
+        slo = SLO(kind=config["slo"], value=float(config["value"]))
+        planner = Planner(n_ranges=self.n_ranges, qps_dist=w.qps_dist, alpha=self.alpha, seed=w.seed)
+        try:
+            planner.fit(prof, w.devices(devices), slo, w.max_qps)
+        except InfeasibleError:
+            return None
+        assert planner.plan_ is not None
+        return Deployment(self.name, dict(config), prof, planner.plan_)
+
+
+class NoSwitching(System):
+    name = "no-switching"
+
+    def __init__(self) -> None:
+        self._front: dict[int, list[Cascade]] = {}
+
+    def candidates(self, w: Workload) -> list[Cascade]:
+        hit = self._front.get(id(w.profile))
+        if hit is None:
+            low = min(w.accuracy_targets) - ACCURACY_TOL if w.accuracy_targets else 0.0
+            cands = [c for c in search_cascades(w.profile).candidates if c.accuracy >= low]
+            if len(cands) > STATIC_CANDIDATES:  # spread over the frontier, always keeping the most accurate
+                idx = np.unique(np.linspace(0, len(cands) - 1, STATIC_CANDIDATES).round().astype(int))
+                cands = [cands[i] for i in idx]
+            hit = self._front[id(w.profile)] = [c.cascade for c in cands]
+        return hit
+
+    def configs(self, w: Workload, devices: int) -> list[Config]:
+        return [{"models": list(c.models), "thresholds": list(c.thresholds)} for c in self.candidates(w)]
+
+    def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
+        c = Cascade(tuple(config["models"]), tuple(config["thresholds"]))
+        try:
+            plan = fixed_plan(w.profile, c, w.devices(devices), min_queue=1)
+        except PlanError:
+            return None
+        return Deployment(self.name, dict(config), w.profile, plan)
+
+
+class NoCascade(CascadeServe):
+    name = "no-cascade"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cache: dict[int, Profile] = {}
+
+    def _profile(self, w: Workload) -> Profile:
+        hit = self._cache.get(id(w.profile))
+        if hit is None:
+            hit = self._cache[id(w.profile)] = without_cascades(w.profile)
+        return hit
