@@ -672,7 +672,8 @@ class RayRuntime(Runtime):
             self.observer.batch(event)
         known = set(rep["gens"])
         for gen in self.generations:
-            if gen.number not in known and device in gen.plan.device_index:  # a restarted server lost it
+            lost = gen.number not in known and device in gen.plan.device_index  # a restarted server lost it
+            if lost and device in self.fleet.handles:  # (and the runtime is not stopping)
                 self._open(gen, device)
 
     def set_deadline(self, req: Request, timeout_s: float) -> None:

@@ -70,7 +70,9 @@ def serve(
         f"on http://{host}:{port}",
         highlight=False,
     )
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled, after shutting down
+    # uvicorn re-raises the signal it handled once it has shut down: SIGINT as KeyboardInterrupt, and SIGTERM as
+    # SystemExit where Ray's driver installed its handler (--backend ray). Either way the drain is done.
+    with contextlib.suppress(KeyboardInterrupt, SystemExit):
         server.run()
     err_console.print("stopped")
 

@@ -1,0 +1,222 @@
+"""The Ray backend on a real local Ray instance: faults, gear propagation, a 16-device plan, hot-swap onto new
+devices, and ``cascadeserve serve --backend ray`` end to end with tritonclient.
+
+The behaviour tests shared with the local backend live in tests/http (parametrised by ``backend``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.runtime.runtime_helpers import two_gear_plan
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.plan import Device, fixed_plan
+from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, save_profile
+from cascadeserve.runtime import Answer, Recorder, RuntimeOptions, ServingError
+
+ray = pytest.importorskip("ray")
+from cascadeserve.backends.ray import RayBackend, RayOptions, RayRuntime, server_actors  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def _devices(n: int, prefix: str = "d") -> tuple[Device, ...]:
+    return tuple(Device(name=f"{prefix}{i}", memory_mb=1000) for i in range(n))
+
+
+def _slow(base: Profile, ms: tuple[float, float] = (2.0, 30.0)) -> Profile:
+    models = tuple(ModelProfile(f"m{i}", 100.0, RuntimeCurve((1, 64), (t, 2 * t))) for i, t in enumerate(ms))
+    return Profile(
+        "slow", models, base.sample_ids, base.labels, base.predictions[:2].copy(), base.certainties[:2].copy()
+    )
+
+
+async def _gather(reqs: list) -> list[Answer | BaseException]:  # type: ignore[type-arg]
+    return list(await asyncio.gather(*(r.future for r in reqs), return_exceptions=True))
+
+
+def test_killed_server_is_restarted_and_every_request_is_answered_exactly_once(toy_profile: Profile) -> None:
+    prof = _slow(toy_profile)
+    # Both models on both devices, so a request whose server dies has another replica to go to.
+    plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.3,)), _devices(2), min_queue=1, max_wait_ms=5.0)
+    rec = Recorder()
+
+    async def main() -> tuple[list[Answer | BaseException], float, int]:
+        rt = RayBackend().emulated_runtime(prof, plan, observer=rec, options=RuntimeOptions(max_in_flight=None))
+        assert isinstance(rt, RayRuntime)
+        await rt.start()
+        victim = server_actors(rt)["d0"]
+        born = await victim.ping.remote()
+        reqs = []
+        killed_at = 0.0
+        for i in range(600):  # ~400 req/s for 1.5 s
+            reqs += rt.submit([i % prof.n_samples])
+            if i == 200:
+                ray.kill(victim, no_restart=False)
+                killed_at = time.monotonic()
+            await asyncio.sleep(0.0025)
+        results = await asyncio.wait_for(_gather(reqs), timeout=60)
+        while True:  # how long until the restarted server answers again
+            try:
+                if await asyncio.wait_for(victim.ping.remote(), timeout=5) != born:
+                    break
+            except Exception:
+                await asyncio.sleep(0.02)
+        restart_s = time.monotonic() - killed_at
+        # after the restart (and the next poll, which re-installs its plan) d0 serves again
+        await asyncio.sleep(0.3)
+        n_before = sum(1 for b in rec.batches if b.device_name == "d0")
+        more = await asyncio.wait_for(_gather(rt.submit(list(range(40)))), timeout=30)
+        await asyncio.sleep(0.3)
+        served_again = sum(1 for b in rec.batches if b.device_name == "d0") - n_before
+        await rt.stop(grace_s=1.0)
+        assert all(isinstance(a, Answer) for a in more)
+        return results, restart_s, served_again
+
+    results, restart_s, served_again = asyncio.run(main())
+    answers = [a for a in results if isinstance(a, Answer)]
+    errors = [a for a in results if not isinstance(a, Answer)]
+    assert errors == [], errors[:3]
+    assert len(answers) == 600
+    assert rec.n_admitted == 640 and rec.n_answered == 640 and rec.n_failed == 0 and rec.n_duplicates == 0
+    # requests that m0 had finished and sent to m1 on the dead server are answered by m0, marked fallback
+    assert any(a.fallback and a.model == "m0" for a in answers)
+    assert restart_s < 30.0
+    assert served_again > 0
+    print(f"restart {restart_s:.2f} s, fallbacks {sum(a.fallback for a in answers)}")
+
+
+def test_gear_switch_reaches_every_server_within_one_tick(toy_profile: Profile) -> None:
+    plan = two_gear_plan(low_high=60.0, max_wait_ms=10.0)
+    rec = Recorder()
+
+    async def main() -> None:
+        rt = RayBackend().emulated_runtime(toy_profile, plan, observer=rec)
+        assert isinstance(rt, RayRuntime)
+        await rt.start()
+        reqs = []
+        for i in range(200):  # 400 req/s: gear 1 from the first tick that sees it
+            reqs += rt.submit([i])
+            await asyncio.sleep(0.0025)
+        await asyncio.wait_for(_gather(reqs), timeout=30)
+        gen = rt.current
+        switch = [t for t in rec.ticks if t.switched]
+        assert switch and switch[0].decision.gear == 1
+        await asyncio.sleep(0.25)  # two polls: the servers' reports reach the front end
+        tick = plan.tick_ms / 1000.0
+        for device in ("d0", "d1"):
+            applied = rt.fleet.gear_set_at[device][gen.number]
+            assert applied > 0
+            # switched_at is the last switch; the servers stamp the same switch when it arrives
+            assert abs(applied - gen.switched_at) < tick, (device, applied - gen.switched_at)
+        await rt.stop(grace_s=1.0)
+
+    asyncio.run(main())
+
+
+def test_many_device_plan_and_hot_swap_onto_new_devices(toy_profile: Profile) -> None:
+    # 8 devices keep CI fast (each server is a process); benchmarks/bench_ray.py runs the 16-device plan.
+    plan16 = fixed_plan(toy_profile, Cascade(("m0", "m1", "m2"), (0.3, 0.3)), _devices(8), max_wait_ms=5.0)
+    plan_new = fixed_plan(toy_profile, Cascade(("m1", "m2"), (0.3,)), _devices(2, "e"), max_wait_ms=5.0)
+    rec = Recorder()
+
+    async def main() -> tuple[list[Answer | BaseException], list[Answer | BaseException]]:
+        rt = RayBackend().emulated_runtime(toy_profile, plan16, observer=rec)
+        assert isinstance(rt, RayRuntime)
+        await rt.start()
+        first = await asyncio.wait_for(_gather(rt.submit(list(range(400)))), timeout=60)
+        rt.swap_plan(plan_new)  # two devices that have no server yet: started now, before they serve
+        second = await asyncio.wait_for(_gather(rt.submit(list(range(100)))), timeout=60)
+        await asyncio.sleep(0.25)
+        await rt.stop(grace_s=1.0)
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert all(isinstance(a, Answer) for a in first + second)
+    assert {a.model for a in second if isinstance(a, Answer)} <= {"m1", "m2"}
+    used = {b.device_name for b in rec.batches}
+    assert len(used & {f"d{i}" for i in range(8)}) >= 6 and {"e0", "e1"} & used
+    for i, a in enumerate(first):
+        assert isinstance(a, Answer) and a.label == toy_profile.predictions[toy_profile.index(a.model), i]
+
+
+def test_server_dead_for_good_fails_its_requests_instead_of_hanging(toy_profile: Profile) -> None:
+    prof = _slow(toy_profile)
+    plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.3,)), _devices(1), max_wait_ms=5.0)
+
+    async def main() -> list[Answer | BaseException]:
+        rt = RayBackend(RayOptions(retries=1)).emulated_runtime(prof, plan)
+        await rt.start()
+        assert isinstance(rt, RayRuntime)
+        ray.kill(server_actors(rt)["d0"], no_restart=True)
+        out = await asyncio.wait_for(_gather(rt.submit([1, 2, 3])), timeout=30)
+        await rt.stop(grace_s=0.5)
+        return out
+
+    out = asyncio.run(main())
+    assert all(isinstance(e, ServingError) and e.status == 503 for e in out)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_cli_serve_backend_ray_emulate_with_tritonclient(toy_profile: Profile, tmp_path: Path) -> None:
+    import httpx
+    import tritonclient.http as triton
+
+    save_profile(toy_profile, tmp_path / "profile")
+    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), _devices(4), max_wait_ms=5.0)
+    plan.save(tmp_path / "plan.json")
+    port = _port()
+    address = ray.get_runtime_context().gcs_address  # join this session's instance instead of starting another
+    cli = Path(sys.executable).parent / "cascadeserve"
+    cmd = [
+        str(cli),
+        "serve",
+        "--backend",
+        "ray",
+        "--address",
+        address,
+        "--emulate",
+        "--plan",
+        str(tmp_path / "plan.json"),
+    ]
+    cmd += ["--profile", str(tmp_path / "profile"), "--port", str(port), "--name", "toy", "--grace-s", "1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.2)
+        client = triton.InferenceServerClient(f"127.0.0.1:{port}")
+        ids = np.arange(8, dtype=np.int64)
+        inp = triton.InferInput("sample_id", [len(ids)], "INT64")
+        inp.set_data_from_numpy(ids)
+        res = client.infer("toy", [inp])
+        models = [m.decode() for m in res.as_numpy("model")]
+        for i, (label, m) in enumerate(zip(res.as_numpy("label"), models, strict=True)):
+            assert label == toy_profile.predictions[toy_profile.index(m), i]
+        assert res.get_response()["parameters"]["emulated"] is True
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "ray backend" in err and "stopped" in err
