@@ -1,0 +1,26 @@
+"""The evaluation harness that redraws the paper's results (§6): cost grid, trade-off curves, degradation
+timelines, ablations, and the report page. Every system runs on the shared simulator (and, for timelines, on the
+runtime); see :mod:`cascadeserve.baselines`."""
+
+from __future__ import annotations
+
+from cascadeserve.eval.grid import CompareResult, SystemGrid, compare, evaluate_system, min_devices
+from cascadeserve.eval.report import family_max_qps, grid_table, run_all, versions, write_report
+from cascadeserve.eval.timeline import degradation, pareto, sliding, trade_off_curves
+
+__all__ = [
+    "CompareResult",
+    "SystemGrid",
+    "compare",
+    "degradation",
+    "evaluate_system",
+    "family_max_qps",
+    "grid_table",
+    "min_devices",
+    "pareto",
+    "run_all",
+    "sliding",
+    "trade_off_curves",
+    "versions",
+    "write_report",
+]

@@ -1,0 +1,201 @@
+"""The cost grid (paper Fig. 7): the fewest devices with which each system meets each (p95, accuracy) cell.
+
+For a fixed-device system, a device count ``d`` *meets* cell ``(L, A)`` when some hyper-parameter setting of the
+system, deployed on ``d`` devices and simulated on the workload's trace, has p95 ≤ L and accuracy ≥ A. Every
+setting's outcome at ``d`` is computed once and cached, so all cells share the simulations. The minimum ``d`` is
+found by galloping (1, 2, 4, … until a count meets the cell) and then binary search between the last count that
+failed and the first that met; this assumes more devices never hurt, which holds for every system here (a plan
+for more devices can always leave the extra ones idle). A cell no count up to ``max_devices`` meets is ``None``.
+
+An autoscaled system (Cocktail+) runs each setting once with the whole budget; its cost for a cell is the smallest
+time-mean provisioned device count (rounded up) among the settings that meet the cell.
+
+``savings`` per cell is the best (smallest) baseline count over cascadeserve's count, where both exist.
+``median_savings`` is the median over those cells; ``min_high_accuracy_savings`` the minimum over the cells of the
+upper half of the accuracy targets (the *high-accuracy* cells).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from cascadeserve.baselines import BASELINES, OURS, Outcome, System, Workload
+
+__all__ = ["CompareResult", "SystemGrid", "compare", "evaluate_system", "min_devices"]
+
+
+def min_devices(meets: Callable[[int], bool], max_devices: int) -> int | None:
+    """The smallest ``d`` in ``1..max_devices`` with ``meets(d)``, for a monotone ``meets`` (galloping search)."""
+    if max_devices < 1:
+        return None
+    lo, d = 0, 1  # meets(lo) is known false (0 devices meet nothing)
+    while True:
+        if meets(d):
+            hi = d
+            break
+        if d >= max_devices:
+            return None
+        lo, d = d, min(2 * d, max_devices)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@dataclass
+class SystemGrid:
+    """One system's answers: devices per cell, and every outcome it simulated (by device count)."""
+
+    system: str
+    autoscaled: bool
+    devices: dict[tuple[float, float], int | None]
+    outcomes: dict[int, list[Outcome]]
+    wall_s: float
+    simulations: int
+
+    def best_config(self, cell: tuple[float, float]) -> dict[str, Any] | None:
+        d = self.devices.get(cell)
+        if d is None:
+            return None
+        pool = [o for outs in self.outcomes.values() for o in outs if o.devices == d and o.meets(*cell)]
+        return min(pool, key=lambda o: (o.p95_ms, -o.accuracy)).config if pool else None
+
+
+def evaluate_system(
+    system: System,
+    w: Workload,
+    max_devices: int,
+    *,
+    curve_devices: Sequence[int] = (),
+) -> SystemGrid:
+    """Fill one system's column of the grid (and evaluate it at ``curve_devices`` for the trade-off curves)."""
+    t0 = time.perf_counter()
+    cache: dict[int, list[Outcome]] = {}
+    sims = 0
+
+    def outcomes(d: int) -> list[Outcome]:
+        nonlocal sims
+        hit = cache.get(d)
+        if hit is None:
+            hit = cache[d] = system.run(w, d)
+            sims += len(hit)
+        return hit
+
+    cells = [(lat, acc) for lat in w.latency_slos_ms for acc in w.accuracy_targets]
+    devices: dict[tuple[float, float], int | None] = {}
+    if system.autoscaled:
+        outs = outcomes(max_devices)
+        for cell in cells:
+            ok = [o.devices for o in outs if o.meets(*cell) and o.peak_devices <= max_devices]
+            devices[cell] = min(ok) if ok else None
+    else:
+        for cell in cells:
+
+            def meets(d: int, c: tuple[float, float] = cell) -> bool:
+                return any(o.meets(*c) for o in outcomes(d))
+
+            devices[cell] = min_devices(meets, max_devices)
+        for d in curve_devices:
+            outcomes(d)
+    return SystemGrid(system.name, system.autoscaled, devices, cache, time.perf_counter() - t0, sims)
+
+
+def _job(args: tuple[System, Workload, int, tuple[int, ...]]) -> SystemGrid:
+    system, w, max_devices, curve = args
+    return evaluate_system(system, w, max_devices, curve_devices=curve)
+
+
+@dataclass
+class CompareResult:
+    workload: Workload
+    max_devices: int
+    grids: dict[str, SystemGrid]
+    wall_s: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cells(self) -> list[tuple[float, float]]:
+        w = self.workload
+        return [(lat, acc) for lat in w.latency_slos_ms for acc in w.accuracy_targets]
+
+    def high_accuracy(self) -> set[float]:
+        targets = sorted(self.workload.accuracy_targets)
+        return set(targets[len(targets) // 2 :])
+
+    def savings(self, cell: tuple[float, float]) -> float | None:
+        ours = self.grids[OURS].devices.get(cell) if OURS in self.grids else None
+        base = [self.grids[b].devices.get(cell) for b in BASELINES if b in self.grids]
+        reach = [b for b in base if b is not None]
+        if ours is None or not reach:
+            return None
+        return min(reach) / ours
+
+    def to_dict(self) -> dict[str, Any]:
+        cells: list[dict[str, Any]] = []
+        high = self.high_accuracy()
+        for cell in self.cells:
+            cells.append(
+                {
+                    "p95_ms": cell[0],
+                    "accuracy": cell[1],
+                    "high_accuracy": cell[1] in high,
+                    "devices": {name: g.devices[cell] for name, g in self.grids.items()},
+                    "savings": self.savings(cell),
+                    "best_config": {name: g.best_config(cell) for name, g in self.grids.items()},
+                }
+            )
+        sv = [c["savings"] for c in cells if c["savings"] is not None]
+        hs = [c["savings"] for c in cells if c["savings"] is not None and c["high_accuracy"]]
+        only_ours = [
+            (c["p95_ms"], c["accuracy"])
+            for c in cells
+            if c["devices"].get(OURS) is not None and all(c["devices"].get(b) is None for b in BASELINES)
+        ]
+        w = self.workload
+        return {
+            "profile": w.profile.name,
+            "trace": w.trace.source,
+            "requests": len(w.trace),
+            "max_qps": w.max_qps,
+            "max_devices": self.max_devices,
+            "device_memory_mb": w.device_memory_mb,
+            "latency_slos_ms": list(w.latency_slos_ms),
+            "accuracy_targets": list(w.accuracy_targets),
+            "systems": list(self.grids),
+            "cells": cells,
+            "median_savings": statistics.median(sv) if sv else None,
+            "min_high_accuracy_savings": min(hs) if hs else None,
+            "cells_only_cascadeserve_reaches": [list(c) for c in only_ours],
+            "wall_s": self.wall_s,
+            "system_wall_s": {n: g.wall_s for n, g in self.grids.items()},
+            "simulations": {n: g.simulations for n, g in self.grids.items()},
+            **self.meta,
+        }
+
+
+def compare(
+    w: Workload,
+    systems: Sequence[System],
+    max_devices: int = 16,
+    *,
+    jobs: int = 1,
+    curve_devices: Sequence[int] = (),
+) -> CompareResult:
+    """Every system's column of the cost grid; ``jobs`` > 1 runs systems in parallel processes."""
+    t0 = time.perf_counter()
+    args = [(s, w, max_devices, tuple(curve_devices)) for s in systems]
+    if jobs > 1:
+        # Heaviest first so the pool's tail is short.
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            grids = list(pool.map(_job, args))
+    else:
+        grids = [_job(a) for a in args]
+    return CompareResult(w, max_devices, {g.system: g for g in grids}, time.perf_counter() - t0)
