@@ -13,7 +13,7 @@ from cascadeserve.cli import run
 from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
 from cascadeserve.profile import load_profile
 
-FACTORY = '''
+FACTORY = """
 import numpy as np
 
 def linear(seed=0, classes=3):
@@ -21,7 +21,7 @@ def linear(seed=0, classes=3):
     def f(batch):
         return np.asarray(batch, dtype=float) @ w
     return f
-'''
+"""
 
 
 @pytest.fixture()

@@ -12,7 +12,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.models import ModelLoadError, load_models_config
 from cascadeserve.runtime import load_model_config
 
-FACTORY = '''
+FACTORY = """
 import numpy as np
 
 def make(classes=3, bias=0.0):
@@ -23,7 +23,7 @@ def make(classes=3, bias=0.0):
 
 def double(batch):
     return np.asarray(batch) * 2
-'''
+"""
 
 
 @pytest.fixture()

@@ -27,17 +27,15 @@ def plot_frontier(profile: Profile, plan: GearPlan, path: Path) -> Path:
         w = m.runtime.per_sample_ms(16)
         ax.scatter([w], [profile.accuracies[i]], color="black", zorder=3)
         ax.annotate(m.name, (w, profile.accuracies[i]), textcoords="offset points", xytext=(5, -10), fontsize=8)
-    for gi, g in enumerate(plan.gears):
-        ev = g.cascade.evaluate(profile, 16)
-        ax.scatter(ev.work_ms, ev.accuracy, marker="*", s=140, color="tab:red", zorder=4)
-        ax.annotate(
-            f"gear {gi}",
-            (float(ev.work_ms[0]), float(ev.accuracy[0])),
-            xytext=(5, 5),
-            textcoords="offset points",
-            fontsize=8,
-            color="tab:red",
-        )
+    groups: dict[str, list[int]] = {}
+    for gi, g in enumerate(plan.gears):  # gears that share a cascade share a point: label them once
+        groups.setdefault(str(g.cascade), []).append(gi)
+    for gis in groups.values():
+        ev = plan.gears[gis[0]].cascade.evaluate(profile, 16)
+        w, a = float(ev.work_ms[0]), float(ev.accuracy[0])
+        ax.scatter([w], [a], marker="*", s=140, color="tab:red", zorder=4)
+        label = f"gear {gis[0]}" if len(gis) == 1 else f"gears {gis[0]}-{gis[-1]}"
+        ax.annotate(label, (w, a), xytext=(6, -12), textcoords="offset points", fontsize=8, color="tab:red")
     ax.set_xscale("log")
     ax.set_xlabel("expected device ms per sample (batch 16, log scale)")
     ax.set_ylabel("validation accuracy")
@@ -62,10 +60,11 @@ def plot_plan(plan: GearPlan, path: Path) -> Path:
         for stage, m in enumerate(g.models):
             j = models.index(m)
             ax.barh(j, g.qps_high - g.qps_low, left=g.qps_low, color=colors[j], edgecolor="white")
-            label = f"t={g.thresholds[stage]:.2f}" if stage < len(g.thresholds) else "last"
+            mq = max((rg.min_queue for rid, rg in g.replicas.items() if rid.split("@", 1)[0] == m), default=1)
+            label = (f"t={g.thresholds[stage]:.2f}" if stage < len(g.thresholds) else "last") + f" q>={mq}"
             ax.text((g.qps_low + g.qps_high) / 2, j, label, ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(len(models)), models)
-    ax.set_ylabel("model (stage threshold)")
+    ax.set_ylabel("model (threshold t, batch trigger q)")
     ax.set_title(f"gear plan: cascade per QPS range ({plan.slo or 'no SLO'})")
     mids = [(g.qps_low + g.qps_high) / 2 for g in plan.gears]
     acc = [g.predicted_accuracy or np.nan for g in plan.gears]

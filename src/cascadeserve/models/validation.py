@@ -182,9 +182,9 @@ def load_validation(spec: str | Path) -> ValidationSet:
 
         return digits.validation_set()
     if s == "tweets" or s.startswith("tweets:"):
-        from cascadeserve.models.families import tweets
+        from cascadeserve.models.families.tweets import validation_set as tweets_validation
 
-        return tweets.validation_set(s.partition(":")[2] or None)
+        return tweets_validation(s.partition(":")[2] or None)
     path = Path(s)
     if not path.is_file():
         raise ValidationDataError(f"{path}: no such file (give digits, tweets[:DIR], a .npz or a .csv)")

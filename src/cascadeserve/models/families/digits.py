@@ -93,7 +93,7 @@ def _build(arch: str) -> Any:
     torch = require("torch")
     nn = torch.nn
 
-    class Pixels(nn.Module):  # type: ignore[misc]
+    class Pixels(nn.Module):  # type: ignore[misc,name-defined]
         """[n, 64] raw pixels (0..16) -> [n, 1, 8, 8] in 0..1."""
 
         def forward(self, x: Any) -> Any:
@@ -141,7 +141,7 @@ def _tta(model: Any) -> Any:
     torch = require("torch")
     pixels, net = model[0], torch.nn.Sequential(*list(model)[1:])
 
-    class ShiftTTA(torch.nn.Module):  # type: ignore[misc]
+    class ShiftTTA(torch.nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.pixels, self.net = pixels, net

@@ -107,7 +107,9 @@ def _tokenizer() -> Any:
 
 def tokenize(batch: Any) -> dict[str, np.ndarray]:
     """Raw tweets -> ``input_ids`` and ``attention_mask`` (int64, padded to the longest, at most 64 tokens)."""
-    enc = _tokenizer()([str(t) for t in batch], padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="np")
+    enc = _tokenizer()(
+        [str(t) for t in batch], padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="np"
+    )
     return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
 
 
@@ -127,7 +129,7 @@ def _l6_encoder() -> Any:
     os.environ["HF_HUB_OFFLINE"] = "1"
     enc = transformers.AutoModel.from_pretrained(str(_l6_dir()), local_files_only=True).eval()
 
-    class MeanPooled(torch.nn.Module):  # type: ignore[misc]
+    class MeanPooled(torch.nn.Module):  # type: ignore[misc,name-defined]
         """all-MiniLM-L6-v2 as sentence-transformers uses it: mean of token states under the mask."""
 
         def __init__(self) -> None:
@@ -193,7 +195,7 @@ def prepare(path: str | Path | None = None, progress: Callable[[str], None] | No
 
 def _head(path: str | Path | None, name: str) -> Any:
     f = prepare(path) / f"{name}.pkl"
-    return pickle.loads(f.read_bytes())  # noqa: S301  (our own cache file)
+    return pickle.loads(f.read_bytes())
 
 
 def tfidf_lr(data: str | None = None) -> Any:
