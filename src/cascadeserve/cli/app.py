@@ -37,7 +37,7 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    from cascadeserve.cli import bench, demo, eval, fidelity, plan, profile, serve, simulate  # noqa: F401  (modules register their commands)
+    from cascadeserve.cli import bench, compare, demo, eval, fidelity, plan, profile, serve, simulate  # noqa: F401  (modules register their commands)
     _registered = True
 
 

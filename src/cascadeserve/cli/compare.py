@@ -1,0 +1,203 @@
+"""``cascadeserve compare`` and ``cascadeserve report``: cascadeserve against the baselines (paper §6).
+
+* ``compare``: the cost grid (Fig. 7): per system and (p95, accuracy) cell, the fewest devices that meet the cell in
+  simulation; the table, the savings over the best baseline, ``--json`` and ``--plots DIR`` (heatmaps, ablations).
+* ``report``: one full run per profile (cost grid, fixed-device curves, degradation timeline, ablations) written
+  as a markdown page with PNGs, the command and the versions (:func:`cascadeserve.eval.write_report`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cascadeserve.baselines import LoadTime, System, Workload, all_systems
+from cascadeserve.cli.app import app, console, err_console, print_json
+from cascadeserve.cli.common import (
+    ArrivalOpt,
+    DropZeroOpt,
+    MaxQpsOpt,
+    SeedOpt,
+    TraceFormatOpt,
+    TraceOpt,
+    WindowOpt,
+    parse_floats,
+    trace_options,
+)
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.eval import compare as run_compare
+from cascadeserve.eval import family_max_qps, run_all, write_report
+from cascadeserve.eval.plots import plot_ablation, plot_heatmaps
+from cascadeserve.planner import QpsDistribution
+from cascadeserve.profile import Profile, load_profile
+from cascadeserve.traces import build_trace, guess_format
+
+__all__ = ["compare_cmd", "report_cmd"]
+
+LatOpt = Annotated[str, typer.Option("--latency-slos", help="p95 SLOs in ms, comma-separated.")]
+AccOpt = Annotated[str, typer.Option("--accuracy-targets", help="Accuracy targets, comma-separated.")]
+MaxDevOpt = Annotated[int, typer.Option("--max-devices", help="Largest device count to try.")]
+MemOpt = Annotated[float, typer.Option("--device-memory-mb", help="Memory per device in MB.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", help="Systems evaluated in parallel processes.")]
+SystemsOpt = Annotated[str, typer.Option("--systems", help="Comma-separated subset of the systems (default: all).")]
+LoadOpt = Annotated[float, typer.Option("--cocktail-load-s", help="Cocktail+: fixed model load time in seconds.")]
+
+
+def _systems(names: str, load_s: float) -> list[System]:
+    every = all_systems(LoadTime(fixed_s=load_s))
+    if not names.strip():
+        return every
+    want = [n.strip() for n in names.split(",") if n.strip()]
+    known = {s.name: s for s in every}
+    bad = [n for n in want if n not in known]
+    if bad:
+        raise CascadeServeError(f"--systems: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+    return [known[n] for n in want]
+
+
+def _qps_dist(spec: str, fmt: str | None, window: str | None) -> QpsDistribution | str:
+    # The planner weights its QPS ranges by the trace's own load distribution when the trace is a file.
+    if spec.startswith("synthetic:"):
+        return "zipf"
+    try:
+        guess_format(spec) if fmt is None else fmt
+    except CascadeServeError:
+        return "zipf"
+    return QpsDistribution("empirical", trace=spec, window=window)
+
+
+@app.command("compare")
+def compare_cmd(
+    profile: Annotated[Path, typer.Option(help="Profile directory.")],
+    trace: TraceOpt,
+    latency_slos: LatOpt = "20,50,100",
+    accuracy_targets: AccOpt = "",
+    trace_format: TraceFormatOpt = None,
+    max_qps: MaxQpsOpt = None,
+    window: WindowOpt = None,
+    drop_zero: DropZeroOpt = False,
+    arrival: ArrivalOpt = "poisson",
+    seed: SeedOpt = 0,
+    max_devices: MaxDevOpt = 16,
+    device_memory_mb: MemOpt = 16000.0,
+    jobs: JobsOpt = 2,
+    systems: SystemsOpt = "",
+    cocktail_load_s: LoadOpt = 1.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    plots: Annotated[Path | None, typer.Option("--plots", help="Write the heatmaps and ablation bars here.")] = None,
+) -> None:
+    """Minimum devices per system to meet each (p95, accuracy) cell, and cascadeserve's savings (Fig. 7)."""
+    prof = load_profile(profile)
+    accs = parse_floats(accuracy_targets, "--accuracy-targets") or _default_targets(prof)
+    lats = parse_floats(latency_slos, "--latency-slos")
+    if not lats:
+        raise CascadeServeError("--latency-slos: give at least one value")
+    tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
+    w = Workload(prof, tr, lats, accs, device_memory_mb, _qps_dist(trace, trace_format, window), seed)
+    if not json_out:
+        err_console.print(f"comparing {len(_systems(systems, cocktail_load_s))} systems on {tr!r}")
+    res = run_compare(w, _systems(systems, cocktail_load_s), max_devices, jobs=jobs).to_dict()
+    res["command"] = shlex.join(["cascadeserve", *sys.argv[1:]])
+    if plots is not None:
+        plots.mkdir(parents=True, exist_ok=True)
+        plot_heatmaps(res, plots / f"{prof.name}-cost-grid.png")
+        plot_ablation(res, plots / f"{prof.name}-ablation.png")
+    if json_out:
+        print_json(res)
+        return
+    t = Table(title=f"{prof.name}: minimum devices per cell")
+    for col in ["p95 ≤ ms", "accuracy ≥", *res["systems"], "savings"]:
+        t.add_column(col)
+    for c in res["cells"]:
+        t.add_row(
+            f"{c['p95_ms']:g}",
+            f"{c['accuracy']:g}",
+            *["—" if c["devices"][s] is None else str(c["devices"][s]) for s in res["systems"]],
+            "—" if c["savings"] is None else f"{c['savings']:.2f}×",
+        )
+    console.print(t)
+    console.print(
+        f"median savings {res['median_savings']}, min high-accuracy savings {res['min_high_accuracy_savings']}"
+    )
+
+
+def _default_targets(prof: Profile) -> tuple[float, ...]:
+    """Four targets spread from a quarter to all of the way between the least and the most accurate model."""
+    lo, hi = float(prof.accuracies.min()), float(prof.accuracies.max())
+    return tuple(round(lo + k * (hi - lo) / 4, 4) for k in (1, 2, 3, 4))
+
+
+@app.command("report")
+def report_cmd(
+    profile: Annotated[list[Path], typer.Option(help="Profile directory (repeat for several).")],
+    trace: TraceOpt,
+    out: Annotated[Path, typer.Option(help="Output folder for README.md, PNGs and JSON.")] = Path("reports/paper"),
+    latency_slos: LatOpt = "20,50,100",
+    accuracy_targets: AccOpt = "",
+    trace_format: TraceFormatOpt = None,
+    max_qps: MaxQpsOpt = None,
+    capacity_devices: Annotated[
+        int, typer.Option(help="Without --max-qps: scale the peak to what this many devices serve with the best model.")
+    ] = 4,
+    window: WindowOpt = None,
+    drop_zero: DropZeroOpt = False,
+    arrival: ArrivalOpt = "poisson",
+    seed: SeedOpt = 0,
+    max_devices: MaxDevOpt = 16,
+    device_memory_mb: MemOpt = 16000.0,
+    jobs: JobsOpt = 2,
+    systems: SystemsOpt = "",
+    cocktail_load_s: LoadOpt = 1.0,
+    curve_devices: Annotated[str, typer.Option(help="Device counts for the trade-off curves.")] = "1,2",
+    timeline_devices: Annotated[int, typer.Option(help="Devices for each fixed-device system in the timeline.")] = 2,
+    real: Annotated[
+        bool, typer.Option("--real", help="Also run the timeline on the runtime (emulated devices).")
+    ] = False,
+) -> None:
+    """Run everything for each profile and write a markdown report with every table and figure."""
+    lats = parse_floats(latency_slos, "--latency-slos")
+    curve = tuple(int(x) for x in parse_floats(curve_devices, "--curve-devices"))
+    results = []
+    for pdir in profile:
+        prof = load_profile(pdir)
+        accs = parse_floats(accuracy_targets, "--accuracy-targets") or _default_targets(prof)
+        mid = sorted(lats)[len(lats) // 2]
+        peak = max_qps if max_qps is not None else round(family_max_qps(prof, capacity_devices, mid))
+        tr = trace_options(trace, trace_format, peak, window, drop_zero, arrival, seed).build()
+        dist = _qps_dist(trace, trace_format, window)
+        w = Workload(prof, tr, lats, accs, device_memory_mb, dist, seed)
+        spike = build_trace(
+            f"synthetic:spike:base={peak * 0.3:.0f},peak={peak:.0f},at=20,width=10,duration=60", seed=seed
+        )
+        tw = Workload(prof, spike, lats, accs, device_memory_mb, "zipf", seed)
+        sys_list = _systems(systems, cocktail_load_s)
+        tl_dev = {s.name: (max_devices if s.autoscaled else timeline_devices) for s in sys_list}
+        err_console.print(f"{prof.name}: {tr!r}")
+        res, curves, tl = run_all(
+            w,
+            sys_list,
+            tw,
+            max_devices=max_devices,
+            jobs=jobs,
+            curve_devices=curve,
+            timeline_devices=tl_dev,
+            timeline_slo_ms=mid,
+            real=real,
+        )
+        d = res.to_dict()
+        d["scaling"] = (
+            f"--max-qps {max_qps:g} given"
+            if max_qps is not None
+            else f"peak scaled to {peak:g} QPS = what {capacity_devices} devices serve with the most accurate model "
+            f"in batches within {mid:g}/2 ms"
+        )
+        results.append((d, curves, tl))
+    cmd = shlex.join(["cascadeserve", *sys.argv[1:]])
+    notes = "\n".join(f"- `{r[0]['profile']}`: {r[0]['scaling']}." for r in results)
+    path = write_report(out, results, cmd, notes)
+    console.print(f"wrote {path}")

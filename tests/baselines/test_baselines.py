@@ -1,0 +1,63 @@
+"""Each baseline is feasible where it should be on a tiny profile, and behaves as its paper description says."""
+
+from __future__ import annotations
+
+import numpy as np
+from tests.baselines.tiny import tiny_profile, workload
+
+from cascadeserve.baselines import CocktailPlus, DynBa, MSPlus, NoCascade, NoSwitching, ensemble_profile, vote
+from cascadeserve.traces import constant, step
+
+
+def test_dynba_with_enough_devices_meets_a_loose_slo() -> None:
+    w = workload(constant(300, 3.0, arrival="uniform"))
+    outs = DynBa().run(w, 4)  # 4 x 200 QPS of capacity for the slow model
+    best = [o for o in outs if o.config["model"] == "slow" and o.meets(100.0, 0.9)]
+    assert best, outs
+    # one device (200 QPS of capacity) cannot carry 300 QPS of the slow model
+    assert not any(o.meets(100.0, 0.9) for o in DynBa().run(w, 1))
+
+
+def test_msplus_switches_to_the_cheaper_model_under_a_step() -> None:
+    w = workload(step(50, 1500, 5.0, 10.0, arrival="uniform"), lats=(50.0,))
+    ms = MSPlus()
+    dep = ms.deploy(w, 1, {"slo_ms": 50.0, "headroom": 0.8, "aimd_target": 0.5})
+    assert dep is not None and dep.aimd_target_s == 0.025
+    res = dep.simulate(w.trace.arrivals)
+    names = np.array(dep.profile.model_names)[res.answer_row]
+    before = names[(w.trace.arrivals > 1.0) & (w.trace.arrivals < 4.5)]
+    after = names[w.trace.arrivals > 6.0]
+    assert (before == "slow").all()
+    assert (after == "fast").mean() > 0.95
+    # the tick admitted under the slow model right after the step leaves a backlog; once it drains, the SLO holds
+    late = res.latency_s[w.trace.arrivals > 7.0]
+    assert np.percentile(late, 95) < 0.050
+
+
+def test_cocktail_scales_up_ahead_of_a_step_and_pays_for_it() -> None:
+    w = workload(step(50, 600, 5.0, 10.0, arrival="uniform"))
+    c = CocktailPlus()
+    cfg = {"ensemble": "slow:majority", "slo_ms": 100.0, "utilisation": 0.9, "interval_s": 5.0}
+    dep = c.deploy(w, 8, cfg)
+    assert dep is not None and dep.schedule is not None and dep.provisioned is not None
+    g = dep.schedule.gears
+    assert g[10] == 0 and g[60] >= 3  # 1 device at 50 QPS, >= 4 at 600 QPS (200 QPS per device)
+    # the new devices are paid for while they load (1 s + warm-up before t = 5 s)
+    assert dep.provisioned[45] > g[45] + 1
+    o = dep.outcome(dep.simulate(w.trace.arrivals))
+    assert o.meets(100.0, 0.9)
+    assert 1 < o.mean_devices < o.peak_devices <= 8
+
+
+def test_ensemble_votes() -> None:
+    prof = tiny_profile()
+    assert (vote(prof, ("slow",), "majority") == prof.predictions[1]).all()
+    ens = ensemble_profile(prof)
+    assert "slow:majority" in ens.model_names
+
+
+def test_ablations_run() -> None:
+    w = workload(constant(100, 2.0, arrival="uniform"), accs=(0.6,))
+    assert any(o.meets(100.0, 0.6) for o in NoSwitching().run(w, 1))
+    outs = NoCascade().run(w, 1)
+    assert outs and all(o.accuracy >= 0.6 - 0.01 for o in outs)
