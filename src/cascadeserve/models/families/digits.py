@@ -240,9 +240,10 @@ def train_family(
         else:
             on_epoch = None
             if progress is not None:
-                report = progress
 
-                def on_epoch(epoch: int, epochs: int, arch: str = arch) -> None:
+                def on_epoch(
+                    epoch: int, epochs: int, arch: str = arch, report: Callable[[str, int, int], None] = progress
+                ) -> None:
                     report(arch, epoch, epochs)
 
             model = _train(arch, seed, quick, on_epoch)
