@@ -38,6 +38,7 @@ def register() -> None:
     if _registered:
         return
     from cascadeserve.cli import bench, compare, demo, eval, fidelity, plan, profile, serve, simulate  # noqa: F401  (modules register their commands)
+
     _registered = True
 
 
