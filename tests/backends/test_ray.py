@@ -105,20 +105,21 @@ def test_gear_switch_reaches_every_server_within_one_tick(toy_profile: Profile) 
         assert isinstance(rt, RayRuntime)
         await rt.start()
         reqs = []
-        for i in range(200):  # 400 req/s: gear 1 from the first tick that sees it
+        tick = plan.tick_ms / 1000.0
+        checked = False
+        for i in range(400):  # 400 req/s for 1 s: gear 1 from the first tick that sees it, held while it lasts
             reqs += rt.submit([i])
             await asyncio.sleep(0.0025)
+            if i == 300:  # under load (no switch back yet); the servers' polls have reported the switch
+                gen = rt.current
+                switch = [t for t in rec.ticks if t.switched]
+                assert switch and switch[0].decision.gear == 1 and gen.gear == 1
+                for device in ("d0", "d1"):
+                    applied = rt.fleet.gear_set_at[device][gen.number]
+                    assert abs(applied - gen.switched_at) < tick, (device, applied - gen.switched_at)
+                checked = True
         await asyncio.wait_for(_gather(reqs), timeout=30)
-        gen = rt.current
-        switch = [t for t in rec.ticks if t.switched]
-        assert switch and switch[0].decision.gear == 1
-        await asyncio.sleep(0.25)  # two polls: the servers' reports reach the front end
-        tick = plan.tick_ms / 1000.0
-        for device in ("d0", "d1"):
-            applied = rt.fleet.gear_set_at[device][gen.number]
-            assert applied > 0
-            # switched_at is the last switch; the servers stamp the same switch when it arrives
-            assert abs(applied - gen.switched_at) < tick, (device, applied - gen.switched_at)
+        assert checked
         await rt.stop(grace_s=1.0)
 
     asyncio.run(main())

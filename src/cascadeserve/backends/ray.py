@@ -206,11 +206,14 @@ class _Outbox:
         left = dict(enumerate(reqs))
         try:
             handle = self.handle(gen.plan.replicas[replica].device)
-            stream = handle.accept.remote(gen.number, replica, _items(reqs, gen.clock.now()))
-            async for ref in stream:
-                for i, res in await ref:
-                    req = left.pop(i)
-                    self._apply(req, res)
+            items = _items(reqs, gen.clock.now())
+            if len(items) == 1:  # one request cannot wait on call-mates: a plain call is cheaper than a stream
+                (res,) = await handle.accept_one.remote(gen.number, replica, items[0])
+                self._apply(left.pop(0), res)
+            else:
+                async for ref in handle.accept.remote(gen.number, replica, items):
+                    for i, res in await ref:
+                        self._apply(left.pop(i), res)
         except (RayError, KeyError) as e:  # the server died, restarts, or lost the generation
             self._recover(list(left.values()), replica, attempt, e)
             return
@@ -436,15 +439,11 @@ class InferenceServer:
             gen = self.rt.gens[number]
         return gen
 
-    async def accept(
-        self, number: int, replica: int, items: Sequence[_Item]
-    ) -> AsyncIterator[list[tuple[int, _Result]]]:
-        """Queue ``items`` on ``replica`` and stream ``(index, answer)`` groups back as they are answered."""
-        gen = await self._generation(number)
+    def _queue(self, gen: _ServerGeneration, replica: int, items: Sequence[_Item]) -> list[Request]:
         now = self.clock.now()
         loop = asyncio.get_running_loop()
-        pending: dict[asyncio.Future[Answer], int] = {}
-        for i, (payload, gear, queue_s, compute_s, best, remaining) in enumerate(items):
+        out = []
+        for payload, gear, queue_s, compute_s, best, remaining in items:
             self.rt.admission.take(1)  # unbounded here: the front end bounds admission; keeps release balanced
             req = Request(self._rid, payload, now, gen, gear, loop.create_future(), now + remaining)
             self._rid += 1
@@ -452,10 +451,27 @@ class InferenceServer:
             gen.admit(req, now, replica)
             if remaining != math.inf:
                 self.rt.set_deadline(req, max(0.0, remaining))
-            pending[req.future] = i
+            out.append(req)
+        return out
+
+    async def accept(
+        self, number: int, replica: int, items: Sequence[_Item]
+    ) -> AsyncIterator[list[tuple[int, _Result]]]:
+        """Queue ``items`` on ``replica`` and stream ``(index, answer)`` groups back as they are answered."""
+        gen = await self._generation(number)
+        reqs = self._queue(gen, replica, items)
+        pending: dict[asyncio.Future[Answer], int] = {req.future: i for i, req in enumerate(reqs)}
         while pending:
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             yield [(pending.pop(f), _encode(f)) for f in done]
+
+    async def accept_one(self, number: int, replica: int, item: _Item) -> tuple[_Result]:
+        """:meth:`accept` for a single request: one plain call, answered when the request is."""
+        gen = await self._generation(number)
+        (req,) = self._queue(gen, replica, [item])
+        with contextlib.suppress(ServingError):
+            await req.future
+        return (_encode(req.future),)
 
     async def set_gear(self, number: int, gear: int) -> None:
         gen = self.rt.gens.get(number)
