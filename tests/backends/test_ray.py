@@ -181,32 +181,29 @@ def test_cli_serve_backend_ray_emulate_with_tritonclient(toy_profile: Profile, t
     save_profile(toy_profile, tmp_path / "profile")
     plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), _devices(4), max_wait_ms=5.0)
     plan.save(tmp_path / "plan.json")
-    port = _port()
     address = ray.get_runtime_context().gcs_address  # join this session's instance instead of starting another
     cli = Path(sys.executable).parent / "cascadeserve"
-    cmd = [
-        str(cli),
-        "serve",
-        "--backend",
-        "ray",
-        "--address",
-        address,
-        "--emulate",
-        "--plan",
-        str(tmp_path / "plan.json"),
-    ]
-    cmd += ["--profile", str(tmp_path / "profile"), "--port", str(port), "--name", "toy", "--grace-s", "1"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
+    # A free port can be taken between our probe and the server's bind (Ray's workers bind ephemeral ports too),
+    # so a bind failure is retried on a fresh port.
+    for _attempt in range(5):
+        port = _port()
+        cmd = [str(cli), "serve", "--backend", "ray", "--address", address, "--emulate"]
+        cmd += ["--plan", str(tmp_path / "plan.json"), "--profile", str(tmp_path / "profile")]
+        cmd += ["--port", str(port), "--name", "toy", "--grace-s", "1"]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 60:
+        while time.monotonic() - t0 < 60 and proc.poll() is None:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.2)
+        if proc.poll() is None:
+            break
+        err = proc.stderr.read() if proc.stderr else ""
+        assert "address already in use" in err, err
+    try:
         client = triton.InferenceServerClient(f"127.0.0.1:{port}")
         ids = np.arange(8, dtype=np.int64)
         inp = triton.InferInput("sample_id", [len(ids)], "INT64")

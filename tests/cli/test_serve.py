@@ -57,3 +57,18 @@ def test_serve_bench_and_sigterm(toy_profile: Profile, tmp_path: Path, capsys: o
     err = proc.stderr.read().decode() if proc.stderr else ""
     assert "stopped" in err or rc in (0, -signal.SIGTERM), err
     assert "Traceback" not in err
+
+
+def test_serve_on_a_port_in_use_fails_with_exit_2(toy_profile: Profile, tmp_path: Path) -> None:
+    prof_dir = save_profile(toy_profile, tmp_path / "toy")
+    plan = fixed_plan(toy_profile, Cascade(("m0",), ()), (Device(name="d0", memory_mb=1000),))
+    plan_path = plan.save(tmp_path / "plan.json")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cmd = [sys.executable, "-c", "from cascadeserve.cli import main; main()", "serve", "--plan", str(plan_path)]
+        cmd += ["--profile", str(prof_dir), "--emulate", "--port", str(port)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"could not listen on 127.0.0.1:{port}" in done.stderr

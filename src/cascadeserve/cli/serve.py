@@ -74,6 +74,9 @@ def serve(
     # SystemExit where Ray's driver installed its handler (--backend ray). Either way the drain is done.
     with contextlib.suppress(KeyboardInterrupt, SystemExit):
         server.run()
+    if not server.server.started:
+        # uvicorn logs a bind error and exits through SystemExit before it ever listens: that is a failure.
+        raise CascadeServeError(f"could not listen on {host}:{port} (is the port in use?)")
     err_console.print("stopped")
 
 
