@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from cascadeserve.http.app import ServedModel, ServerOptions, create_app
 from cascadeserve.http.metrics import PrometheusObserver
@@ -44,7 +44,7 @@ __all__ = ["App", "Server", "build_app"]
 class App:
     """The ASGI app with the runtime and metrics behind it."""
 
-    asgi: Starlette
+    asgi: ASGIApp
     runtime: Runtime
     metrics: PrometheusObserver
     model: ServedModel
