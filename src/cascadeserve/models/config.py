@@ -46,7 +46,16 @@ from cascadeserve.models.adapters import (
 )
 from cascadeserve.models.base import ModelLoadError
 
-__all__ = ["InputConfig", "ModelSpec", "ModelsConfig", "Preprocess", "build_model", "load_models_config", "resolve"]
+__all__ = [
+    "InputConfig",
+    "ModelSpec",
+    "ModelsConfig",
+    "Preprocess",
+    "build_model",
+    "load_models_config",
+    "read_models_yaml",
+    "resolve",
+]
 
 Hook = Callable[[Any], Any]
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -142,15 +151,20 @@ def _where(loc: tuple[int | str, ...], raw: Any) -> str:
     return text
 
 
+def read_models_yaml(path: Path) -> Any:
+    """The parsed YAML of a models config file (either format); unreadable or invalid files name the file."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise CascadeServeError(f"{path}: cannot read the models config: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise CascadeServeError(f"{path}: invalid YAML: {e}") from None
+
+
 def load_models_config(path: str | Path) -> ModelsConfig:
     """Read and validate a models config; errors name the file and the field."""
     p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CascadeServeError(f"{p}: cannot read the models config: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise CascadeServeError(f"{p}: invalid YAML: {e}") from None
+    raw = read_models_yaml(p)
     if not isinstance(raw, dict):
         raise CascadeServeError(f"{p}: expected a mapping with a 'models' list")
     try:

@@ -16,13 +16,10 @@ A ``models:`` *list* instead is a :mod:`cascadeserve.models` adapter config (see
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.runtime.device import ModelFn
@@ -52,16 +49,12 @@ def load_model(ref: str | ModelFn, kwargs: Mapping[str, Any] | None = None) -> M
     """A callable as is, or ``module:factory`` imported and called."""
     if callable(ref):
         return ref
+    from cascadeserve.models.config import resolve  # deferred, like every models import here
+
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise CascadeServeError(f"model reference {ref!r} must look like 'package.module:factory'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise CascadeServeError(f"model reference {ref!r}: cannot import {module_name!r}: {e}") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise CascadeServeError(f"model reference {ref!r}: {module_name!r} has no callable {attr!r}")
+    factory = resolve(ref, what="model reference")
     model = factory(**dict(kwargs or {}))
     if not callable(model):
         raise CascadeServeError(f"model reference {ref!r}: the factory returned {type(model).__name__}, not a callable")
@@ -70,13 +63,10 @@ def load_model(ref: str | ModelFn, kwargs: Mapping[str, Any] | None = None) -> M
 
 def load_model_config(path: str | Path) -> ModelConfig:
     """Read a models config file, import every factory, and name the key of any problem."""
+    from cascadeserve.models.config import read_models_yaml
+
     p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CascadeServeError(f"{p}: cannot read the models config: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise CascadeServeError(f"{p}: invalid YAML: {e}") from None
+    raw = read_models_yaml(p)
     if isinstance(raw, dict) and isinstance(raw.get("models"), list):
         return _adapter_config(p)
     if not isinstance(raw, dict) or not isinstance(raw.get("models"), dict) or not raw["models"]:
