@@ -98,7 +98,8 @@ def test_deadline_fallback_over_http(toy_profile: Profile, backend: Backend) -> 
     plan = fixed_plan(prof, Cascade(("m0", "m1"), (1.0,)), (Device(name="d0", memory_mb=1000),))
     with serving(prof, plan, backend=backend) as server:
         url = f"{server.url}/v2/models/toy/infer"
-        r = httpx.post(url, json=_body([3], timeout_ms=100), timeout=10)
+        # 250 ms: far past m0's runtime plus a loaded machine's (or Ray's) overhead, well before m1's 400 ms end.
+        r = httpx.post(url, json=_body([3], timeout_ms=250), timeout=10)
         assert r.status_code == 200, r.text
         out = {o["name"]: o["data"] for o in r.json()["outputs"]}
         assert out["model"] == ["m0"] and out["label"] == [int(prof.predictions[0, 3])]
