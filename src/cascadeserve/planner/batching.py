@@ -5,10 +5,14 @@ and (under a latency SLO) p95 ≤ L; and, when a first-stage minimum queue lengt
 batch to fill, the same gear also meets the SLO at ``qps_low``, where batches fill slowest. Latency in between is
 dominated by one of the two ends (queueing at the top, batch filling at the bottom).
 
-"Keeps up" means the load does not outgrow the devices: no device is busy more than :data:`BUSY_LIMIT` of the
-time, and latency does not trend upward (the mean latency of the last quarter of requests is at most
-:data:`TREND_FACTOR` times that of the second quarter, plus one producer tick). A backlog that grows shows up as
-both.
+"Keeps up" means the load does not outgrow the devices: latency does not trend upward (the mean latency of the
+last quarter of requests is at most :data:`TREND_FACTOR` times that of the second quarter, plus one producer tick).
+A backlog that grows makes latency grow linearly in time, which fails this test (the ratio tends to 7/3). Device
+utilisation is *not* a criterion (it is reported as ``busy_max``): with a minimum queue length of 1 batching is
+work-conserving, so a device near saturation is busy almost all the time while its batches grow to absorb the
+load and latency stays flat. An earlier version also required ``busy_max`` ≤ 0.97; that rejected plans that meet
+the SLO (on tweets-sklearn it made the planner need 4 devices where the best static cascade needs 2), so the
+feasibility criterion is now the SLO itself plus this backlog test.
 
 Simulations are short to keep the planner fast: long enough to hold about :data:`MIN_REQUESTS` requests and at
 least 20 SLO lengths, but at most ``max_requests`` requests (the simulator's cost is per batch, so this bounds
@@ -26,9 +30,8 @@ from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 from cascadeserve.traces import poisson
 
-__all__ = ["BUSY_LIMIT", "MIN_REQUESTS", "TREND_FACTOR", "LoadCheck", "check_load", "check_seed", "sim_duration"]
+__all__ = ["MIN_REQUESTS", "TREND_FACTOR", "LoadCheck", "check_load", "check_seed", "sim_duration"]
 
-BUSY_LIMIT = 0.97
 TREND_FACTOR = 1.5
 MIN_REQUESTS = 300
 
@@ -68,4 +71,4 @@ def check_load(profile: Profile, plan: GearPlan, qps: float, duration_s: float, 
         late = float(lat[3 * q :].mean())
         trend_ok = late <= TREND_FACTOR * early + plan.tick_ms / 1000.0
     p95 = float(np.percentile(lat, 95) * 1000.0)
-    return LoadCheck(bool(busy <= BUSY_LIMIT and trend_ok), p95, busy, n)
+    return LoadCheck(bool(trend_ok), p95, busy, n)

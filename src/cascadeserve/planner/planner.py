@@ -24,12 +24,15 @@ One :class:`_Run` holds the joint solution while the four submodules take turns 
   they remain feasible (appendix A: a submodule only changes a feasible solution to improve it). On an SP4 error
   it forces one more replica of each bottleneck model and re-places; if that is impossible it passes the error on.
 * **SP4** sets the first stage's minimum queue length per range: it keeps the current one if the simulator says
-  the range holds (:func:`check_load`), otherwise raises it by one from the smallest value whose amortised
-  utilisation is at most 0.95 (smaller ones cannot keep up), until the range holds. Later stages keep 1: they
+  the range holds (:func:`check_load`: p95 ≤ L and no growing backlog; no utilisation cap), otherwise tries 1
+  (work-conserving: batches grow with the queue, which the amortised estimate at batch 1 cannot see) and then
+  raises it by one from the smallest value whose amortised utilisation at that fixed batch is at most 0.95,
+  until the range holds. Later stages keep 1: they
   receive a batch's uncertain samples in one chunk. The search stops at the largest batch the SLO allows, after
   :data:`_MAX_SIMS` simulations, or (latency SLO) when p95 has not improved for :data:`_PATIENCE` raises while the
   range keeps up; then the error names the range and the bottleneck model (the biggest user of the busiest
-  device). The lowest range keeps 1, since its load can fall to zero and a larger batch would never fill.
+  device). The lowest range keeps 1, since its load can fall to zero and a larger batch would never fill; 1 is
+  work-conserving, so this costs no capacity (batches still grow with the queue at the range's top).
 
 Simulation results are cached by (cascade, shares, minimum queue lengths, QPS), and so are LP solutions.
 """
@@ -589,7 +592,10 @@ class _Run:
             found = 0
             best_p95 = math.inf
             stale = 0
-            for sims, b in enumerate(range(start, cap + 1), start=1):
+            # A minimum queue of 1 is work-conserving (a free replica takes its whole queue, so batches grow
+            # with the load); the amortised estimate at batch 1 underrates it, so it is always tried first.
+            trials = ([1] if start > 1 else []) + list(range(start, cap + 1))
+            for sims, b in enumerate(trials, start=1):
                 ok, keep, p95 = self._holds(r, b)
                 if ok:
                     found = b
