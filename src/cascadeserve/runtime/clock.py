@@ -2,9 +2,9 @@
 
 :class:`MonotonicClock` is the real one (``time.monotonic``; loop timers, finished on a thread for precision).
 :class:`FakeClock` stands still until a test advances it by hand; every ``sleep`` is a timer in a heap, and
-:meth:`FakeClock.advance_to` fires timers in deadline order, letting the event loop settle after each. With a fake clock and emulated devices the
-runtime is fully deterministic, which is what lets a test compare its trajectory with the simulator's to the
-last float.
+:meth:`FakeClock.advance_to` fires timers in deadline order, letting the event loop settle after each. With a fake
+clock and emulated devices the runtime is fully deterministic, which is what lets a test compare its trajectory
+with the simulator's to the last float.
 """
 
 from __future__ import annotations
