@@ -8,7 +8,8 @@ A :class:`GearPlan` is frozen data with a JSON round trip and a schema version:
   that serves it, the minimum queue length that triggers a batch and the replica's share of its model's load;
 * the SLO it was planned for, and each gear's predicted p95 and accuracy;
 * online knobs: the hysteresis factor ``alpha``, the producer tick, an optional batch ``max_wait_ms`` and
-  ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs).
+  ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs);
+* ``batch_overhead_ms``: a deployment's fixed cost per batch beyond the model's runtime, for the simulator.
 
 Validation happens twice: :class:`GearPlan` checks itself (ranges contiguous, shares sum to one per model,
 replicas exist), and :meth:`GearPlan.check_against` checks it against a profile (models exist, memory fits,
@@ -121,6 +122,9 @@ class GearPlan(_Frozen):
     max_wait_ms: float | None = Field(default=None, gt=0)
     max_batch: int | None = Field(default=None, ge=1)
     qps_scale: float = Field(default=1.0, gt=0)
+    # Fixed time every batch costs on top of the model's runtime (dispatch, event-loop and thread wake-ups),
+    # measured once per deployment (``eval fidelity --calibrate``); the simulator adds it to each batch.
+    batch_overhead_ms: float = Field(default=0.0, ge=0)
     notes: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -219,3 +219,12 @@ def test_empty_trace(toy_profile: Profile) -> None:
     assert res.completed == 0
     assert res.summary()["requests"] == 0
     assert math.isfinite(res.summary()["p95_ms"])
+
+
+def test_batch_overhead_adds_to_every_batch() -> None:
+    prof = tiny_profile()
+    plan = one_device_plan(prof).model_copy(update={"batch_overhead_ms": 5.0})
+    res = simulate(prof, plan, [0.0, 0.001], record_batches=True)
+    # As in the first trajectory, with 5 ms more per batch: 0-15 ms, 15-30 ms (m0), 30-55 ms (m1).
+    assert [(round(b.start, 6), round(b.end, 6)) for b in res.batches] == [(0.0, 0.015), (0.015, 0.03), (0.03, 0.055)]
+    assert res.finish.tolist() == pytest.approx([0.015, 0.055])

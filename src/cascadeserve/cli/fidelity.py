@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -20,7 +21,8 @@ from cascadeserve.cli.common import (
     trace_options,
 )
 from cascadeserve.cli.eval import eval_app
-from cascadeserve.http.fidelity import fidelity
+from cascadeserve.http.fidelity import calibrate, fidelity
+from cascadeserve.profile import load_profile
 
 
 @eval_app.command("fidelity")
@@ -35,15 +37,34 @@ def fidelity_cmd(
     arrival: ArrivalOpt = "poisson",
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    calibrate_overheads: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate/--no-calibrate",
+            help="First measure the fixed per-batch and per-request costs on a separate light-load run, and also "
+            "report errors against a simulator that includes them (the calibrated_* columns).",
+        ),
+    ] = True,
 ) -> None:
     """Run each plan in the simulator and on `serve --emulate` over HTTP; report p95 and accuracy errors."""
     tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
-    rows = fidelity(profile, plans, tr.arrivals)
+    overheads = None
+    if calibrate_overheads:
+        with tempfile.TemporaryDirectory() as tmp:
+            overheads = calibrate(profile, load_profile(profile), Path(tmp))
+    rows = fidelity(profile, plans, tr.arrivals, overheads=overheads)
     if as_json:
-        print_json({"trace": tr.source, "plans": [r.to_dict() for r in rows]})
+        print_json(
+            {
+                "trace": tr.source,
+                "overheads_ms": overheads.to_dict() if overheads else None,
+                "plans": [r.to_dict() for r in rows],
+            }
+        )
         return
     table = Table(title=f"fidelity on {tr.source} ({len(tr):,} requests)")
-    for col in ("plan", "sim p95 ms", "run p95 ms", "p95 err", "server p95 err", "sim acc", "run acc", "acc err pt"):
+    cols = ("plan", "sim p95 ms", "run p95 ms", "p95 err", "server p95 err", "calibrated err", "calibrated server err")
+    for col in (*cols, "sim acc", "run acc", "acc err pt"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
@@ -52,8 +73,14 @@ def fidelity_cmd(
             f"{r.run_p95_ms:.2f}",
             f"{r.p95_error:+.1%}",
             f"{r.server_p95_error:+.1%}",
+            "-" if r.calibrated_p95_error is None else f"{r.calibrated_p95_error:+.1%}",
+            "-" if r.calibrated_server_p95_error is None else f"{r.calibrated_server_p95_error:+.1%}",
             f"{r.sim_accuracy:.4f}",
             f"{r.run_accuracy:.4f}",
             f"{r.accuracy_error_points:+.2f}",
         )
     console.print(table)
+    if overheads is not None:
+        console.print(
+            f"calibrated overheads: {overheads.batch_ms:.2f} ms per batch, {overheads.request_ms:.2f} ms per request"
+        )

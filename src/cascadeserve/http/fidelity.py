@@ -4,6 +4,15 @@ For every plan the same arrivals go to :func:`~cascadeserve.simulate.simulate` a
 generator, to a ``cascadeserve serve --emulate`` subprocess (so that the server and the client do not share a
 GIL). The report gives the p95 and accuracy of both and their errors. ``server_p95_ms`` (queue + compute time as
 the runtime reports it) separates the runtime's own fidelity from the HTTP round trip in the client's p95.
+
+**Calibration.** A real deployment pays fixed costs the profile does not contain: per batch (event-loop and thread
+wake-ups around the model call, ~0.5-1 ms on a 2-core box) and per request (the HTTP round trip). They dominate
+plans whose p95 is a few milliseconds. With ``calibrate=True`` one separate, fixed calibration run measures them
+before any plan is evaluated: the cheapest model alone on one device, at a light Poisson load (no queueing), with
+its own arrivals. The batch overhead is the server-side median latency minus the model's batch-1 runtime, the
+request overhead the client median minus the server median. Every plan is then also simulated with
+``batch_overhead_ms`` set to that value (and the request overhead added to the client-side prediction), and the
+``calibrated_*`` columns report the errors against that. Nothing is fitted per plan.
 """
 
 from __future__ import annotations
@@ -22,12 +31,29 @@ from typing import Any
 import httpx
 import numpy as np
 
-from cascadeserve.http.loadgen import run_load
-from cascadeserve.plan import load_plan
-from cascadeserve.profile import load_profile
+from cascadeserve.cascade import Cascade
+from cascadeserve.http.loadgen import LoadReport, run_load
+from cascadeserve.plan import Device, fixed_plan, load_plan
+from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import simulate
+from cascadeserve.traces import poisson
 
-__all__ = ["FidelityRow", "fidelity"]
+__all__ = ["FidelityRow", "Overheads", "calibrate", "fidelity"]
+
+CALIBRATION_QPS = 20.0
+CALIBRATION_S = 6.0
+CALIBRATION_SEED = 12_345
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Fixed costs of a deployment beyond the profiled runtimes (see the module docstring)."""
+
+    batch_ms: float
+    request_ms: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -39,6 +65,9 @@ class FidelityRow:
     run_server_p95_ms: float
     p95_error: float  # (run - sim) / sim, client-side p95 over HTTP
     server_p95_error: float  # same, with the runtime's own queue + compute times
+    calibrated_sim_p95_ms: float | None  # simulated with the measured batch overhead (None: not calibrated)
+    calibrated_p95_error: float | None  # client p95 vs calibrated sim p95 + request overhead
+    calibrated_server_p95_error: float | None
     sim_accuracy: float
     run_accuracy: float
     accuracy_error_points: float
@@ -92,22 +121,52 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0
     raise RuntimeError("the server did not become ready")
 
 
-def fidelity(profile_dir: Path, plans: Sequence[Path], arrivals: np.ndarray) -> list[FidelityRow]:
+def _run(profile_dir: Path, plan_path: Path, prof: Profile, arrivals: np.ndarray) -> LoadReport:
+    port = _free_port()
+    proc = _serve(profile_dir, plan_path, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_ready(url, proc)
+        return asyncio.run(run_load(url, "fidelity", arrivals, sample_ids=prof.sample_ids, labels=prof.labels))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def calibrate(profile_dir: Path, prof: Profile, workdir: Path) -> Overheads:
+    """Measure the deployment's fixed per-batch and per-request costs (the module docstring's calibration run)."""
+    cheapest = prof.by_cost(1)[0]
+    plan = fixed_plan(
+        prof, Cascade((cheapest,), ()), [Device(name="calibration", memory_mb=prof.model(cheapest).memory_mb + 1.0)]
+    )
+    path = plan.save(workdir / "calibration-plan.json")
+    rep = _run(profile_dir, path, prof, poisson(CALIBRATION_QPS, CALIBRATION_S, seed=CALIBRATION_SEED).arrivals)
+    runtime_ms = float(prof.model(cheapest).runtime.ms_at(1))
+    return Overheads(
+        batch_ms=max(0.0, rep.server_p50_ms - runtime_ms), request_ms=max(0.0, rep.p50_ms - rep.server_p50_ms)
+    )
+
+
+def _error(run: float, sim: float) -> float:
+    return (run - sim) / sim if sim > 0 else 0.0
+
+
+def fidelity(
+    profile_dir: Path, plans: Sequence[Path], arrivals: np.ndarray, *, overheads: Overheads | None = None
+) -> list[FidelityRow]:
+    """One row per plan; pass ``overheads`` (from :func:`calibrate`) to fill the ``calibrated_*`` columns."""
     prof = load_profile(profile_dir)
     rows = []
     for plan_path in plans:
         plan = load_plan(plan_path, prof)
         sim = simulate(prof, plan, arrivals)
-        port = _free_port()
-        proc = _serve(profile_dir, plan_path, port)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            _wait_ready(url, proc)
-            rep = asyncio.run(run_load(url, "fidelity", arrivals, sample_ids=prof.sample_ids, labels=prof.labels))
-        finally:
-            proc.terminate()
-            proc.wait(10)
+        rep = _run(profile_dir, plan_path, prof, arrivals)
         sim_p95 = sim.percentile_ms(95)
+        cal: float | None = None
+        if overheads is not None:
+            cal = simulate(
+                prof, plan.model_copy(update={"batch_overhead_ms": overheads.batch_ms}), arrivals
+            ).percentile_ms(95)
         acc = rep.accuracy if rep.accuracy is not None else 0.0
         rows.append(
             FidelityRow(
@@ -116,8 +175,13 @@ def fidelity(profile_dir: Path, plans: Sequence[Path], arrivals: np.ndarray) -> 
                 sim_p95_ms=sim_p95,
                 run_p95_ms=rep.p95_ms,
                 run_server_p95_ms=rep.server_p95_ms,
-                p95_error=(rep.p95_ms - sim_p95) / sim_p95 if sim_p95 > 0 else 0.0,
-                server_p95_error=(rep.server_p95_ms - sim_p95) / sim_p95 if sim_p95 > 0 else 0.0,
+                p95_error=_error(rep.p95_ms, sim_p95),
+                server_p95_error=_error(rep.server_p95_ms, sim_p95),
+                calibrated_sim_p95_ms=cal,
+                calibrated_p95_error=None
+                if cal is None or overheads is None
+                else _error(rep.p95_ms, cal + overheads.request_ms),
+                calibrated_server_p95_error=None if cal is None else _error(rep.server_p95_ms, cal),
                 sim_accuracy=sim.accuracy,
                 run_accuracy=acc,
                 accuracy_error_points=(acc - sim.accuracy) * 100.0,

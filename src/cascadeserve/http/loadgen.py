@@ -42,6 +42,7 @@ class LoadReport:
     send_lag_p99_ms: float
     send_lag_max_ms: float
     server_p95_ms: float  # p95 of queue + compute time reported by the server (no HTTP in it)
+    server_p50_ms: float
     status_counts: dict[str, int]
 
     def to_dict(self) -> dict[str, Any]:
@@ -182,5 +183,6 @@ async def run_load(
         send_lag_p99_ms=_pct(lag * 1000.0, 99),
         send_lag_max_ms=float(lag.max() * 1000.0) if n else 0.0,
         server_p95_ms=_pct(server[ok_mask] * 1000.0, 95),
+        server_p50_ms=_pct(server[ok_mask] * 1000.0, 50),
         status_counts=counts,
     )

@@ -165,6 +165,7 @@ class Simulator:
         gear = tb.selector.lookup(0.0) if schedule is None else schedule.gear_at(0)
         triggers: Sequence[BatchTrigger] = tb.triggers[gear]
         clock = 0.0  # time of the last processed event
+        overhead_s = self.plan.batch_overhead_ms / 1000.0
 
         # Per replica: when its trigger fires, ignoring "not before now" (-inf = already ready), and the time its
         # oldest sample entered. Recomputed only for replicas whose queue or trigger changed.
@@ -245,7 +246,7 @@ class Simulator:
                 pos[r] = 0
             row = replica_row[r]
             tab = self._rt_tables[row]
-            secs = tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)
+            secs = (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + overhead_s
             busy[d] = (r, ids, t)
             busy_until[d] = t + secs
             w = min(int(t // tick), n_ticks) if n_ticks else 0
