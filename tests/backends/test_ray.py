@@ -21,6 +21,7 @@ from tests.runtime.runtime_helpers import two_gear_plan
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
+from cascadeserve.policy import is_sure
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, save_profile
 from cascadeserve.runtime import Answer, Recorder, RuntimeOptions, ServingError
 
@@ -218,3 +219,37 @@ def test_cli_serve_backend_ray_emulate_with_tritonclient(toy_profile: Profile, t
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "ray backend" in err and "stopped" in err
+
+
+def test_hot_swap_in_the_same_iteration_as_sends_loses_nothing(toy_profile: Profile) -> None:
+    # The front end sends a loop iteration's requests together, after the iteration; a swap in that iteration
+    # drains the old generation on the servers first. Its requests (and the samples one server forwards to
+    # another) must still be served by the old generation, by the model the cascade says, not failed or fallen back.
+    prof = _slow(toy_profile, (2.0, 4.0))
+    old = fixed_plan(prof, Cascade(("m0", "m1"), (0.3,)), _devices(2), min_queue=1, max_wait_ms=5.0)
+    new = fixed_plan(prof, Cascade(("m1",), ()), _devices(2), min_queue=1, max_wait_ms=5.0)
+    rec = Recorder()
+
+    async def main() -> tuple[list[Answer | BaseException], list[list[int]]]:
+        rt = RayBackend().emulated_runtime(prof, old, observer=rec, options=RuntimeOptions(max_in_flight=None))
+        assert isinstance(rt, RayRuntime)
+        await rt.start()
+        reqs = rt.submit(list(range(200)))
+        rt.swap_plan(new)  # same iteration: the sends above leave after the servers were told to drain
+        reqs += rt.submit(list(range(200, 260)))
+        results = await asyncio.wait_for(_gather(reqs), timeout=60)
+        await asyncio.sleep(0.3)  # the retire broadcast lands
+        gens = [(await h.sync.remote({}))["gens"] for h in server_actors(rt).values()]
+        await rt.stop(grace_s=1.0)
+        return results, gens
+
+    results, gens = asyncio.run(main())
+    errors = [a for a in results if not isinstance(a, Answer)]
+    assert errors == [], errors[:3]
+    answers = [a for a in results if isinstance(a, Answer)]
+    assert not any(a.fallback for a in answers)
+    for i, a in enumerate(answers[:200]):  # the old plan's cascade answered them: m0 where sure, else m1
+        assert a.model == ("m0" if is_sure(float(prof.certainties[0, i]), 0.3) else "m1"), (i, a.model)
+    assert {a.model for a in answers[200:]} == {"m1"}
+    assert rec.n_admitted == 260 and rec.n_answered == 260 and rec.n_duplicates == 0
+    assert gens == [[1], [1]]  # the old generation was dropped on every server once answered

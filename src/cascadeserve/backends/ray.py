@@ -479,11 +479,25 @@ class InferenceServer:
             gen.set_gear(gear)
 
     async def drain(self, number: int | None = None) -> None:
-        """Drain one generation (a hot-swap retired it) or all (the front end is stopping)."""
+        """Drain one generation (a hot-swap replaced it) or all (the front end is stopping).
+
+        A hot-swapped generation is only drained here, not retired: requests of it may still arrive (sent by the
+        front end in the same loop iteration as the swap, or forwarded by another server), so it stays installed
+        until the front end, which holds every request until its answer, says :meth:`retire`. A stop retires
+        every generation once it is empty.
+        """
         for gen in list(self.rt.gens.values()):
             if number is None or gen.number == number:
-                gen.on_drained = self._retire
+                if number is None:
+                    gen.on_drained = self._retire
                 gen.drain()
+
+    async def retire(self, number: int) -> None:
+        """Drop generation ``number`` once nothing of it is left here (the front end answered all of it)."""
+        gen = self.rt.gens.get(number)
+        if gen is not None:
+            gen.on_drained = self._retire
+            gen.drain()
 
     def _retire(self, gen: Generation) -> None:
         self.rt.gens.pop(gen.number, None)
@@ -699,6 +713,11 @@ class RayRuntime(Runtime):
 
     def drain(self) -> None:
         super().drain()  # each front generation's drain() tells its servers to drain too
+
+    def _retire(self, gen: Generation) -> None:
+        # Every request of a hot-swapped generation is answered here, so none is left on any server: drop it there.
+        self.fleet.broadcast(gen.plan, "retire", gen.number)
+        super()._retire(gen)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         if self._sync_task is not None:
