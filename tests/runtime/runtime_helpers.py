@@ -9,7 +9,7 @@ import numpy as np
 
 from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
 from cascadeserve.profile import Profile
-from cascadeserve.runtime import Answer, FakeClock, Recorder, Request, emulated_runtime
+from cascadeserve.runtime import Answer, FakeClock, Recorder, Request, RuntimeOptions, emulated_runtime
 
 
 @dataclass
@@ -21,7 +21,13 @@ class Replay:
         return [r.future.result() for r in self.requests]
 
 
-async def replay(profile: Profile, plan: GearPlan, arrivals: Sequence[float], drain_at: float | None = None) -> Replay:
+async def replay(
+    profile: Profile,
+    plan: GearPlan,
+    arrivals: Sequence[float],
+    drain_at: float | None = None,
+    options: RuntimeOptions | None = None,
+) -> Replay:
     """Submit request ``i`` (sample ``i mod n``) at ``arrivals[i]``, switch to drain triggers at ``drain_at``.
 
     ``drain_at`` defaults to the end of the last arrival window, where the simulator switches to its drain
@@ -34,7 +40,7 @@ async def replay(profile: Profile, plan: GearPlan, arrivals: Sequence[float], dr
         drain_at = (int(arrivals[-1] // tick) + 1) * tick
     clock = FakeClock()
     rec = Recorder()
-    rt = emulated_runtime(profile, plan, clock=clock, observer=rec)
+    rt = emulated_runtime(profile, plan, clock=clock, observer=rec, options=options)
     await rt.start()
     reqs: list[Request] = []
     drained = False

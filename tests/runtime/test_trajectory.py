@@ -1,26 +1,46 @@
 """The runtime on a fake clock makes exactly the simulator's decisions: same batches, same finish times.
 
 This is the proof that the policy core is shared: the simulator computes *when* a trigger fires from future
-arrivals, the runtime asks the same trigger on every event, and both must land on the same float.
+arrivals, the runtime asks the same trigger on every event, and both must land on the same float. The same holds
+with the two optional policy hooks (an AIMD batch limit, a gear schedule), each given to both as a fresh object.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from tests.runtime.runtime_helpers import replay, step_arrivals, two_gear_plan
+from tests.runtime.runtime_helpers import Replay, replay, step_arrivals, two_gear_plan
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.plan import Device, GearPlan, fixed_plan
+from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear, fixed_plan
+from cascadeserve.policy import AimdBatchLimit, AimdDecision, GearSchedule
 from cascadeserve.profile import Profile
-from cascadeserve.simulate import simulate
+from cascadeserve.runtime import FakeClock, RuntimeOptions, emulated_runtime
+from cascadeserve.simulate import SimResult, simulate
 
 
-def _compare(profile: Profile, plan: GearPlan, arrivals: list[float] | np.ndarray) -> None:
-    sim = simulate(profile, plan, arrivals, record_batches=True)
-    run = asyncio.run(replay(profile, plan, list(arrivals)))
+def _compare(
+    profile: Profile,
+    plan: GearPlan,
+    arrivals: list[float] | np.ndarray,
+    *,
+    batch_limit: Callable[[], AimdBatchLimit] | None = None,
+    gear_schedule: GearSchedule | None = None,
+) -> tuple[SimResult, Replay]:
+    """Run both and assert identical trajectories; ``batch_limit`` makes a fresh limit for each (it holds state)."""
+    sim = simulate(
+        profile,
+        plan,
+        arrivals,
+        record_batches=True,
+        batch_limit=None if batch_limit is None else batch_limit(),
+        gear_schedule=gear_schedule,
+    )
+    options = RuntimeOptions(batch_limit=None if batch_limit is None else batch_limit(), gear_schedule=gear_schedule)
+    run = asyncio.run(replay(profile, plan, list(arrivals), options=options))
     sim_batches = sorted((b.start, b.end, b.device, b.replica, b.row, b.size, b.answered) for b in sim.batches)
     run_batches = sorted((b.start, b.end, b.device, b.replica, b.row, b.size, b.answered) for b in run.recorder.batches)
     assert run_batches == sim_batches
@@ -33,6 +53,7 @@ def _compare(profile: Profile, plan: GearPlan, arrivals: list[float] | np.ndarra
     assert np.array_equal(np.array([a.label for a in answers]) == labels, sim.correct)
     run_ticks = [(t.decision.gear, t.decision.q0) for t in run.recorder.ticks[: len(sim.tick_gear) - 1]]
     assert run_ticks == list(zip(sim.tick_gear[1:].tolist(), sim.tick_q0[1:].tolist(), strict=True))
+    return sim, run
 
 
 def test_one_device_two_requests_exact(toy_profile: Profile) -> None:
@@ -68,3 +89,126 @@ def test_gear_switch_and_hysteresis_match(toy_profile: Profile) -> None:
     _compare(toy_profile, plan, arrivals)
     sim = simulate(toy_profile, plan, arrivals)
     assert sim.gear_switches >= 1  # the scenario really exercises a switch
+
+
+class _LoggedLimit(AimdBatchLimit):
+    """The AIMD limit, unchanged, keeping its decisions so that a test can see the cap move (and compare logs)."""
+
+    def __init__(self, *args: float, **kwargs: float) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.log: list[AimdDecision] = []
+
+    def observe(self, replica: int, runtime_s: float) -> AimdDecision:
+        d = super().observe(replica, runtime_s)
+        self.log.append(d)
+        return d
+
+
+def test_aimd_batch_limit_matches(toy_profile: Profile) -> None:
+    """Under overload the cap climbs past the 4 ms objective (m0: 3 ms at batch 8, 4 ms at 16, 5 ms at 24) and is
+    halved, again and again; the runtime must cap the same batches and make the same AIMD decisions."""
+    plan = fixed_plan(
+        toy_profile,
+        Cascade(("m0", "m1"), (0.5,)),
+        (Device(name="d0", memory_mb=1000), Device(name="d1", memory_mb=1000)),
+        min_queue=1,
+    )
+    rng = np.random.default_rng(3)
+    # ~3000 QPS for 0.4 s: two devices held to batches near 16 fall behind, so the cap, not the queue, sets the
+    # batch size. Then a lone arrival at 0.805, whose window lets the backlog drain before the simulator's drain.
+    arrivals = np.append(np.sort(rng.uniform(0, 0.4, 1200)), 0.805)
+    logs: list[_LoggedLimit] = []
+
+    def make() -> AimdBatchLimit:
+        logs.append(_LoggedLimit(0.004, step=2, backoff=0.5))
+        return logs[-1]
+
+    sim, _ = _compare(toy_profile, plan, arrivals, batch_limit=make)
+    sim_log, run_log = logs
+    assert any(d.increased for d in sim_log.log) and any(not d.increased for d in sim_log.log)
+    assert max(b.size for b in sim.batches) > 8  # the cap grew ...
+    assert max(b.size for b in sim.batches) <= 2 * 16  # ... and stayed near the objective
+
+    def per_replica(log: list[AimdDecision]) -> dict[int, list[tuple[float, int]]]:
+        out: dict[int, list[tuple[float, int]]] = {}
+        for d in log:
+            out.setdefault(d.replica, []).append((d.runtime_s, d.limit))
+        return out
+
+    # Simultaneous batch ends on two devices may be observed in either order; per replica the order is fixed.
+    assert per_replica(run_log.log) == per_replica(sim_log.log)
+
+
+def test_gear_schedule_matches(toy_profile: Profile) -> None:
+    """A schedule that goes up at tick 3 and back down at tick 7, whatever the QPS says (a steady 80 QPS, which
+    the selector would serve in gear 0 throughout)."""
+    plan = two_gear_plan(low_high=200.0, max_wait_ms=15.0)
+    arrivals = np.append(np.sort(np.random.default_rng(4).uniform(0, 1.0, 80)), 1.005)
+    schedule = GearSchedule([0, 0, 0, 1, 1, 1, 1, 0])  # past the end the last entry holds
+    sim, run = _compare(toy_profile, plan, arrivals, gear_schedule=schedule)
+    assert sim.tick_gear.tolist() == [schedule.gear_at(k) for k in range(len(sim.tick_gear))]
+    assert {a.gear for a in run.answers()} == {0, 1}
+    assert simulate(toy_profile, plan, arrivals).gear_switches == 0  # the selector alone would not have switched
+
+
+def test_gear_schedule_starts_in_its_first_gear(toy_profile: Profile) -> None:
+    plan = two_gear_plan(low_high=200.0, max_wait_ms=15.0)
+    arrivals = np.append(np.sort(np.random.default_rng(5).uniform(0, 0.5, 40)), 0.505)
+    sim, run = _compare(toy_profile, plan, arrivals, gear_schedule=GearSchedule([1, 1, 0]))
+    assert run.answers()[0].gear == 1 and sim.gear[0] == 1
+
+
+def test_aimd_and_schedule_together_match(toy_profile: Profile) -> None:
+    """m1@d1 is the second stage of gear 0 and the only stage of gear 1, so when the schedule switches under
+    overload its queue holds forwarded samples and new arrivals at once, and a capped batch must take the oldest
+    across both, as the simulator does."""
+    devices = (Device(name="d0", memory_mb=1000), Device(name="d1", memory_mb=1000))
+    both = Gear(
+        qps_low=0,
+        qps_high=100,
+        models=("m0", "m1"),
+        thresholds=(0.5,),
+        replicas={"m0@d0": ReplicaGear(share=1.0), "m1@d1": ReplicaGear(share=1.0)},
+    )
+    alone = Gear(qps_low=100, qps_high=1e6, models=("m1",), replicas={"m1@d1": ReplicaGear(share=1.0)})
+    plan = GearPlan(
+        profile="toy",
+        devices=devices,
+        replicas=(Replica(model="m0", device="d0"), Replica(model="m1", device="d1")),
+        gears=(both, alone),
+    )
+    arrivals = np.append(np.sort(np.random.default_rng(3).uniform(0, 0.5, 600)), 0.905)
+    schedule = GearSchedule([0, 0, 1, 1, 0, 0, 1])
+    sim, run = _compare(
+        toy_profile,
+        plan,
+        arrivals,
+        batch_limit=lambda: AimdBatchLimit(0.004, step=2, backoff=0.5),
+        gear_schedule=schedule,
+    )
+    assert sim.gear_switches == 3
+    assert {a.gear for a in run.answers()} == {0, 1}
+
+
+def test_gear_schedule_naming_a_missing_gear_is_refused(toy_profile: Profile) -> None:
+    plan = two_gear_plan()
+    bad = GearSchedule([0, 1, 2, 1])
+    with pytest.raises(ValueError, match=r"gear 2 \(first at tick 2\), but the plan has only 2 gear"):
+        emulated_runtime(toy_profile, plan, options=RuntimeOptions(gear_schedule=bad))
+    with pytest.raises(ValueError, match="gear the plan does not have"):
+        simulate(toy_profile, plan, [0.0], gear_schedule=bad)  # the simulator refuses it too
+
+
+def test_hooked_runtime_refuses_a_plan_swap(toy_profile: Profile) -> None:
+    plan = two_gear_plan()
+
+    async def main() -> None:
+        rt = emulated_runtime(
+            toy_profile, plan, clock=FakeClock(), options=RuntimeOptions(batch_limit=AimdBatchLimit(0.01))
+        )
+        await rt.start()
+        with pytest.raises(ValueError, match="cannot swap plans"):
+            rt.swap_plan(plan)
+        await rt.stop(grace_s=0.0)
+
+    asyncio.run(main())

@@ -2,9 +2,11 @@
 
 The producer admits requests under the current gear, routes them by the gear's shares and re-picks the gear
 every tick with the α·Q0 hysteresis; a consumer per device fires batches when the batch trigger says so and
-forwards uncertain samples down each request's own cascade. Devices are emulated (profiled runtimes and
-recorded answers) or local (real models on a worker thread per device). Time comes from an injected clock, so
-tests drive the runtime on a fake clock and compare its trajectory with the simulator's.
+forwards uncertain samples down each request's own cascade. The simulator's two optional policy hooks, an AIMD
+batch limit and a gear schedule, come in through :class:`RuntimeOptions` and act exactly as there. Devices are
+emulated (profiled runtimes and recorded answers) or local (real models on a worker thread per device). Time
+comes from an injected clock, so tests drive the runtime on a fake clock and compare its trajectory with the
+simulator's.
 """
 
 from __future__ import annotations

@@ -11,6 +11,12 @@ A pump asks each of the device's replica queues :meth:`BatchTrigger.ready` and l
 earliest :meth:`BatchTrigger.deadline`. When the batch ends, :func:`~cascadeserve.policy.sure_mask` with each
 request's own gear's threshold decides who is answered and who is forwarded. A device may serve replicas of
 two plan generations during a hot-swap; it still runs one batch at a time.
+
+With a generation's :class:`~cascadeserve.policy.AimdBatchLimit` (MS+'s Clipper-style batching), a batch is also
+capped at ``limit(replica)``, oldest requests first, and when the device hands the batch back ``observe(replica,
+t1 - t0)`` reports how long the device had it, from the batch's start to its results: the simulator passes the
+same span (the profiled runtime plus the plan's batch overhead), and on real devices it is the runtime Clipper
+measures. A batch whose model raised reports nothing (how long a failure took says nothing about the batch size).
 """
 
 from __future__ import annotations
@@ -80,7 +86,10 @@ class Consumer:
             return
         gen, r = self.lanes[choose_replica(ready)]
         q = gen.queues[r]
-        batch = q.take(gen.triggers[r].take(len(q)))
+        size = gen.triggers[r].take(len(q))
+        if gen.batch_limit is not None:
+            size = min(size, gen.batch_limit.limit(r))
+        batch = q.take(size)
         self.busy = True
         task = asyncio.get_running_loop().create_task(self._run(gen, r, batch, now))
         self._tasks.add(task)
@@ -119,6 +128,8 @@ class Consumer:
             self._record(gen, r, row, t0, t1, len(batch), 0, failed=True)
         else:
             t1 = self.clock.now()
+            if gen.batch_limit is not None:
+                gen.batch_limit.observe(r, t1 - t0)
             answered = self._apply(gen, row, batch, out.labels, out.certainties, t0, t1)
             self._record(gen, r, row, t0, t1, len(batch), answered)
         finally:

@@ -6,7 +6,9 @@ drain), and every request finishes in the generation it was admitted to. No requ
 so a swap can neither drop nor duplicate one.
 
 Every decision here is delegated to the policy core (:class:`~cascadeserve.policy.PlanTables` and the routers
-it makes); this class only holds the state those decisions read and applies them.
+it makes); this class only holds the state those decisions read and applies them. That includes the optional
+:class:`~cascadeserve.policy.AimdBatchLimit` (``batch_limit``), which the consumers ask and update for this
+generation's replicas.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from cascadeserve.plan import GearPlan
-from cascadeserve.policy import BatchTrigger, PlanTables, SmoothWeightedRoundRobin
+from cascadeserve.policy import AimdBatchLimit, BatchTrigger, PlanTables, SmoothWeightedRoundRobin
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.observer import Observer
 from cascadeserve.runtime.queue import Admission, ReplicaQueue
@@ -40,6 +42,7 @@ class Generation:
         admission: Admission,
         observer: Observer,
         initial_qps: float = 0.0,
+        batch_limit: AimdBatchLimit | None = None,
     ) -> None:
         self.number = number
         self.plan = plan
@@ -55,6 +58,7 @@ class Generation:
         self.replica_row: list[int] = self.tables.replica_row.tolist()
         self.replica_device: list[int] = self.tables.replica_device.tolist()
         self.single_gear = self.tables.n_gears == 1
+        self.batch_limit = batch_limit  # keyed by this plan's replica indices, as in the simulator
         self.consumers: list[Consumer] = []  # per replica, set by the runtime
         self.in_flight = 0
         self.live: set[Request] = set()  # admitted and not yet answered (failed on a hard stop)

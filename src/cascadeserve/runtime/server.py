@@ -11,6 +11,13 @@
 * :meth:`Runtime.swap_plan` hot-swaps the plan (a new :class:`Generation`; the old one drains).
 * :meth:`Runtime.stop` stops admitting, drains what is in flight for a grace period and fails the rest.
 
+:class:`RuntimeOptions` may carry the simulator's two optional policy hooks, with the simulator's semantics and
+the same policy objects (:mod:`cascadeserve.simulate.engine`): ``batch_limit``
+(:class:`~cascadeserve.policy.AimdBatchLimit`; the consumer caps every batch at ``limit(replica)`` and reports
+the batch's measured device time to ``observe``) and ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`;
+the producer takes ``gear_at(k)`` on its ``k``-th tick in place of the QPS-driven selector). Both index the
+initial plan's replicas and gears, so a runtime with a hook refuses :meth:`Runtime.swap_plan`.
+
 All of it runs on one asyncio event loop; only model code runs on device threads. Everything that *decides*
 lives in :mod:`cascadeserve.policy` and is shared with the simulator.
 """
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy import AimdBatchLimit, GearSchedule
 from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
 from cascadeserve.runtime.consumer import Consumer
 from cascadeserve.runtime.device import Device
@@ -45,11 +53,17 @@ __all__ = ["Runtime", "RuntimeOptions", "answer_early"]
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """Knobs of the runtime itself (the plan carries the serving policy)."""
+    """Knobs of the runtime itself (the plan carries the serving policy), and the optional policy hooks.
+
+    ``batch_limit`` holds per-replica state: give every runtime a fresh one (an options value with a batch limit
+    must not be shared between runtimes, nor with a simulation).
+    """
 
     max_in_flight: int | None = 4096  # admission bound: requests admitted and not yet answered
     retry_after_s: float = 1.0  # what a shed request is told to wait
     run_producer: bool = True  # tests that drive ticks by hand turn the tick loop off
+    batch_limit: AimdBatchLimit | None = None  # AIMD cap on each replica's batches (MS+); None: the triggers' own
+    gear_schedule: GearSchedule | None = None  # gear per producer tick (Cocktail+); None: the QPS-driven selector
 
 
 class Runtime:
@@ -70,6 +84,9 @@ class Runtime:
         self.clock: Clock = clock or MonotonicClock()
         self.observer: Observer = observer or NullObserver()
         self.options = options or RuntimeOptions()
+        schedule = self.options.gear_schedule
+        if schedule is not None:
+            _check_schedule(schedule, plan)
         self.admission = Admission(self.options.max_in_flight)
         self.consumers: dict[str, Consumer] = {}
         self.generations: list[Generation] = []
@@ -82,7 +99,10 @@ class Runtime:
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
         gen = self._new_generation(self._initial_plan, 0.0)
-        self._producer = Producer(gen, self.clock, self.observer)
+        if self.options.batch_limit is not None and gen.batch_limit is None:
+            # A subclass whose create_generation does not hand the limit on would serve without it, silently.
+            raise NotImplementedError(f"{type(self).__name__} does not apply RuntimeOptions.batch_limit")
+        self._producer = Producer(gen, self.clock, self.observer, schedule=self.options.gear_schedule)
         if self.options.run_producer:
             self._producer_task = asyncio.get_running_loop().create_task(self._producer.run())
         self.accepting = True
@@ -151,6 +171,11 @@ class Runtime:
     # -- plans -------------------------------------------------------------------------------------------------
     def swap_plan(self, plan: GearPlan) -> int:
         """Serve new requests with ``plan``; requests in flight finish under the plan that admitted them."""
+        if self.options.batch_limit is not None or self.options.gear_schedule is not None:
+            raise ValueError(
+                "this runtime has a batch limit or a gear schedule, whose replica and gear indices are those of "
+                "its initial plan: it cannot swap plans"
+            )
         old = self.current
         gen = self._new_generation(plan, self.producer.last_qps)
         self.producer.gen = gen
@@ -204,6 +229,7 @@ class Runtime:
             admission=self.admission,
             observer=self.observer,
             initial_qps=initial_qps,
+            batch_limit=self.options.batch_limit,
         )
         for r, rep in enumerate(plan.replicas):
             consumer = self.consumers.get(rep.device)
@@ -232,6 +258,18 @@ class Runtime:
             for rep, q in zip(gen.plan.replicas, gen.queues, strict=True):
                 out[rep.id] = out.get(rep.id, 0) + len(q)
         return out
+
+
+def _check_schedule(schedule: GearSchedule, plan: GearPlan) -> None:
+    """Refuse a schedule naming a gear the plan lacks (the simulator's check, here with the offending tick)."""
+    gears = schedule.gears
+    top = int(gears.max())
+    if top >= len(plan.gears):
+        tick = int((gears >= len(plan.gears)).argmax())
+        raise ValueError(
+            f"the gear schedule names gear {top} (first at tick {tick}), but the plan has only "
+            f"{len(plan.gears)} gear(s), numbered 0 to {len(plan.gears) - 1}"
+        )
 
 
 def _expiry(req: Request, clock: Clock) -> Callable[[], None]:
