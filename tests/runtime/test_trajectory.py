@@ -94,8 +94,8 @@ def test_gear_switch_and_hysteresis_match(toy_profile: Profile) -> None:
 class _LoggedLimit(AimdBatchLimit):
     """The AIMD limit, unchanged, keeping its decisions so that a test can see the cap move (and compare logs)."""
 
-    def __init__(self, *args: float, **kwargs: float) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, target_s: float, *, step: int, backoff: float) -> None:
+        super().__init__(target_s, step=step, backoff=backoff)
         self.log: list[AimdDecision] = []
 
     def observe(self, replica: int, runtime_s: float) -> AimdDecision:

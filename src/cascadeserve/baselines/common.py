@@ -3,9 +3,10 @@
 A **system** (cascadeserve, a baseline or an ablation) turns a :class:`Workload` and a device count into a list of
 hyper-parameter settings (:meth:`System.configs`) and each setting into a :class:`Deployment`
 (:meth:`System.deploy`): a profile (possibly derived, e.g. an ensemble's votes), a gear plan, and optionally the
-two policy hooks of the simulator (an AIMD batch limit, a gear schedule). Every deployment runs on the *same*
-simulator (:meth:`Deployment.simulate`) and, where it needs no hook, on the same runtime, so no system gets a
-private execution path. :class:`Outcome` is one run's cost, p95 and accuracy.
+two policy hooks (an AIMD batch limit, a gear schedule). Every deployment runs on the *same* simulator
+(:meth:`Deployment.simulate`) and on the same runtime (:meth:`Deployment.emulated_runtime`, or
+:meth:`Deployment.runtime_options` for any other runtime), both given the same hooks, so no system gets a private
+execution path. :class:`Outcome` is one run's cost, p95 and accuracy.
 
 Autoscaled systems (Cocktail+) decide their own device count over time; their cost is the time-mean of the
 devices they had provisioned (rounded up), and their peak may not exceed the device budget.
@@ -13,6 +14,7 @@ devices they had provisioned (rounded up), and their peak may not exceed the dev
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -25,6 +27,7 @@ from cascadeserve.plan import Device, GearPlan
 from cascadeserve.planner import QpsDistribution
 from cascadeserve.policy import AimdBatchLimit, GearSchedule
 from cascadeserve.profile import ModelProfile, Profile
+from cascadeserve.runtime import Clock, Observer, Runtime, RuntimeOptions, emulated_runtime
 from cascadeserve.simulate import SimResult, simulate
 from cascadeserve.traces import Trace
 
@@ -120,12 +123,35 @@ class Deployment:
 
     @property
     def needs_hooks(self) -> bool:
-        """Whether the deployment needs a simulator hook (the plain runtime cannot run it as is)."""
+        """Whether the deployment uses a policy hook (AIMD batching or a gear schedule)."""
         return self.aimd_target_s is not None or self.schedule is not None
 
+    def batch_limit(self) -> AimdBatchLimit | None:
+        """A *fresh* AIMD batch limit (it keeps per-replica state, so every run needs its own), or ``None``."""
+        return None if self.aimd_target_s is None else AimdBatchLimit(self.aimd_target_s)
+
     def simulate(self, arrivals: np.ndarray) -> SimResult:
-        limit = None if self.aimd_target_s is None else AimdBatchLimit(self.aimd_target_s)
-        return simulate(self.profile, self.plan, arrivals, batch_limit=limit, gear_schedule=self.schedule)
+        return simulate(self.profile, self.plan, arrivals, batch_limit=self.batch_limit(), gear_schedule=self.schedule)
+
+    def runtime_options(self, base: RuntimeOptions | None = None) -> RuntimeOptions:
+        """``base`` (default: the defaults) with this deployment's hooks, a fresh batch limit included: for one
+        runtime only."""
+        return dataclasses.replace(
+            base or RuntimeOptions(), batch_limit=self.batch_limit(), gear_schedule=self.schedule
+        )
+
+    def emulated_runtime(
+        self,
+        *,
+        clock: Clock | None = None,
+        observer: Observer | None = None,
+        options: RuntimeOptions | None = None,
+    ) -> Runtime:
+        """The deployment on the asyncio runtime with emulated devices, with the same hooks as :meth:`simulate`.
+        Payloads are sample indices of :attr:`profile` (which, for an ensemble, is the derived profile)."""
+        return emulated_runtime(
+            self.profile, self.plan, clock=clock, observer=observer, options=self.runtime_options(options)
+        )
 
     def outcome(self, res: SimResult) -> Outcome:
         if self.provisioned is not None and len(self.provisioned):
