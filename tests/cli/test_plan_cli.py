@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from tests.cli_json import stdout_json
 
 from cascadeserve.cli import run
 from cascadeserve.plan import load_plan
@@ -32,7 +32,7 @@ def test_plan_writes_a_plan_that_simulate_accepts(
     args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4000"]
     code = run([*args, "--slo-p95-ms", "20", "--max-qps", "1000", "--ranges", "3", "--out", str(out), "--json"])
     assert code == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary = stdout_json(capsys)
     assert summary["feasible"] is True and summary["planner_s"] > 0
     assert len(summary["gears"]) == 3
     for g in summary["gears"]:
@@ -42,7 +42,7 @@ def test_plan_writes_a_plan_that_simulate_accepts(
     assert plan.slo is not None and plan.slo.value == 20
     trace = "synthetic:poisson:qps=1000,duration=3"
     assert run(["simulate", "--profile", str(prof_dir), "--plan", str(out), "--trace", trace, "--json"]) == 0
-    sim = json.loads(capsys.readouterr().out)
+    sim = stdout_json(capsys)
     assert sim["completed"] == sim["requests"] and sim["p95_ms"] <= 20
     assert run(["plan", "explain", str(out)]) == 0
     text = capsys.readouterr().out
@@ -65,12 +65,12 @@ def test_accuracy_slo_and_bad_input(prof_dir: Path, tmp_path: Path, capsys: pyte
     target = float(max(prof.accuracies)) - 0.01
     args = ["plan", "--profile", str(prof_dir), "--devices", "1", "--device-memory-mb", "4000", "--max-qps", "300"]
     assert run([*args, "--slo-accuracy", f"{target}", "--out", str(tmp_path / "a.json"), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary = stdout_json(capsys)
     assert summary["plan_accuracy"] >= target and summary["slo"]["kind"] == "accuracy"
     assert run([*args, "--out", str(tmp_path / "b.json")]) == 2  # no SLO
     assert "exactly one SLO" in capsys.readouterr().err
     assert run([*args, "--slo-accuracy", "1.0", "--out", str(tmp_path / "c.json"), "--json"]) == 2
-    assert json.loads(capsys.readouterr().out)["feasible"] is False
+    assert stdout_json(capsys)["feasible"] is False
 
 
 def test_plan_fixed_still_works(prof_dir: Path, tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_eval_planner_json_and_plot(prof_dir: Path, tmp_path: Path, capsys: pyte
     png = tmp_path / "fig10.png"
     args = ["eval", "planner", "--profile", str(prof_dir), "--max-qps", "300", "--levels", "4", "--slos", "6"]
     assert run([*args, "--duration-s", "1", "--json", "--plot", str(png)]) == 0
-    res = json.loads(capsys.readouterr().out)
+    res = stdout_json(capsys)
     for key in ("hypervolume_fraction", "planner_s", "exhaustive_s", "random_s"):
         assert key in res
     assert 0 < res["hypervolume_fraction"] <= 1.0 + 1e-9

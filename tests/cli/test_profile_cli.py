@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.cli_json import parse_json, stdout_json
 
 from cascadeserve.cascade import Cascade, enumerate_frontier
 from cascadeserve.cli import run
@@ -39,7 +39,7 @@ def test_profile_show_json(profile_dir: Path, capsys: pytest.CaptureFixture[str]
     assert run(["profile", "show", str(profile_dir), "--json"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert json.loads(out) == {
+    assert parse_json(out) == {
         "name": "hand",
         "device": "laptop",
         "samples": 4,
@@ -62,7 +62,7 @@ def test_profile_frontier_json_matches_enumerate_frontier(
     profile_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run(["profile", "frontier", str(profile_dir), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = stdout_json(capsys)
     prof = load_profile(profile_dir)
     want = enumerate_frontier(prof, levels=np.round(np.linspace(0, 1, 11), 6))
     assert doc["name"] == "hand"
@@ -75,7 +75,7 @@ def test_profile_frontier_json_matches_enumerate_frontier(
 
 def test_profile_frontier_options_and_table(profile_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["profile", "frontier", str(profile_dir), "--json", "--max-models", "1", "--batch-size", "8"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = stdout_json(capsys)
     assert doc["batch_size"] == 8.0
     assert [(p["models"], p["work_ms"]) for p in doc["frontier"]] == [(["small"], 0.5), (["large"], 9.0 / 8)]
     assert run(["profile", "frontier", str(profile_dir), "--levels", "3"]) == 0

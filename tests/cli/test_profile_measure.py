@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.cli_json import stdout_json
 
 from cascadeserve.cli import run
 from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
@@ -55,7 +55,7 @@ def test_measure_writes_a_profile_that_load_profile_reads(setup: tuple[Path, Pat
     argv = ["profile", "measure", "--models", str(cfg), "--validation", str(data), "--out", str(out)]
     code = run([*argv, "--batch-sizes", "1,2,4,...,16", "--repeats", "2", "--json"])
     assert code == 0, capsys.readouterr().err
-    summary = json.loads(capsys.readouterr().out)
+    summary = stdout_json(capsys)
     prof = load_profile(out)
     assert prof.model_names == ("a", "b") and prof.n_samples == 40
     assert prof.model("a").memory_mb == 5.0  # the config hint wins

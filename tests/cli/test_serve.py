@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import subprocess
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+from tests.cli_json import stdout_json
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli import run
@@ -45,7 +45,7 @@ def test_serve_bench_and_sigterm(toy_profile: Profile, tmp_path: Path, capsys: o
         trace = "synthetic:constant:qps=200,duration=1"
         code = run(["bench", "--url", url, "--model", "toy", "--trace", trace, "--profile", str(prof_dir), "--json"])
         assert code == 0
-        out = json.loads(capsys.readouterr().out)  # type: ignore[attr-defined]
+        out = stdout_json(capsys)  # type: ignore[arg-type]
         for key in ("sent", "ok", "shed", "errors", "p50_ms", "p95_ms", "p99_ms", "accuracy", "throughput_qps"):
             assert key in out
         assert out["sent"] == out["ok"] == 200 and out["errors"] == 0
