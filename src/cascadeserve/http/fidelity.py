@@ -5,14 +5,17 @@ generator, to a ``cascadeserve serve --emulate`` subprocess (so that the server 
 GIL). The report gives the p95 and accuracy of both and their errors. ``server_p95_ms`` (queue + compute time as
 the runtime reports it) separates the runtime's own fidelity from the HTTP round trip in the client's p95.
 
-**Calibration.** A real deployment pays fixed costs the profile does not contain: per batch (event-loop and thread
+**Calibration.** A real deployment pays costs the profile does not contain: per batch (event-loop and thread
 wake-ups around the model call, ~0.5-1 ms on a 2-core box) and per request (the HTTP round trip). They dominate
-plans whose p95 is a few milliseconds. With ``calibrate=True`` one separate, fixed calibration run measures them
-before any plan is evaluated: the cheapest model alone on one device, at a light Poisson load (no queueing), with
-its own arrivals. The batch overhead is the server-side median latency minus the model's batch-1 runtime, the
-request overhead the client median minus the server median. Every plan is then also simulated with
-``batch_overhead_ms`` set to that value (and the request overhead added to the client-side prediction), and the
-``calibrated_*`` columns report the errors against that. Nothing is fitted per plan.
+plans whose p95 is a few milliseconds, and they are not constants: on a small box their tail, which is what a p95
+sees, is several times their median. With ``calibrate=True`` one separate, fixed calibration run measures their
+distributions before any plan is evaluated: the cheapest model alone on one device, at a light Poisson load (no
+queueing), with its own arrivals. Per answered request, the batch overhead is its server-side latency minus the
+model's batch-1 runtime, the request overhead its client latency minus its server latency. Every plan is then also
+simulated with ``batch_overhead_ms`` set to the batch overhead's median (which moves the queueing), and each
+simulated request gets, for every stage it passed, a draw of the batch overhead's deviation from that median, and
+on the client side a draw of the request overhead (seeded draws, with replacement). The ``calibrated_*`` columns
+report the errors against the p95 of that. Nothing is fitted per plan.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.http.loadgen import LoadReport, run_load
 from cascadeserve.plan import Device, fixed_plan, load_plan
 from cascadeserve.profile import Profile, load_profile
-from cascadeserve.simulate import simulate
+from cascadeserve.simulate import SimResult, simulate
 from cascadeserve.traces import poisson
 
 __all__ = ["FidelityRow", "Overheads", "calibrate", "fidelity"]
@@ -47,13 +50,47 @@ CALIBRATION_SEED = 12_345
 
 @dataclass(frozen=True)
 class Overheads:
-    """Fixed costs of a deployment beyond the profiled runtimes (see the module docstring)."""
+    """Costs of a deployment beyond the profiled runtimes (see the module docstring): samples, in ms."""
 
-    batch_ms: float
-    request_ms: float
+    batch_samples_ms: np.ndarray
+    request_samples_ms: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.batch_samples_ms) == 0 or len(self.request_samples_ms) == 0:
+            raise ValueError("the calibration run answered no request: no overhead to measure")
+
+    @property
+    def batch_ms(self) -> float:
+        return float(np.median(self.batch_samples_ms))
+
+    @property
+    def request_ms(self) -> float:
+        return float(np.median(self.request_samples_ms))
 
     def to_dict(self) -> dict[str, float]:
-        return asdict(self)
+        b, r = self.batch_samples_ms, self.request_samples_ms
+        return {
+            "batch_ms": self.batch_ms,
+            "batch_p95_ms": float(np.percentile(b, 95)),
+            "request_ms": self.request_ms,
+            "request_p95_ms": float(np.percentile(r, 95)),
+            "samples": len(b),
+        }
+
+    def predict_p95_ms(self, sim: SimResult, seed: int = CALIBRATION_SEED) -> tuple[float, float]:
+        """(server-side, client-side) p95 of ``sim`` (simulated with ``batch_overhead_ms = batch_ms``) once each
+        request carries its overhead draws: one batch deviation per stage it passed, one request overhead."""
+        rng = np.random.default_rng(seed)
+        lat = sim.latency_s * 1000.0
+        stages = sim.answer_stage.astype(np.int64) + 1
+        dev = self.batch_samples_ms - self.batch_ms
+        jitter = np.zeros(len(lat))
+        for k in range(1, int(stages.max(initial=0)) + 1):
+            passed = stages >= k
+            jitter[passed] += rng.choice(dev, size=int(passed.sum()))
+        server = lat + jitter
+        client = server + rng.choice(self.request_samples_ms, size=len(lat))
+        return float(np.percentile(server, 95)), float(np.percentile(client, 95))
 
 
 @dataclass(frozen=True)
@@ -65,8 +102,8 @@ class FidelityRow:
     run_server_p95_ms: float
     p95_error: float  # (run - sim) / sim, client-side p95 over HTTP
     server_p95_error: float  # same, with the runtime's own queue + compute times
-    calibrated_sim_p95_ms: float | None  # simulated with the measured batch overhead (None: not calibrated)
-    calibrated_p95_error: float | None  # client p95 vs calibrated sim p95 + request overhead
+    calibrated_sim_p95_ms: float | None  # server-side, simulated with the measured overheads (None: not calibrated)
+    calibrated_p95_error: float | None  # client p95 vs the calibrated client-side prediction
     calibrated_server_p95_error: float | None
     sim_accuracy: float
     run_accuracy: float
@@ -143,7 +180,8 @@ def calibrate(profile_dir: Path, prof: Profile, workdir: Path) -> Overheads:
     rep = _run(profile_dir, path, prof, poisson(CALIBRATION_QPS, CALIBRATION_S, seed=CALIBRATION_SEED).arrivals)
     runtime_ms = float(prof.model(cheapest).runtime.ms_at(1))
     return Overheads(
-        batch_ms=max(0.0, rep.server_p50_ms - runtime_ms), request_ms=max(0.0, rep.p50_ms - rep.server_p50_ms)
+        batch_samples_ms=np.maximum(0.0, rep.server_ms - runtime_ms),
+        request_samples_ms=np.maximum(0.0, rep.latency_ms - rep.server_ms),
     )
 
 
@@ -163,10 +201,10 @@ def fidelity(
         rep = _run(profile_dir, plan_path, prof, arrivals)
         sim_p95 = sim.percentile_ms(95)
         cal: float | None = None
+        cal_client: float | None = None
         if overheads is not None:
-            cal = simulate(
-                prof, plan.model_copy(update={"batch_overhead_ms": overheads.batch_ms}), arrivals
-            ).percentile_ms(95)
+            cal_sim = simulate(prof, plan.model_copy(update={"batch_overhead_ms": overheads.batch_ms}), arrivals)
+            cal, cal_client = overheads.predict_p95_ms(cal_sim)
         acc = rep.accuracy if rep.accuracy is not None else 0.0
         rows.append(
             FidelityRow(
@@ -178,9 +216,7 @@ def fidelity(
                 p95_error=_error(rep.p95_ms, sim_p95),
                 server_p95_error=_error(rep.server_p95_ms, sim_p95),
                 calibrated_sim_p95_ms=cal,
-                calibrated_p95_error=None
-                if cal is None or overheads is None
-                else _error(rep.p95_ms, cal + overheads.request_ms),
+                calibrated_p95_error=None if cal_client is None else _error(rep.p95_ms, cal_client),
                 calibrated_server_p95_error=None if cal is None else _error(rep.server_p95_ms, cal),
                 sim_accuracy=sim.accuracy,
                 run_accuracy=acc,

@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
@@ -44,9 +44,12 @@ class LoadReport:
     server_p95_ms: float  # p95 of queue + compute time reported by the server (no HTTP in it)
     server_p50_ms: float
     status_counts: dict[str, int]
+    # per answered request, in arrival order (kept out of to_dict: a distribution, not a summary)
+    latency_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    server_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k not in ("latency_ms", "server_ms")}
 
 
 def _pct(values: Sequence[float] | np.ndarray, q: float) -> float:
@@ -185,4 +188,6 @@ async def run_load(
         server_p95_ms=_pct(server[ok_mask] * 1000.0, 95),
         server_p50_ms=_pct(server[ok_mask] * 1000.0, 50),
         status_counts=counts,
+        latency_ms=lat_ok,
+        server_ms=server[ok_mask] * 1000.0,
     )
