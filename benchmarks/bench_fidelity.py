@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.http.fidelity import FidelityRow, calibrate, fidelity
+from cascadeserve.http.fidelity import FidelityRow, calibrate, fidelity, mean_qps
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.traces import poisson
@@ -65,7 +65,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         paths = plans(prof, work, args.pair_threshold, tuple(args.triple_thresholds))
-        overheads = calibrate(args.profile, prof, work)
+        overheads = calibrate(args.profile, prof, work, qps=mean_qps(arrivals))
         rows = fidelity(args.profile, paths, arrivals, overheads=overheads)
     summary = {
         "plans": len(rows),
@@ -81,8 +81,8 @@ def main() -> None:
     print(f"{args.profile} poisson {args.qps} qps x {args.duration} s ({len(arrivals)} requests)")
     print("overheads (ms):", {k: round(v, 3) for k, v in overheads.to_dict().items()})
     print(
-        f"| plan | sim p95 ms | calibrated sim p95 ms | run p95 ms (HTTP) | run p95 ms (server) | p95 err"
-        f" | server p95 err | calibrated err | calibrated server err | acc sim = run |"
+        "| plan | sim p95 ms | calibrated sim p95 ms | run p95 ms (HTTP) | run p95 ms (server) | p95 err"
+        " | server p95 err | calibrated err | calibrated server err | acc sim = run |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:

@@ -21,7 +21,7 @@ from cascadeserve.cli.common import (
     trace_options,
 )
 from cascadeserve.cli.eval import eval_app
-from cascadeserve.http.fidelity import calibrate, fidelity
+from cascadeserve.http.fidelity import calibrate, fidelity, mean_qps
 from cascadeserve.profile import load_profile
 
 
@@ -41,8 +41,8 @@ def fidelity_cmd(
         bool,
         typer.Option(
             "--calibrate/--no-calibrate",
-            help="First measure the fixed per-batch and per-request costs on a separate light-load run, and also "
-            "report errors against a simulator that includes them (the calibrated_* columns).",
+            help="First measure the per-batch and per-request costs on a separate run (cheapest model, the trace's "
+            "mean rate), and also report errors against a simulator that includes them (the calibrated_* columns).",
         ),
     ] = True,
 ) -> None:
@@ -51,7 +51,7 @@ def fidelity_cmd(
     overheads = None
     if calibrate_overheads:
         with tempfile.TemporaryDirectory() as tmp:
-            overheads = calibrate(profile, load_profile(profile), Path(tmp))
+            overheads = calibrate(profile, load_profile(profile), Path(tmp), qps=mean_qps(tr.arrivals))
     rows = fidelity(profile, plans, tr.arrivals, overheads=overheads)
     if as_json:
         print_json(

@@ -9,13 +9,15 @@ the runtime reports it) separates the runtime's own fidelity from the HTTP round
 wake-ups around the model call, ~0.5-1 ms on a 2-core box) and per request (the HTTP round trip). They dominate
 plans whose p95 is a few milliseconds, and they are not constants: on a small box their tail, which is what a p95
 sees, is several times their median. With ``calibrate=True`` one separate, fixed calibration run measures their
-distributions before any plan is evaluated: the cheapest model alone on one device, at a light Poisson load (no
-queueing), with its own arrivals. Per answered request, the batch overhead is its server-side latency minus the
-model's batch-1 runtime, the request overhead its client latency minus its server latency. Every plan is then also
-simulated with ``batch_overhead_ms`` set to the batch overhead's median (which moves the queueing), and each
-simulated request gets, for every stage it passed, a draw of the batch overhead's deviation from that median, and
-on the client side a draw of the request overhead (seeded draws, with replacement). The ``calibrated_*`` columns
-report the errors against the p95 of that. Nothing is fitted per plan.
+distributions before any plan is evaluated: the cheapest model alone on one device, with Poisson arrivals of its
+own at the trace's mean rate (the event loop's other work, HTTP parsing above all, grows with the rate, and so does
+the tail of the overheads), capped so that the device stays at most 20% busy (no queueing to speak of). Per
+answered request, the batch overhead is its server-side latency minus the model's batch-1 runtime, the request
+overhead its client latency minus its server latency. Every plan is then also simulated with ``batch_overhead_ms``
+set to the batch overhead's median (which moves the queueing), and each simulated request gets, for every stage it
+passed, a draw of the batch overhead's deviation from that median, and on the client side a draw of the request
+overhead (seeded draws, with replacement). The ``calibrated_*`` columns report the errors against the p95 of that.
+Nothing is fitted per plan.
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import SimResult, simulate
 from cascadeserve.traces import poisson
 
-__all__ = ["FidelityRow", "Overheads", "calibrate", "fidelity"]
+__all__ = ["FidelityRow", "Overheads", "calibrate", "fidelity", "mean_qps"]
 
 CALIBRATION_QPS = 20.0
-CALIBRATION_S = 6.0
+CALIBRATION_S = 10.0
 CALIBRATION_SEED = 12_345
 
 
@@ -170,19 +172,27 @@ def _run(profile_dir: Path, plan_path: Path, prof: Profile, arrivals: np.ndarray
         proc.wait(10)
 
 
-def calibrate(profile_dir: Path, prof: Profile, workdir: Path) -> Overheads:
-    """Measure the deployment's fixed per-batch and per-request costs (the module docstring's calibration run)."""
+def calibrate(profile_dir: Path, prof: Profile, workdir: Path, qps: float = CALIBRATION_QPS) -> Overheads:
+    """Measure the deployment's per-batch and per-request costs (the module docstring's calibration run) at
+    ``qps`` Poisson arrivals of its own (the fidelity command passes the trace's mean rate)."""
     cheapest = prof.by_cost(1)[0]
     plan = fixed_plan(
         prof, Cascade((cheapest,), ()), [Device(name="calibration", memory_mb=prof.model(cheapest).memory_mb + 1.0)]
     )
     path = plan.save(workdir / "calibration-plan.json")
-    rep = _run(profile_dir, path, prof, poisson(CALIBRATION_QPS, CALIBRATION_S, seed=CALIBRATION_SEED).arrivals)
     runtime_ms = float(prof.model(cheapest).runtime.ms_at(1))
+    qps = min(qps, 0.2 * 1000.0 / max(runtime_ms, 1e-3))
+    rep = _run(profile_dir, path, prof, poisson(qps, CALIBRATION_S, seed=CALIBRATION_SEED).arrivals)
     return Overheads(
         batch_samples_ms=np.maximum(0.0, rep.server_ms - runtime_ms),
         request_samples_ms=np.maximum(0.0, rep.latency_ms - rep.server_ms),
     )
+
+
+def mean_qps(arrivals: np.ndarray) -> float:
+    """Requests per second over the span of ``arrivals`` (the calibration run's rate)."""
+    span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0
+    return len(arrivals) / span if span > 0 else CALIBRATION_QPS
 
 
 def _error(run: float, sim: float) -> float:
