@@ -602,6 +602,8 @@ class RayRuntime(Runtime):
         )
         if (profile is None) == (models is None):
             raise ValueError("give a profile (emulated devices) or models, not both")
+        if self.options.batch_limit is not None:  # its state would have to live on every server: not built
+            raise ValueError("the Ray backend does not apply RuntimeOptions.batch_limit (AIMD batching); use local")
         self.ray_options = ray_options or RayOptions()
         self.profile = profile
         self.models: Mapping[str, ModelSource] = models or {}

@@ -8,8 +8,9 @@ therefore settles near the largest batch whose runtime fits the objective, and f
 This is the MS+ baseline's batching (paper §6.2). It is a pure decision: :meth:`AimdBatchLimit.observe` takes the
 replica and the measured batch runtime, returns an :class:`AimdDecision`, and :meth:`AimdBatchLimit.limit` says
 how large the replica's next batch may be. The simulator calls both around every batch (``simulate(...,
-batch_limit=AimdBatchLimit(...))``); a runtime consumer would do the same: ``limit(r)`` when it takes a batch from
-a replica's queue, ``observe(r, seconds)`` when the device hands the batch back. No clock is read here.
+batch_limit=AimdBatchLimit(...))``), and so does the runtime's consumer (``RuntimeOptions.batch_limit``):
+``limit(r)`` when it takes a batch from a replica's queue, ``observe(r, seconds)`` when the device hands the batch
+back. No clock is read here.
 """
 
 from __future__ import annotations

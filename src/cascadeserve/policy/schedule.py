@@ -4,7 +4,7 @@ The producer normally picks the gear from the QPS it measured (:class:`~cascades
 autoscaler that is *told* the future load (the Cocktail+ baseline, paper §6.2) decides ahead of time instead: its
 decisions, including the delay before a newly requested replica has loaded its model and warmed up, become one
 gear per tick. :meth:`GearSchedule.gear_at` is the whole decision; the simulator consults it on every tick when
-it is given one (``simulate(..., gear_schedule=...)``), and a runtime producer would do the same on its tick
+it is given one (``simulate(..., gear_schedule=...)``), and so does the runtime producer on its tick
 (``gear_at(int(now / tick))``) in place of the selector.
 """
 
