@@ -21,7 +21,7 @@ from cascadeserve.cli.common import (
     trace_options,
 )
 from cascadeserve.cli.eval import eval_app
-from cascadeserve.http.fidelity import calibrate, fidelity, mean_qps
+from cascadeserve.http.fidelity import CALIBRATION_REQUESTS, calibrate, fidelity, mean_qps
 from cascadeserve.profile import load_profile
 
 
@@ -45,13 +45,18 @@ def fidelity_cmd(
             "mean rate), and also report errors against a simulator that includes them (the calibrated_* columns).",
         ),
     ] = True,
+    calibration_requests: Annotated[
+        int, typer.Option(min=1, help="The calibration run lasts at least 10 s and this many requests.")
+    ] = CALIBRATION_REQUESTS,
 ) -> None:
     """Run each plan in the simulator and on `serve --emulate` over HTTP; report p95 and accuracy errors."""
     tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
     overheads = None
     if calibrate_overheads:
         with tempfile.TemporaryDirectory() as tmp:
-            overheads = calibrate(profile, load_profile(profile), Path(tmp), qps=mean_qps(tr.arrivals))
+            overheads = calibrate(
+                profile, load_profile(profile), Path(tmp), mean_qps(tr.arrivals), min_requests=calibration_requests
+            )
     rows = fidelity(profile, plans, tr.arrivals, overheads=overheads)
     if as_json:
         print_json(

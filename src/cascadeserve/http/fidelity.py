@@ -11,7 +11,8 @@ plans whose p95 is a few milliseconds, and they are not constants: on a small bo
 sees, is several times their median. With ``calibrate=True`` one separate, fixed calibration run measures their
 distributions before any plan is evaluated: the cheapest model alone on one device, with Poisson arrivals of its
 own at the trace's mean rate (the event loop's other work, HTTP parsing above all, grows with the rate, and so does
-the tail of the overheads), capped so that the device stays at most 20% busy (no queueing to speak of). Per
+the tail of the overheads), capped so that the device stays at most 20% busy (no queueing to speak of), for at
+least 10 s and 1,500 requests (the tail of a smaller sample is mostly noise). Per
 answered request, the batch overhead is its server-side latency minus the model's batch-1 runtime, the request
 overhead its client latency minus its server latency. Every plan is then also simulated with ``batch_overhead_ms``
 set to the batch overhead's median (which moves the queueing), and each simulated request gets, for every stage it
@@ -46,7 +47,8 @@ from cascadeserve.traces import poisson
 __all__ = ["FidelityRow", "Overheads", "calibrate", "fidelity", "mean_qps"]
 
 CALIBRATION_QPS = 20.0
-CALIBRATION_S = 10.0
+CALIBRATION_S = 10.0  # at least this long ...
+CALIBRATION_REQUESTS = 1500  # ... and this many requests: the overheads' tail is what a p95 sees
 CALIBRATION_SEED = 12_345
 
 
@@ -172,9 +174,18 @@ def _run(profile_dir: Path, plan_path: Path, prof: Profile, arrivals: np.ndarray
         proc.wait(10)
 
 
-def calibrate(profile_dir: Path, prof: Profile, workdir: Path, qps: float = CALIBRATION_QPS) -> Overheads:
+def calibrate(
+    profile_dir: Path,
+    prof: Profile,
+    workdir: Path,
+    qps: float = CALIBRATION_QPS,
+    *,
+    min_requests: int = CALIBRATION_REQUESTS,
+    min_s: float = CALIBRATION_S,
+) -> Overheads:
     """Measure the deployment's per-batch and per-request costs (the module docstring's calibration run) at
-    ``qps`` Poisson arrivals of its own (the fidelity command passes the trace's mean rate)."""
+    ``qps`` Poisson arrivals of its own (the fidelity command passes the trace's mean rate), for at least ``min_s``
+    seconds and ``min_requests`` requests."""
     cheapest = prof.by_cost(1)[0]
     plan = fixed_plan(
         prof, Cascade((cheapest,), ()), [Device(name="calibration", memory_mb=prof.model(cheapest).memory_mb + 1.0)]
@@ -182,7 +193,8 @@ def calibrate(profile_dir: Path, prof: Profile, workdir: Path, qps: float = CALI
     path = plan.save(workdir / "calibration-plan.json")
     runtime_ms = float(prof.model(cheapest).runtime.ms_at(1))
     qps = min(qps, 0.2 * 1000.0 / max(runtime_ms, 1e-3))
-    rep = _run(profile_dir, path, prof, poisson(qps, CALIBRATION_S, seed=CALIBRATION_SEED).arrivals)
+    duration = max(min_s, min_requests / qps)
+    rep = _run(profile_dir, path, prof, poisson(qps, duration, seed=CALIBRATION_SEED).arrivals)
     return Overheads(
         batch_samples_ms=np.maximum(0.0, rep.server_ms - runtime_ms),
         request_samples_ms=np.maximum(0.0, rep.latency_ms - rep.server_ms),
