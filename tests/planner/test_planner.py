@@ -125,3 +125,65 @@ def test_same_seed_same_plan(toy_profile: Profile) -> None:
     a = _fit(toy_profile, SLO(kind="p95_ms", value=20.0), 3000).plan_
     b = _fit(toy_profile, SLO(kind="p95_ms", value=20.0), 3000).plan_
     assert a is not None and b is not None and a.to_json() == b.to_json()
+
+
+# -- per-batch overhead ---------------------------------------------------------------------------------------------
+
+
+def _flat_profile() -> Profile:
+    """One model ``m``: 2 ms per sample at any batch size (no batching gain), 10 MB."""
+    from cascadeserve.profile import ModelProfile, RuntimeCurve
+
+    n = 100
+    labels = np.zeros(n, dtype=np.int64)
+    m = ModelProfile("m", 10.0, RuntimeCurve((1, 64), (2.0, 128.0)))
+    return Profile("flat", (m,), np.arange(n), labels, labels[None, :].copy(), np.ones((1, n)))
+
+
+def _fit_flat(overhead_ms: float | None) -> Planner:
+    kw = {} if overhead_ms is None else {"batch_overhead_ms": overhead_ms}
+    pl = Planner(n_ranges=2, seed=1, **kw)
+    return pl.fit(_flat_profile(), _devices(1, 100.0), SLO(kind="p95_ms", value=20.0), 300.0)
+
+
+def test_zero_overhead_plans_exactly_as_without_it(toy_profile: Profile) -> None:
+    slo = SLO(kind="p95_ms", value=20.0)
+    a = Planner(n_ranges=4, seed=1).fit(toy_profile, _devices(2, 1000.0), slo, 3000).plan_
+    b = Planner(n_ranges=4, seed=1, batch_overhead_ms=0.0).fit(toy_profile, _devices(2, 1000.0), slo, 3000).plan_
+    assert a is not None and b is not None and a.to_json() == b.to_json()
+    assert b.batch_overhead_ms == 0.0
+
+
+def test_negative_overhead_is_rejected() -> None:
+    with pytest.raises(ValueError, match="batch_overhead_ms"):
+        Planner(batch_overhead_ms=-0.1)
+
+
+def test_a_planned_overhead_is_carried_and_simulated() -> None:
+    prof = _flat_profile()
+    base, with_ov = _fit_flat(None).plan_, _fit_flat(0.5).plan_
+    assert base is not None and with_ov is not None
+    assert base.batch_overhead_ms == 0.0 and with_ov.batch_overhead_ms == 0.5
+    # same gears and triggers (work-conserving batching keeps up either way) ...
+    assert [(g.qps_low, g.qps_high) for g in with_ov.gears] == [(0.0, 150.0), (150.0, 300.0)]
+    assert all(rg.min_queue == 1 for g in with_ov.gears for rg in g.replicas.values())
+    # ... but every predicted p95 includes the overhead's cost
+    for g0, g1 in zip(base.gears, with_ov.gears, strict=True):
+        assert g0.predicted_p95_ms is not None and g1.predicted_p95_ms is not None
+        assert g1.predicted_p95_ms > g0.predicted_p95_ms
+    for g in with_ov.gears:
+        arrivals = poisson(g.qps_high, 10.0, seed=123).arrivals
+        res = simulate(prof, _one_gear(with_ov, g), arrivals)
+        p95 = res.percentile_ms(95)
+        assert g.predicted_p95_ms is not None and p95 <= min(20.0, g.predicted_p95_ms + 0.5)
+        # simulate charges the plan's overhead: the same gear without it is faster
+        free = simulate(prof, _one_gear(with_ov, g).model_copy(update={"batch_overhead_ms": 0.0}), arrivals)
+        assert free.percentile_ms(95) < p95
+
+
+def test_a_large_overhead_makes_a_feasible_load_infeasible() -> None:
+    assert _fit_flat(0.0).plan_ is not None  # 2 ms per sample: 300 QPS use 60 % of the device
+    # With 6 ms per batch, the largest batch within half the SLO is 2 (2·2 + 6 = 10 ms ≤ 20 / 2), so a sample costs
+    # at best (4 + 6) / 2 = 5 ms: one device carries 200 QPS, not 300.
+    with pytest.raises(InfeasibleError, match=r"saturates model m at about 200 QPS"):
+        _fit_flat(6.0)

@@ -2,7 +2,9 @@
 
 ``Planner(n_ranges=…, qps_dist=…, alpha=…, seed=…).fit(profile, hardware, slo, max_qps)`` sets ``plan_`` (a
 :class:`~cascadeserve.plan.GearPlan`) and ``report_`` (a :class:`PlannerReport`), or raises
-:class:`~cascadeserve.errors.InfeasibleError` with a message in the user's terms. The parts are usable alone:
+:class:`~cascadeserve.errors.InfeasibleError` with a message in the user's terms. ``Planner(batch_overhead_ms=…)``
+plans with a fixed cost per batch beyond the profiled runtime (every batch duration and capacity estimate includes
+it, and the plan carries it for the simulator). The parts are usable alone:
 :func:`search_cascades` (SP1), :class:`QpsDistribution` (SP2's weights), :func:`place_replicas` and
 :func:`balance` (SP3), :func:`check_load` (SP4's simulation check) and :func:`run_loop` (Algorithm 1's control
 flow). :mod:`cascadeserve.planner.quality` compares the planner with exhaustive and random search.

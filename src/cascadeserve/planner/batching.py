@@ -14,6 +14,9 @@ load and latency stays flat. An earlier version also required ``busy_max`` ≤ 0
 the SLO (on tweets-sklearn it made the planner need 4 devices where the best static cascade needs 2), so the
 feasibility criterion is now the SLO itself plus this backlog test.
 
+The simulator charges the plan's ``batch_overhead_ms`` on every batch, so a planner that plans with a per-batch
+overhead checks its gears with it by putting it in the plan under check.
+
 Simulations are short to keep the planner fast: long enough to hold about :data:`MIN_REQUESTS` requests and at
 least 20 SLO lengths, but at most ``max_requests`` requests (the simulator's cost is per batch, so this bounds
 the cost of one check), and never below half a second.

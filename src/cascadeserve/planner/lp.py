@@ -1,7 +1,8 @@
 """Load balancing as one linear program (paper Eqs. 1-3), solved once with HiGHS.
 
 Given replicas (each a model on a device), each replica's runtime per sample ``t_r`` (seconds, amortised at the
-gear's batch size) and the QPS ``D_m`` that each model of the cascade must serve, find per-replica QPS ``q_r``:
+gear's batch size; the planner includes any per-batch overhead in it) and the QPS ``D_m`` that each model of the
+cascade must serve, find per-replica QPS ``q_r``:
 
     minimise    u + ε · Σ q_r
     subject to  Σ_{r ∈ R[m]} q_r ≥ D_m           for every model m with demand

@@ -34,6 +34,11 @@ One :class:`_Run` holds the joint solution while the four submodules take turns 
   device). The lowest range keeps 1, since its load can fall to zero and a larger batch would never fill; 1 is
   work-conserving, so this costs no capacity (batches still grow with the queue at the range's top).
 
+A per-batch overhead (``Planner(batch_overhead_ms=…)``, a deployment's fixed cost per batch beyond the profiled
+runtime) is part of every batch's duration above: the amortised runtimes of SP2's capacity test and of SP3's LP and
+placement, ``_b_max``, SP4's utilisation estimate, and SP4's simulations (the checked plan carries it, as does the
+emitted plan). SP1's frontier still ranks cascades by profiled work alone.
+
 Simulation results are cached by (cascade, shares, minimum queue lengths, QPS), and so are LP solutions.
 """
 
@@ -151,6 +156,7 @@ class _Run:
         self.n_dev = len(self.devices)
         self.slo = slo
         self.latency_ms = slo.value if slo.kind == "p95_ms" else None
+        self.overhead_ms = float(planner.batch_overhead_ms)
         self.ranges = qps_ranges(max_qps, planner.n_ranges)
         self.n_ranges = len(self.ranges)
         self.dist = QpsDistribution.parse(planner.qps_dist)
@@ -175,18 +181,22 @@ class _Run:
         self._b_max_cache: dict[str, int] = {}
 
     # -- small helpers -----------------------------------------------------------------------------------------
+    def batch_ms(self, model: str, sizes: float | np.ndarray) -> np.ndarray:
+        """Milliseconds one batch of each size takes: the profiled runtime plus the per-batch overhead."""
+        return np.asarray(self.profile.model(model).runtime.ms_at(sizes) + self.overhead_ms)
+
     def t(self, model: str, batch: float) -> float:
-        """Seconds per sample of ``model`` in batches of ``batch`` (amortised)."""
+        """Seconds per sample of ``model`` in batches of ``batch`` (amortised, the per-batch overhead included)."""
         b = max(1, round(batch))
         key = (model, b)
         v = self._t_cache.get(key)
         if v is None:
-            v = self._t_cache[key] = self.profile.model(model).runtime.per_sample_ms(b) / 1000.0
+            v = self._t_cache[key] = float(self.batch_ms(model, b)) / max(float(b), 1.0) / 1000.0
         return v
 
     def b_max(self, model: str) -> int:
-        """Largest batch SP4 may give ``model``: its batch must run in half the latency SLO (a request may wait
-        for the previous batch and then run in its own), capped by ``max_batch``."""
+        """Largest batch SP4 may give ``model``: its batch (overhead included) must run in half the latency SLO (a
+        request may wait for the previous batch and then run in its own), capped by ``max_batch``."""
         hit = self._b_max_cache.get(model)
         if hit is not None:
             return hit
@@ -195,7 +205,7 @@ class _Run:
             b = cap
         else:
             sizes = np.arange(1, cap + 1)
-            ms = self.profile.model(model).runtime.ms_at(sizes)
+            ms = self.batch_ms(model, sizes)
             ok = np.flatnonzero(ms <= self.latency_ms / 2)
             b = int(sizes[ok[-1]]) if len(ok) else 1
         self._b_max_cache[model] = b
@@ -537,6 +547,7 @@ class _Run:
                 ),
             ),
             alpha=self.p.alpha,
+            batch_overhead_ms=self.overhead_ms,
         )
 
     def _sim(self, r: int, mq: dict[RepKey, int], qps: float) -> tuple[bool, float]:
@@ -659,6 +670,7 @@ class _Run:
             slo=self.slo,
             alpha=self.p.alpha,
             qps_scale=scale,
+            batch_overhead_ms=self.overhead_ms,
             notes={
                 "planner": "cascadeserve.planner (Algorithm 1)",
                 "qps_dist": self.dist.describe(),
@@ -713,7 +725,7 @@ class _Run:
                 f"{slo} is unreachable at {hi:,.0f} QPS on {n}: even the cheapest cascade ({cheapest.cascade}) "
                 f"saturates model {worst} at about {cap_qps:,.0f} QPS; add devices or relax the SLO"
             )
-        one = self.profile.model(cheapest.models[0]).runtime.ms_at(1)
+        one = self.batch_ms(cheapest.models[0], 1)
         p95 = self.p95[r]
         seen = f"a simulated p95 of about {p95:,.1f} ms" if math.isfinite(p95) else "a p95 above the SLO"
         return (
@@ -756,6 +768,11 @@ class Planner:
     * ``levels``: threshold levels per stage; ``max_batch``: the largest minimum queue length SP4 may choose
       (1 = no batching); ``sim_requests``: the most requests one SP4 simulation replays; ``max_iterations``:
       Algorithm 1's hard cap on submodule calls; ``search_method``: auto, exact or random.
+    * ``batch_overhead_ms`` (≥ 0, default 0): a deployment's fixed cost per batch beyond the profiled runtime (e.g.
+      from ``eval fidelity --calibrate``). Every batch the planner reasons about costs ``runtime(b) + overhead``:
+      SP3's amortised per-sample runtimes (LP and placement), SP4's largest batch and amortised utilisation, and
+      SP4's simulations (the plan under check carries it). The plan carries it too, so ``simulate`` charges it.
+      With 0 the planner behaves exactly as without it.
     """
 
     def __init__(
@@ -771,7 +788,10 @@ class Planner:
         max_iterations: int = 5000,
         search_method: str = "auto",
         check_duration_s: float | None = None,
+        batch_overhead_ms: float = 0.0,
     ) -> None:
+        if not (batch_overhead_ms >= 0 and math.isfinite(batch_overhead_ms)):
+            raise ValueError(f"batch_overhead_ms must be a finite number ≥ 0, got {batch_overhead_ms!r}")
         self.n_ranges = n_ranges
         self.qps_dist = qps_dist
         self.alpha = alpha
@@ -784,6 +804,7 @@ class Planner:
         # SP4 simulates each range for a duration chosen from its QPS and the SLO; a fixed one is for experiments
         # that score plans on one known trace (the quality harness).
         self.check_duration_s = check_duration_s
+        self.batch_overhead_ms = float(batch_overhead_ms)
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 
