@@ -4,7 +4,9 @@ Every system is a :class:`System`: a grid of hyper-parameter settings and, per s
 (profile, gear plan, optional AIMD batching and gear schedule) that runs on the shared simulator. See
 :mod:`~cascadeserve.baselines.dynba` (DynBa), :mod:`~cascadeserve.baselines.msplus` (MS+),
 :mod:`~cascadeserve.baselines.cocktail` (Cocktail+) and :mod:`~cascadeserve.baselines.ours` (cascadeserve, no
-switching, no cascade). :func:`all_systems` lists them in the order reports use.
+switching, no cascade). :func:`all_systems` lists them in the order reports use. A :class:`Workload`'s
+``batch_overhead_ms`` is charged to every system alike (in its plans and in its own batch-size and capacity
+estimates).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cascadeserve.baselines.common import (
     System,
     Workload,
     batch_for_latency,
+    batch_ms,
     pareto_models,
     sub_profile,
 )
@@ -43,6 +46,7 @@ __all__ = [
     "Workload",
     "all_systems",
     "batch_for_latency",
+    "batch_ms",
     "colocate",
     "ensemble_profile",
     "pareto_models",

@@ -8,14 +8,16 @@
   accuracy/cost Pareto front that can reach some accuracy target are tried; single models count as ensembles.
 * **Autoscaling with the ground-truth future load** (improvement (i)): every ``interval_s`` the autoscaler looks at
   the true peak per-second QPS of the next interval and provisions ``ceil(peak / (utilisation × capacity))``
-  devices (capacity: one device's throughput in batches that run within half the latency SLO), at least 1 and at
+  devices (capacity: one device's throughput in batches that run within half the latency SLO, each batch costing
+  its runtime plus the workload's per-batch overhead), at least 1 and at
   most the device budget. VMs start instantly (improvement (ii)); a new replica still loads its model and runs one
   warm-up batch before it takes requests. Because the load is known in advance, it is requested that much
   *earlier* (a strengthening over the paper's Cocktail+, which was under-provisioned at every peak): it is paid
   for while loading. Scale-down is immediate; a replica that leaves still drains its queue.
 * **Batching:** cascadeserve's (improvement (iii)), work-conserving: a free device takes its whole queue.
 * **Load time** (not in any profile, so a documented parameter): ``load_fixed_s`` (process and framework start,
-  default 1 s) + memory / ``load_mb_per_s`` (default 1000 MB/s) + the ensemble's runtime at batch 1.
+  default 1 s) + memory / ``load_mb_per_s`` (default 1000 MB/s) + the ensemble's runtime at batch 1 (plus the
+  per-batch overhead).
 * **Cost:** the time-mean of the provisioned devices, rounded up; the peak is reported too.
 
 Expressed on the shared simulator as a plan with one replica per device of the budget and one gear per active
@@ -38,6 +40,7 @@ from cascadeserve.baselines.common import (
     System,
     Workload,
     batch_for_latency,
+    batch_ms,
 )
 from cascadeserve.plan import Gear, GearPlan, Replica, ReplicaGear
 from cascadeserve.policy import GearSchedule
@@ -57,8 +60,8 @@ class LoadTime:
     fixed_s: float = 1.0
     mb_per_s: float = 1000.0
 
-    def seconds(self, model: ModelProfile) -> float:
-        return self.fixed_s + model.memory_mb / self.mb_per_s + float(model.runtime.ms_at(1)) / 1000.0
+    def seconds(self, model: ModelProfile, overhead_ms: float = 0.0) -> float:
+        return self.fixed_s + model.memory_mb / self.mb_per_s + batch_ms(model, 1, overhead_ms) / 1000.0
 
 
 def vote(profile: Profile, members: tuple[str, ...], kind: str) -> np.ndarray:
@@ -148,8 +151,9 @@ class CocktailPlus(System):
         devs = w.devices(devices)
         if mp.memory_mb > w.device_memory_mb:
             return None
-        b = batch_for_latency(mp, float(config["slo_ms"]) / 2.0)
-        cap = b / (float(mp.runtime.ms_at(b)) / 1000.0)
+        ov = w.batch_overhead_ms
+        b = batch_for_latency(mp, float(config["slo_ms"]) / 2.0, overhead_ms=ov)
+        cap = b / (batch_ms(mp, b, ov) / 1000.0)
         replicas = tuple(Replica(model=mp.name, device=d.name) for d in devs)
         gears = tuple(
             Gear(
@@ -161,7 +165,7 @@ class CocktailPlus(System):
             for k in range(devices)
         )
         gears = (gears[0].model_copy(update={"qps_low": 0.0}), *gears[1:])
-        plan = GearPlan(profile=ens.name, devices=devs, replicas=replicas, gears=gears, alpha=0.0)
+        plan = GearPlan(profile=ens.name, devices=devs, replicas=replicas, gears=gears, alpha=0.0, batch_overhead_ms=ov)
         tick = plan.tick_ms / 1000.0
         counts = w.trace.per_second_counts()
         interval = float(config["interval_s"])
@@ -175,7 +179,7 @@ class CocktailPlus(System):
         t = tick * np.arange(n_ticks)
         idx = np.minimum((t // interval).astype(np.int64), n_int - 1)
         active = need[idx]
-        delay = self.load_time.seconds(mp)
+        delay = self.load_time.seconds(mp, ov)
         # a replica for interval i+1 is requested `delay` before it starts, and paid for from then on
         nxt = need[np.minimum(idx + 1, n_int - 1)]
         loading = (t >= (idx + 1) * interval - delay) & (idx + 1 < n_int)

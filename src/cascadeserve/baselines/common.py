@@ -8,6 +8,11 @@ two policy hooks (an AIMD batch limit, a gear schedule). Every deployment runs o
 :meth:`Deployment.runtime_options` for any other runtime), both given the same hooks, so no system gets a private
 execution path. :class:`Outcome` is one run's cost, p95 and accuracy.
 
+A workload's ``batch_overhead_ms`` (a deployment's fixed cost per batch beyond the profiled runtime, e.g. from
+``eval fidelity --calibrate``) applies to every system alike: each deployment's plan carries it, so the simulator
+charges it on every batch, and every system-internal batch-size or capacity estimate includes it
+(:func:`batch_for_latency`, :func:`batch_ms`; the planner with ``Planner(batch_overhead_ms=…)``).
+
 Autoscaled systems (Cocktail+) decide their own device count over time; their cost is the time-mean of the
 devices they had provisioned (rounded up), and their peak may not exceed the device budget.
 """
@@ -39,6 +44,7 @@ __all__ = [
     "System",
     "Workload",
     "batch_for_latency",
+    "batch_ms",
     "pareto_models",
     "sub_profile",
 ]
@@ -61,6 +67,11 @@ class Workload:
     device_memory_mb: float = 16000.0
     qps_dist: QpsDistribution | str = "zipf"
     seed: int = 0
+    batch_overhead_ms: float = 0.0  # fixed cost per batch beyond the profiled runtime, for every system
+
+    def __post_init__(self) -> None:
+        if not (self.batch_overhead_ms >= 0 and math.isfinite(self.batch_overhead_ms)):
+            raise ValueError(f"batch_overhead_ms must be a finite number ≥ 0, got {self.batch_overhead_ms!r}")
 
     @property
     def max_qps(self) -> float:
@@ -78,7 +89,14 @@ class Workload:
             self.device_memory_mb,
             self.qps_dist,
             self.seed,
+            self.batch_overhead_ms,
         )
+
+    def carry(self, plan: GearPlan) -> GearPlan:
+        """``plan`` with this workload's per-batch overhead (so the simulator and runtime charge it)."""
+        if plan.batch_overhead_ms == self.batch_overhead_ms:
+            return plan
+        return plan.model_copy(update={"batch_overhead_ms": self.batch_overhead_ms})
 
 
 @dataclass(frozen=True)
@@ -217,8 +235,13 @@ def pareto_models(profile: Profile, batch: int = 32) -> list[str]:
     return sorted(keep, key=lambda n: -float(profile.accuracies[profile.index(n)]))
 
 
-def batch_for_latency(model: ModelProfile, budget_ms: float, cap: int = 4096) -> int:
-    """The largest batch whose runtime fits ``budget_ms`` (at least 1)."""
+def batch_ms(model: ModelProfile, batch: int, overhead_ms: float = 0.0) -> float:
+    """Milliseconds one batch of ``batch`` takes: the profiled runtime plus the per-batch overhead."""
+    return float(model.runtime.ms_at(batch)) + overhead_ms
+
+
+def batch_for_latency(model: ModelProfile, budget_ms: float, cap: int = 4096, overhead_ms: float = 0.0) -> int:
+    """The largest batch whose runtime plus ``overhead_ms`` fits ``budget_ms`` (at least 1)."""
     sizes = np.arange(1, cap + 1)
-    ok = np.flatnonzero(model.runtime.ms_at(sizes) <= budget_ms)
+    ok = np.flatnonzero(model.runtime.ms_at(sizes) + overhead_ms <= budget_ms)
     return int(sizes[ok[-1]]) if len(ok) else 1

@@ -5,6 +5,7 @@ device and splits the load evenly. Its batching is cascadeserve's own (the paper
 work-conserving (``min_queue=1``: a free device takes its whole queue), or the planner's per-QPS-range minimum
 queue lengths, obtained by running the gear planner on the one-model profile under each latency SLO (with one
 model the planner can only place, balance and batch). Both are grid-searched; the best setting per cell wins.
+The workload's per-batch overhead is in both plans (the planner plans with it).
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ class DynBa(System):
                 plan = fixed_plan(w.profile, Cascade((model,), ()), w.devices(devices), min_queue=1)
             except PlanError:
                 return None
+            plan = w.carry(plan)
             return Deployment(self.name, dict(config), w.profile, plan)
         one = sub_profile(w.profile, [model])
-        planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed)
+        planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed, batch_overhead_ms=w.batch_overhead_ms)
         try:
             planner.fit(one, w.devices(devices), SLO(kind="p95_ms", value=float(config["slo_ms"])), w.max_qps)
         except InfeasibleError:

@@ -4,7 +4,8 @@
   model with the fewest replicas so far (most accurate first among ties), then every other model that still fits.
 * **Switching:** one model serves all requests at a time, chosen from the QPS measured every 100 ms. Models are
   ordered most accurate first; model ``k`` serves QPS below ``headroom × capacity(k)``, where ``capacity(k)`` is
-  its replicas' combined throughput in batches that run within the AIMD target (half the latency SLO). A model
+  its replicas' combined throughput in batches that run within the AIMD target (half the latency SLO), each batch
+  costing its runtime plus the workload's per-batch overhead. A model
   that is no cheaper than a more accurate one never gets a range. Expressed as a gear plan with one single-model
   gear per QPS range; the producer's hysteresis is off (``alpha = 0``), as in MS.
 * **Batching:** Clipper's AIMD on each replica's maximum batch size against the target (improvement (ii)); a free
@@ -21,6 +22,7 @@ from cascadeserve.baselines.common import (
     System,
     Workload,
     batch_for_latency,
+    batch_ms,
     pareto_models,
 )
 from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
@@ -71,8 +73,8 @@ class MSPlus(System):
             if n == 0:
                 continue
             mp = prof.model(m)
-            b = batch_for_latency(mp, target_ms)
-            cap = n * b / (float(mp.runtime.ms_at(b)) / 1000.0) * float(config["headroom"])
+            b = batch_for_latency(mp, target_ms, overhead_ms=w.batch_overhead_ms)
+            cap = n * b / (batch_ms(mp, b, w.batch_overhead_ms) / 1000.0) * float(config["headroom"])
             if not caps or cap > caps[-1][1]:
                 caps.append((m, cap))
         if not caps:
@@ -93,7 +95,14 @@ class MSPlus(System):
                 )
             )
             low = high
-        plan = GearPlan(profile=prof.name, devices=devs, replicas=tuple(replicas), gears=tuple(gears), alpha=0.0)
+        plan = GearPlan(
+            profile=prof.name,
+            devices=devs,
+            replicas=tuple(replicas),
+            gears=tuple(gears),
+            alpha=0.0,
+            batch_overhead_ms=w.batch_overhead_ms,
+        )
         return Deployment(
             self.name,
             dict(config),

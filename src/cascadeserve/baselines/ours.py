@@ -13,6 +13,9 @@
 * :class:`NoCascade`: the same planner on a copy of the profile whose certainties are all zero, so every
   cascade longer than one model forwards everything and is dominated by its last model: the planner switches
   between *single* models with cascadeserve's placement, load balancing and batching.
+
+All three charge the workload's per-batch overhead: the planner plans with it (``Planner(batch_overhead_ms=…)``)
+and every plan carries it. The static candidates come from SP1's frontier, which ranks cascades by profiled work.
 """
 
 from __future__ import annotations
@@ -64,7 +67,13 @@ class CascadeServe(System):
     def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
         prof = self._profile(w)
         slo = SLO(kind=config["slo"], value=float(config["value"]))
-        planner = Planner(n_ranges=self.n_ranges, qps_dist=w.qps_dist, alpha=self.alpha, seed=w.seed)
+        planner = Planner(
+            n_ranges=self.n_ranges,
+            qps_dist=w.qps_dist,
+            alpha=self.alpha,
+            seed=w.seed,
+            batch_overhead_ms=w.batch_overhead_ms,
+        )
         try:
             planner.fit(prof, w.devices(devices), slo, w.max_qps)
         except InfeasibleError:
@@ -99,7 +108,7 @@ class NoSwitching(System):
             plan = fixed_plan(w.profile, c, w.devices(devices), min_queue=1)
         except PlanError:
             return None
-        return Deployment(self.name, dict(config), w.profile, plan)
+        return Deployment(self.name, dict(config), w.profile, w.carry(plan))
 
 
 class NoCascade(CascadeServe):
