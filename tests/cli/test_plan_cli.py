@@ -91,3 +91,19 @@ def test_eval_planner_json_and_plot(prof_dir: Path, tmp_path: Path, capsys: pyte
         assert key in res
     assert 0 < res["hypervolume_fraction"] <= 1.0 + 1e-9
     assert png.stat().st_size > 1000
+
+
+def test_plan_with_a_batch_overhead_writes_it_into_the_plan(
+    prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4000", "--ranges", "2"]
+    args += ["--slo-p95-ms", "20", "--max-qps", "1000", "--out", str(out)]
+    assert run([*args, "--batch-overhead-ms", "0.5", "--json"]) == 0
+    summary = stdout_json(capsys)
+    assert summary["feasible"] is True and summary["batch_overhead_ms"] == 0.5
+    assert load_plan(out).batch_overhead_ms == 0.5
+    assert run([*args, "--batch-overhead-ms", "-1"]) == 2  # rejected by the option's range
+    capsys.readouterr()
+    assert run(["plan", "explain", str(out)]) == 0
+    assert "batch overhead 0.5 ms" in capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""Option types shared by several commands: the trace spec, devices, and value parsing with clear errors."""
+"""Option types shared by several commands: the trace spec, devices, the per-batch overhead, and value parsing with
+clear errors."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from cascadeserve.plan import Device
 from cascadeserve.traces import TRACE_SPEC_HELP, Trace, build_trace
 
 __all__ = [
+    "BatchOverheadOpt",
     "TraceOptions",
     "devices_from",
     "parse_floats",
@@ -28,6 +30,15 @@ WindowOpt = Annotated[str | None, typer.Option("--window", help="START:DURATION 
 DropZeroOpt = Annotated[bool, typer.Option("--drop-zero", help="Drop seconds with no requests before scaling.")]
 ArrivalOpt = Annotated[str, typer.Option("--arrival", help="Arrival times within a bin: poisson | uniform.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for arrival times.")]
+BatchOverheadOpt = Annotated[
+    float,
+    typer.Option(
+        "--batch-overhead-ms",
+        min=0.0,
+        help="fixed cost per batch beyond the profiled runtime, e.g. from `eval fidelity --calibrate`; plans and "
+        "simulations include it",
+    ),
+]
 
 
 @dataclass(frozen=True)

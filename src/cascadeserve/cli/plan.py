@@ -1,10 +1,13 @@
 """``cascadeserve plan``: run the gear planner; ``plan explain`` prints a plan file; ``plan fixed`` hand-makes one.
 
 ``cascadeserve plan --profile DIR --devices N --device-memory-mb M (--slo-p95-ms L | --slo-accuracy A)
---max-qps Q --out plan.json`` runs Algorithm 1 with a live status line, then prints one row per gear (QPS range,
-cascade, thresholds, batch triggers, predicted p95 and accuracy) and the placement per device. ``--json`` prints a
+--max-qps Q --out plan.json [--batch-overhead-ms B]`` runs Algorithm 1 with a live status line, then prints one
+row per gear (QPS range, cascade, thresholds, batch triggers, predicted p95 and accuracy) and the placement per
+device. ``--json`` prints a
 summary object instead (``feasible``, ``gears``, ``planner_s``, the report). An unreachable SLO prints the reason
-and exits with code 2 (with ``--json``, after printing ``{"feasible": false, ...}``).
+and exits with code 2 (with ``--json``, after printing ``{"feasible": false, ...}``). ``--batch-overhead-ms`` plans
+with a fixed cost per batch beyond the profiled runtime (``eval fidelity --calibrate`` measures it); the plan file
+carries it, so ``simulate`` charges it too.
 
 The group runs the planner when no subcommand is given (``invoke_without_command``), so ``plan fixed`` and
 ``plan explain`` keep their own options.
@@ -20,7 +23,7 @@ from rich.table import Table
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli.app import app, console, err_console, print_json
-from cascadeserve.cli.common import devices_from, parse_floats
+from cascadeserve.cli.common import BatchOverheadOpt, devices_from, parse_floats
 from cascadeserve.errors import CascadeServeError, InfeasibleError
 from cascadeserve.plan import SLO, GearPlan, fixed_plan, load_plan
 from cascadeserve.planner import SUBMODULES, Planner, PlannerReport
@@ -86,6 +89,7 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
         "profile": plan.profile,
         "slo": None if plan.slo is None else {"kind": plan.slo.kind, "value": plan.slo.value},
         "qps_scale": plan.qps_scale,
+        "batch_overhead_ms": plan.batch_overhead_ms,
         "gears": gears,
         "placement": placement,
         "notes": dict(plan.notes),
@@ -130,6 +134,8 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
         place.add_row(d.name, f"{d.memory_mb:,.0f}", ", ".join(models) or "-")
     console.print(place)
     extra = [f"qps_scale {plan.qps_scale:g}", f"alpha {plan.alpha:g}"]
+    if plan.batch_overhead_ms:
+        extra.append(f"batch overhead {plan.batch_overhead_ms:g} ms")
     extra += [f"{k}: {v}" for k, v in plan.notes.items() if k != "planner"]
     console.print("; ".join(extra), highlight=False)
 
@@ -151,6 +157,7 @@ def plan(
     ] = "zipf",
     seed: Annotated[int, typer.Option(help="Random seed (cascade sampling, simulated arrivals).")] = 0,
     alpha: Annotated[float, typer.Option(help="Hysteresis factor α written into the plan.")] = 8.0,
+    batch_overhead_ms: BatchOverheadOpt = 0.0,
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
@@ -180,7 +187,7 @@ def plan(
         raise CascadeServeError("--max-qps must be positive")
     prof = load_profile(profile)
     hw = devices_from(devices, device_memory_mb)
-    planner = Planner(n_ranges=ranges, qps_dist=qps_dist, alpha=alpha, seed=seed)
+    planner = Planner(n_ranges=ranges, qps_dist=qps_dist, alpha=alpha, seed=seed, batch_overhead_ms=batch_overhead_ms)
     status_console = err_console if as_json else console
     try:
         head = f"planning {prof.name}: {slo} up to {max_qps:,.0f} QPS on {devices} devices"

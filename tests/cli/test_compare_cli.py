@@ -1,0 +1,29 @@
+"""``cascadeserve compare`` through the CLI entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.baselines.tiny import tiny_profile
+from tests.cli_json import stdout_json
+
+from cascadeserve.cli import run
+from cascadeserve.profile import save_profile
+
+
+def test_compare_charges_the_batch_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prof = tmp_path / "tiny"
+    save_profile(tiny_profile(), prof)
+    args = ["compare", "--profile", str(prof), "--trace", "synthetic:poisson:qps=300,duration=3"]
+    args += ["--latency-slos", "100", "--accuracy-targets", "0.9", "--systems", "dynba", "--max-devices", "3"]
+    args += ["--device-memory-mb", "100", "--jobs", "1", "--json"]
+    assert run(args) == 0
+    base = stdout_json(capsys)
+    assert base["batch_overhead_ms"] == 0.0
+    assert run([*args, "--batch-overhead-ms", "20"]) == 0
+    slow = stdout_json(capsys)
+    assert slow["batch_overhead_ms"] == 20.0
+    # slow (5 ms per sample) at 300 QPS: 20 ms per batch costs DynBa a device (see tests/baselines/test_overhead.py)
+    assert base["cells"][0]["devices"]["dynba"] == 2
+    assert slow["cells"][0]["devices"]["dynba"] == 3
