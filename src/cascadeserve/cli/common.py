@@ -35,7 +35,7 @@ BatchOverheadOpt = Annotated[
     typer.Option(
         "--batch-overhead-ms",
         min=0.0,
-        help="fixed cost per batch beyond the profiled runtime, e.g. from `eval fidelity --calibrate`; plans and "
+        help="Fixed cost per batch beyond the profiled runtime, e.g. from `eval fidelity --calibrate`; plans and "
         "simulations include it",
     ),
 ]
