@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from tests.baselines.tiny import tiny_profile
-from tests.cli_json import stdout_json
+from tests.cli_json import parse_json, stdout_json
 
 from cascadeserve.cli import run
 from cascadeserve.profile import save_profile
@@ -27,3 +27,19 @@ def test_compare_charges_the_batch_overhead(tmp_path: Path, capsys: pytest.Captu
     # slow (5 ms per sample) at 300 QPS: 20 ms per batch costs DynBa a device (see tests/baselines/test_overhead.py)
     assert base["cells"][0]["devices"]["dynba"] == 2
     assert slow["cells"][0]["devices"]["dynba"] == 3
+
+
+def test_compare_reports_progress_on_stderr_and_keeps_the_systems_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prof = tmp_path / "tiny"
+    save_profile(tiny_profile(), prof)
+    args = ["compare", "--profile", str(prof), "--trace", "synthetic:poisson:qps=100,duration=2"]
+    args += ["--latency-slos", "100", "--accuracy-targets", "0.9", "--systems", "ms+,dynba", "--max-devices", "2"]
+    args += ["--device-memory-mb", "100", "--jobs", "2", "--json"]
+    assert run(args) == 0
+    out, err = capsys.readouterr()
+    # two processes finish in either order; the result keeps the order asked for
+    assert parse_json(out)["systems"] == ["ms+", "dynba"]
+    assert "tiny: cost grid: ms+ done" in err and "tiny: cost grid: dynba done" in err
+    assert "(2/2," in err

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -76,6 +78,16 @@ def _qps_dist(spec: str, fmt: str | None, window: str | None) -> QpsDistribution
     return QpsDistribution("empirical", trace=spec, window=window)
 
 
+def _progress(name: str) -> Callable[[str], None]:
+    """Status lines on stderr while a grid or a timeline runs (minutes; stdout stays the result)."""
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        err_console.print(f"[{time.perf_counter() - t0:6.0f} s] {name}: {msg}", highlight=False, markup=False)
+
+    return say
+
+
 @app.command("compare")
 def compare_cmd(
     profile: Annotated[Path, typer.Option(help="Profile directory.")],
@@ -108,7 +120,9 @@ def compare_cmd(
     w = Workload(prof, tr, lats, accs, device_memory_mb, dist, seed, batch_overhead_ms)
     if not json_out:
         err_console.print(f"comparing {len(_systems(systems, cocktail_load_s))} systems on {tr!r}")
-    res = run_compare(w, _systems(systems, cocktail_load_s), max_devices, jobs=jobs).to_dict()
+    res = run_compare(
+        w, _systems(systems, cocktail_load_s), max_devices, jobs=jobs, progress=_progress(prof.name)
+    ).to_dict()
     res["command"] = shlex.join(["cascadeserve", *sys.argv[1:]])
     res["batch_overhead_ms"] = batch_overhead_ms
     if plots is not None:
@@ -199,6 +213,7 @@ def report_cmd(
             timeline_devices=tl_dev,
             timeline_slo_ms=mid,
             real=real,
+            progress=_progress(prof.name),
         )
         d = res.to_dict()
         d["scaling"] = (

@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,14 +188,27 @@ def compare(
     *,
     jobs: int = 1,
     curve_devices: Sequence[int] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> CompareResult:
-    """Every system's column of the cost grid; ``jobs`` > 1 runs systems in parallel processes."""
+    """Every system's column of the cost grid; ``jobs`` > 1 runs systems in parallel processes. ``progress``
+    hears one line per finished system (a full grid takes minutes)."""
     t0 = time.perf_counter()
     args = [(s, w, max_devices, tuple(curve_devices)) for s in systems]
+    done: dict[str, SystemGrid] = {}
+
+    def finished(g: SystemGrid) -> None:
+        done[g.system] = g
+        if progress is not None:
+            progress(
+                f"cost grid: {g.system} done ({len(done)}/{len(args)}, {g.simulations} simulations, {g.wall_s:.0f} s)"
+            )
+
     if jobs > 1:
-        # Heaviest first so the pool's tail is short.
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            grids = list(pool.map(_job, args))
+            for fut in as_completed([pool.submit(_job, a) for a in args]):
+                finished(fut.result())
     else:
-        grids = [_job(a) for a in args]
-    return CompareResult(w, max_devices, {g.system: g for g in grids}, time.perf_counter() - t0)
+        for a in args:
+            finished(_job(a))
+    grids = {s.name: done[s.name] for s in systems}  # in the caller's order, whatever order they finished in
+    return CompareResult(w, max_devices, grids, time.perf_counter() - t0)

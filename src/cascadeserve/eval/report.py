@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -70,11 +70,12 @@ def run_all(
     timeline_devices: dict[str, int],
     timeline_slo_ms: float,
     real: bool,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[CompareResult, dict[str, Any], dict[str, Any]]:
-    res = compare(w, systems, max_devices, jobs=jobs, curve_devices=curve_devices)
+    res = compare(w, systems, max_devices, jobs=jobs, curve_devices=curve_devices, progress=progress)
     by_sys = {n: g.outcomes for n, g in res.grids.items() if not g.autoscaled}
     curves = {str(d): trade_off_curves(by_sys, d) for d in curve_devices}
-    tl = degradation(timeline_w, systems, timeline_devices, timeline_slo_ms, real=real)
+    tl = degradation(timeline_w, systems, timeline_devices, timeline_slo_ms, real=real, progress=progress)
     return res, curves, tl
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -95,8 +95,10 @@ def degradation(
     *,
     window_s: float = 5.0,
     real: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Per system: the chosen setting, its overall outcome, and sliding-window p95/accuracy (and real ones)."""
+    """Per system: the chosen setting, its overall outcome, and sliding-window p95/accuracy (and real ones).
+    ``progress`` hears a line per system chosen and before each real replay (each lasts the trace's duration)."""
     arr = np.asarray(w.trace.arrivals)
     out: dict[str, Any] = {"slo_ms": slo_ms, "window_s": window_s, "trace": w.trace.source, "systems": {}}
     qps = w.trace.per_second_counts()
@@ -109,6 +111,8 @@ def degradation(
         if hit is None:
             continue
         dep, o = hit
+        if progress is not None:
+            progress(f"timeline: {s.name} on {d} devices, simulated p95 {o.p95_ms:.1f} ms")
         res = dep.simulate(arr)
         entry: dict[str, Any] = {
             "devices": d,
@@ -116,6 +120,8 @@ def degradation(
             "sim": sliding(arr, res.latency_s, res.correct, window_s),
         }
         if real:
+            if progress is not None:
+                progress(f"timeline: {s.name} replaying {len(arr):,} requests on the runtime in real time")
             lat, correct = asyncio.run(_replay(dep, arr))
             entry["real"] = sliding(arr, lat, correct, window_s)
             entry["real_p95_ms"] = float(np.percentile(lat, 95) * 1000.0)
