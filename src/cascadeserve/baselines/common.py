@@ -139,11 +139,6 @@ class Deployment:
     provisioned: np.ndarray | None = None  # devices provisioned per tick (autoscaled systems)
     notes: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def needs_hooks(self) -> bool:
-        """Whether the deployment uses a policy hook (AIMD batching or a gear schedule)."""
-        return self.aimd_target_s is not None or self.schedule is not None
-
     def batch_limit(self) -> AimdBatchLimit | None:
         """A *fresh* AIMD batch limit (it keeps per-replica state, so every run needs its own), or ``None``."""
         return None if self.aimd_target_s is None else AimdBatchLimit(self.aimd_target_s)
