@@ -107,3 +107,23 @@ def test_plan_with_a_batch_overhead_writes_it_into_the_plan(
     capsys.readouterr()
     assert run(["plan", "explain", str(out)]) == 0
     assert "batch overhead 0.5 ms" in capsys.readouterr().out
+
+
+def test_plan_replays_a_trace_distribution_and_reports_the_check(
+    prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    dist = "trace:synthetic:zipf:max_qps=2000,duration=10"
+    args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4", "--max-qps", "2000"]
+    args += ["--slo-accuracy", "0.556", "--ranges", "4", "--out", str(out), "--json"]
+    assert run([*args, "--qps-dist", dist]) == 0
+    check = stdout_json(capsys)["report"]["trace_check"]
+    assert check["requests"] > 0 and check["met"] is True and check["p95_ms"] > 0
+    plan = load_plan(out)
+    assert plan.slo is not None and plan.slo.value == 0.556 and "trace check met" in plan.notes["trace_check"]
+    assert run([*args, "--qps-dist", dist, "--trace-rounds", "0"]) == 0
+    assert stdout_json(capsys)["report"]["trace_check"]["rounds"] == 0
+    assert run(args) == 0  # the default Zipf distribution has no trace to replay
+    assert stdout_json(capsys)["report"]["trace_check"] is None
+    assert run([*args[:-1], "--qps-dist", dist]) == 0  # the table view says how the replay went
+    assert "trace check met" in capsys.readouterr().out

@@ -4,8 +4,9 @@ For each model whose accuracy can reach some accuracy target of the grid, DynBa 
 device and splits the load evenly. Its batching is cascadeserve's own (the paper's improvement): either
 work-conserving (``min_queue=1``: a free device takes its whole queue), or the planner's per-QPS-range minimum
 queue lengths, obtained by running the gear planner on the one-model profile under each latency SLO (with one
-model the planner can only place, balance and batch). Both are grid-searched; the best setting per cell wins.
-The workload's per-batch overhead is in both plans (the planner plans with it).
+model the planner can only place, balance and batch; it replays its plan on the workload's trace and tightens the
+batching while the replay misses the SLO, as it does for cascadeserve). Both are grid-searched; the best setting
+per cell wins. The workload's per-batch overhead is in both plans (the planner plans with it).
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ class DynBa(System):
         one = sub_profile(w.profile, [model])
         planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed, batch_overhead_ms=w.batch_overhead_ms)
         try:
-            planner.fit(one, w.devices(devices), SLO(kind="p95_ms", value=float(config["slo_ms"])), w.max_qps)
+            planner.fit(
+                one,
+                w.devices(devices),
+                SLO(kind="p95_ms", value=float(config["slo_ms"])),
+                w.max_qps,
+                check_arrivals=w.trace.arrivals,
+            )
         except InfeasibleError:
             return None
         assert planner.plan_ is not None

@@ -2,7 +2,9 @@
 
 * :class:`CascadeServe`: the gear planner, planned once per SLO of the grid (each latency SLO and each accuracy
   target, the two ways a user states an SLO); any of the resulting plans may meet a cell. Its own
-  hyper-parameters are the defaults (``n_ranges=10``, ``alpha=8``), not grid-searched.
+  hyper-parameters are the defaults (``n_ranges=10``, ``alpha=8``), not grid-searched. The planner replays each
+  plan on the workload's trace and plans again against a tighter internal SLO while the replay misses the SLO
+  (its trace check, :mod:`cascadeserve.planner.tracecheck`); DynBa's planner batching gets the same check.
 * :class:`NoSwitching`: one static cascade serves the whole trace. The candidates are SP1's frontier cascades
   that can reach an accuracy target (up to :data:`STATIC_CANDIDATES`, spread over the frontier), each placed on
   every device where it fits with work-conserving batching (a free device takes its whole queue); grid-searched.
@@ -75,7 +77,7 @@ class CascadeServe(System):
             batch_overhead_ms=w.batch_overhead_ms,
         )
         try:
-            planner.fit(prof, w.devices(devices), slo, w.max_qps)
+            planner.fit(prof, w.devices(devices), slo, w.max_qps, check_arrivals=w.trace.arrivals)
         except InfeasibleError:
             return None
         assert planner.plan_ is not None

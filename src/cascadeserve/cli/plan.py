@@ -26,7 +26,7 @@ from cascadeserve.cli.app import app, console, err_console, print_json
 from cascadeserve.cli.common import BatchOverheadOpt, devices_from, parse_floats
 from cascadeserve.errors import CascadeServeError, InfeasibleError
 from cascadeserve.plan import SLO, GearPlan, fixed_plan, load_plan
-from cascadeserve.planner import SUBMODULES, Planner, PlannerReport
+from cascadeserve.planner import SUBMODULES, Planner, PlannerReport, QpsDistribution
 from cascadeserve.profile import load_profile
 
 __all__ = ["plan_app", "plan_summary", "print_plan", "slo_from"]
@@ -158,6 +158,14 @@ def plan(
     seed: Annotated[int, typer.Option(help="Random seed (cascade sampling, simulated arrivals).")] = 0,
     alpha: Annotated[float, typer.Option(help="Hysteresis factor α written into the plan.")] = 8.0,
     batch_overhead_ms: BatchOverheadOpt = 0.0,
+    trace_rounds: Annotated[
+        int,
+        typer.Option(
+            help="With --qps-dist trace:…, replay the plan on that trace and plan again against a tighter internal "
+            "SLO while the replay misses the SLO, at most this many times (0: replay and report only).",
+            min=0,
+        ),
+    ] = 3,
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
@@ -187,7 +195,15 @@ def plan(
         raise CascadeServeError("--max-qps must be positive")
     prof = load_profile(profile)
     hw = devices_from(devices, device_memory_mb)
-    planner = Planner(n_ranges=ranges, qps_dist=qps_dist, alpha=alpha, seed=seed, batch_overhead_ms=batch_overhead_ms)
+    planner = Planner(
+        n_ranges=ranges,
+        qps_dist=qps_dist,
+        alpha=alpha,
+        seed=seed,
+        batch_overhead_ms=batch_overhead_ms,
+        trace_rounds=trace_rounds,
+    )
+    check = QpsDistribution.parse(qps_dist).arrivals(max_qps, seed)
     status_console = err_console if as_json else console
     try:
         head = f"planning {prof.name}: {slo} up to {max_qps:,.0f} QPS on {devices} devices"
@@ -196,7 +212,9 @@ def plan(
             def progress(submodule: int, calls: int) -> None:
                 status.update(f"{head} · Algorithm 1 call {calls}: {SUBMODULES[submodule]}")
 
-            planner.fit(prof, hw, slo, max_qps, progress=progress)
+            planner.fit(
+                prof, hw, slo, max_qps, progress=progress, check_arrivals=None if check is None else check.arrivals
+            )
     except InfeasibleError:
         if as_json:
             rep = planner.report_
@@ -223,6 +241,9 @@ def plan(
         f"time-weighted accuracy {rep.plan_accuracy:.4f}" + ("" if rep.converged else f" [yellow]{rep.message}[/]"),
         highlight=False,
     )
+    if rep.trace_check is not None:
+        style = "green" if rep.trace_check.met else "yellow"
+        console.print(f"[{style}]{rep.trace_check.describe(slo)}[/]", highlight=False)
 
 
 @plan_app.command("explain")

@@ -7,7 +7,9 @@ plans with a fixed cost per batch beyond the profiled runtime (every batch durat
 it, and the plan carries it for the simulator). The parts are usable alone:
 :func:`search_cascades` (SP1), :class:`QpsDistribution` (SP2's weights), :func:`place_replicas` and
 :func:`balance` (SP3), :func:`check_load` (SP4's simulation check) and :func:`run_loop` (Algorithm 1's control
-flow). :mod:`cascadeserve.planner.quality` compares the planner with exhaustive and random search.
+flow). ``fit(check_arrivals=…)`` replays the finished plan on a trace and re-plans against a tighter internal SLO
+while it misses (:mod:`cascadeserve.planner.tracecheck`). :mod:`cascadeserve.planner.quality` compares the planner
+with exhaustive and random search.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cascadeserve.planner.lp import Balance, balance
 from cascadeserve.planner.placement import Load, PlacementError, place_replicas
 from cascadeserve.planner.planner import SUBMODULES, Planner, PlannerReport, qps_scale_for
 from cascadeserve.planner.search import Candidate, Frontier, search_cascades
+from cascadeserve.planner.tracecheck import TraceCheck
 from cascadeserve.planner.workload import ZIPF_EXPONENT, QpsDistribution, qps_ranges
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "PlannerReport",
     "QpsDistribution",
     "Step",
+    "TraceCheck",
     "balance",
     "check_load",
     "place_replicas",

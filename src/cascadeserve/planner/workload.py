@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.traces import build_trace
+from cascadeserve.traces import Trace, build_trace
 
 __all__ = ["ZIPF_EXPONENT", "QpsDistribution", "qps_ranges"]
 
@@ -82,9 +82,15 @@ class QpsDistribution:
 
     def samples(self, max_qps: float) -> np.ndarray | None:
         """The measured QPS samples of an empirical distribution (scaled to ``max_qps``); ``None`` for Zipf."""
+        arr = self.arrivals(max_qps)
+        return None if arr is None else arr.qps_samples(0.1)
+
+    def arrivals(self, max_qps: float, seed: int = 0) -> Trace | None:
+        """The empirical distribution's trace (zero seconds dropped, scaled to ``max_qps``, Poisson arrivals with
+        ``seed``): what the planner's trace check replays. ``None`` for Zipf."""
         if self.kind != "empirical" or self.trace is None:
             return None
-        return build_trace(self.trace, max_qps=max_qps, window=self.window, drop_zero=True).qps_samples(0.1)
+        return build_trace(self.trace, max_qps=max_qps, window=self.window, drop_zero=True, seed=seed)
 
     def weights(self, max_qps: float, n_ranges: int) -> np.ndarray:
         """Time weight of each range, summing to one."""
