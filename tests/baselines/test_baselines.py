@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 from tests.baselines.tiny import tiny_profile, workload
 
-from cascadeserve.baselines import CocktailPlus, DynBa, MSPlus, NoCascade, NoSwitching, ensemble_profile, vote
+from cascadeserve.baselines import (
+    CascadeServe,
+    CocktailPlus,
+    DynBa,
+    MSPlus,
+    NoCascade,
+    NoSwitching,
+    ensemble_profile,
+    vote,
+)
 from cascadeserve.traces import constant, step
 
 
@@ -61,3 +70,20 @@ def test_ablations_run() -> None:
     assert any(o.meets(100.0, 0.6) for o in NoSwitching().run(w, 1))
     outs = NoCascade().run(w, 1)
     assert outs and all(o.accuracy >= 0.6 - 0.01 for o in outs)
+
+
+def test_planner_based_systems_replay_their_plan_on_the_compared_trace() -> None:
+    # every system that uses the gear planner gets the same trace check (nothing special-cased for cascadeserve)
+    w = workload(step(50, 600, 2.0, 4.0, arrival="uniform"), lats=(50.0,), accs=(0.9,))
+    deps = [
+        CascadeServe().deploy(w, 4, {"slo": "p95_ms", "value": 50.0}),
+        CascadeServe().deploy(w, 4, {"slo": "accuracy", "value": 0.9}),
+        NoCascade().deploy(w, 4, {"slo": "p95_ms", "value": 50.0}),
+        DynBa().deploy(w, 4, {"model": "slow", "batching": "planner", "slo_ms": 50.0}),
+    ]
+    for dep in deps:
+        assert dep is not None
+        note = dep.plan.notes["trace_check"]
+        assert f"over {len(w.trace):,} requests" in note
+        o = dep.outcome(dep.simulate(w.trace.arrivals))
+        assert ("trace check met" in note) == o.meets(50.0, 0.0 if dep.plan.slo.kind == "p95_ms" else 0.9 + 5e-4)
