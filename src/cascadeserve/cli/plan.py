@@ -207,6 +207,8 @@ def plan(
     status_console = err_console if as_json else console
     try:
         head = f"planning {prof.name}: {slo} up to {max_qps:,.0f} QPS on {devices} devices"
+        if check is not None:  # the replays take seconds per million requests: say they are coming
+            head += f", each plan replayed on {len(check):,} requests"
         with status_console.status(head) as status:
 
             def progress(submodule: int, calls: int) -> None:
