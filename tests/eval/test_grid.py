@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from tests.baselines.tiny import workload
 
-from cascadeserve.baselines import CascadeServe, DynBa
-from cascadeserve.eval import compare, evaluate_system, min_devices
-from cascadeserve.traces import constant
+from cascadeserve.baselines import CascadeServe, CocktailPlus, DynBa
+from cascadeserve.eval import compare, evaluate_system, grid_table, min_devices
+from cascadeserve.traces import constant, step
 
 
 @pytest.mark.parametrize("answer", [1, 2, 3, 5, 7, 8, 9, 15, 16, None])
@@ -41,3 +43,16 @@ def test_seeded_compare_is_repeatable() -> None:
         d.pop("system_wall_s")
     assert a == b
     assert a["cells"][0]["devices"]["dynba"] is not None
+
+
+def test_an_autoscaled_system_is_charged_its_mean_rounded_up_and_the_mean_is_reported() -> None:
+    w = workload(step(50, 600, 5.0, 10.0, arrival="uniform"), lats=(100.0,), accs=(0.9,))
+    res = compare(w, [CascadeServe(), CocktailPlus()], 8)
+    out = res.to_dict()
+    cell = out["cells"][0]
+    best = res.grids["cocktail+"].best((100.0, 0.9))
+    assert best is not None and 1 < best.mean_devices < best.peak_devices
+    assert cell["devices"]["cocktail+"] == math.ceil(best.mean_devices)
+    assert cell["mean_devices"] == {"cocktail+": round(best.mean_devices, 3)}  # fixed-device systems: no entry
+    row = grid_table(out).splitlines()[2]
+    assert f"| {math.ceil(best.mean_devices)} ({best.mean_devices:.2f}) |" in row

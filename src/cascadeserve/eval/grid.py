@@ -8,7 +8,8 @@ failed and the first that met; this assumes more devices never hurt, which holds
 for more devices can always leave the extra ones idle). A cell no count up to ``max_devices`` meets is ``None``.
 
 An autoscaled system (Cocktail+) runs each setting once with the whole budget; its cost for a cell is the smallest
-time-mean provisioned device count (rounded up) among the settings that meet the cell.
+time-mean provisioned device count (rounded up) among the settings that meet the cell. The unrounded mean of the
+setting behind the cell is in each cell's ``mean_devices``.
 
 ``savings`` per cell is the best (smallest) baseline count over cascadeserve's count, where both exist.
 ``median_savings`` is the median over those cells; ``min_high_accuracy_savings`` the minimum over the cells of the
@@ -61,12 +62,17 @@ class SystemGrid:
     wall_s: float
     simulations: int
 
-    def best_config(self, cell: tuple[float, float]) -> dict[str, Any] | None:
+    def best(self, cell: tuple[float, float]) -> Outcome | None:
+        """The outcome behind the cell's device count (lowest p95, then highest accuracy, among those meeting it)."""
         d = self.devices.get(cell)
         if d is None:
             return None
         pool = [o for outs in self.outcomes.values() for o in outs if o.devices == d and o.meets(*cell)]
-        return min(pool, key=lambda o: (o.p95_ms, -o.accuracy)).config if pool else None
+        return min(pool, key=lambda o: (o.p95_ms, -o.accuracy)) if pool else None
+
+    def best_config(self, cell: tuple[float, float]) -> dict[str, Any] | None:
+        o = self.best(cell)
+        return None if o is None else o.config
 
 
 def evaluate_system(
@@ -150,6 +156,12 @@ class CompareResult:
                     "devices": {name: g.devices[cell] for name, g in self.grids.items()},
                     "savings": self.savings(cell),
                     "best_config": {name: g.best_config(cell) for name, g in self.grids.items()},
+                    # an autoscaled system is charged its time-mean device count rounded up: show the mean too
+                    "mean_devices": {
+                        name: (None if (o := g.best(cell)) is None else round(o.mean_devices, 3))
+                        for name, g in self.grids.items()
+                        if g.autoscaled
+                    },
                 }
             )
         sv = [c["savings"] for c in cells if c["savings"] is not None]

@@ -46,13 +46,19 @@ def versions() -> dict[str, str]:
 
 
 def grid_table(result: dict[str, Any]) -> str:
-    """The cost grid as a markdown table: one row per cell, one column per system, and the savings."""
+    """The cost grid as a markdown table: one row per cell, one column per system, and the savings. An autoscaled
+    system's count (its time-mean, rounded up) is followed by the mean itself, e.g. ``2 (1.23)``."""
     systems = result["systems"]
     head = "| p95 ≤ ms | accuracy ≥ | " + " | ".join(systems) + " | savings |"
     sep = "|" + "---|" * (len(systems) + 3)
     rows = [head, sep]
+
+    def count(c: dict[str, Any], s: str) -> str:
+        d, mean = c["devices"][s], c.get("mean_devices", {}).get(s)
+        return "—" if d is None else (str(d) if mean is None else f"{d} ({mean:.2f})")
+
     for c in result["cells"]:
-        vals = ["—" if c["devices"][s] is None else str(c["devices"][s]) for s in systems]
+        vals = [count(c, s) for s in systems]
         sv = "—" if c["savings"] is None else f"{c['savings']:.2f}×"
         hi = " (high)" if c["high_accuracy"] else ""
         rows.append(f"| {c['p95_ms']:g} | {c['accuracy']:g}{hi} | " + " | ".join(vals) + f" | {sv} |")
