@@ -90,7 +90,7 @@ def plot_curves(curves: dict[str, dict[str, list[dict[str, float]]]], path: Path
         ax.set_xscale("log")
         ax.set_xlabel("p95 latency (ms, log)")
         ax.set_ylabel("accuracy")
-        ax.set_title(f"{d} device{'' if d == 1 else 's'}")
+        ax.set_title(f"{d} device{'' if int(d) == 1 else 's'}")
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
