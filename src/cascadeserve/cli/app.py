@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -47,9 +48,18 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+_ARGV: list[str] = []
+
+
+def invocation() -> str:
+    """The command line this run was given (``run``'s argv, or the process's), for reports that must be rerunnable."""
+    return shlex.join(["cascadeserve", *_ARGV])
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit code 2."""
     register()
+    _ARGV[:] = list(argv) if argv is not None else sys.argv[1:]
     try:
         app(args=argv, standalone_mode=False)
     except CascadeServeError as e:

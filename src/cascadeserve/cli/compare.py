@@ -12,8 +12,6 @@ the :class:`~cascadeserve.baselines.Workload`, so every system's plans and estim
 
 from __future__ import annotations
 
-import shlex
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +21,7 @@ import typer
 from rich.table import Table
 
 from cascadeserve.baselines import LoadTime, System, Workload, all_systems
-from cascadeserve.cli.app import app, console, err_console, print_json
+from cascadeserve.cli.app import app, console, err_console, invocation, print_json
 from cascadeserve.cli.common import (
     ArrivalOpt,
     BatchOverheadOpt,
@@ -123,7 +121,7 @@ def compare_cmd(
     res = run_compare(
         w, _systems(systems, cocktail_load_s), max_devices, jobs=jobs, progress=_progress(prof.name)
     ).to_dict()
-    res["command"] = shlex.join(["cascadeserve", *sys.argv[1:]])
+    res["command"] = invocation()
     res["batch_overhead_ms"] = batch_overhead_ms
     if plots is not None:
         plots.mkdir(parents=True, exist_ok=True)
@@ -228,7 +226,7 @@ def report_cmd(
                 "profiled runtime (the peak scaling does not)"
             )
         results.append((d, curves, tl))
-    cmd = shlex.join(["cascadeserve", *sys.argv[1:]])
+    cmd = invocation()
     notes = "\n".join(f"- `{r[0]['profile']}`: {r[0]['scaling']}." for r in results)
     path = write_report(out, results, cmd, notes)
     console.print(f"wrote {path}")
