@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from cascadeserve.errors import InfeasibleError
 from cascadeserve.plan import SLO, Device
 from cascadeserve.planner import Planner
-from cascadeserve.planner.tracecheck import ACCURACY_MARGIN, LATENCY_MARGIN, shortfall, tighten
+from cascadeserve.planner.tracecheck import (
+    ACCURACY_MARGIN,
+    LATENCY_MARGIN,
+    MAX_ACCURACY_STEP,
+    MAX_LATENCY_STEP,
+    SloSearch,
+    shortfall,
+)
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 from cascadeserve.traces import zipf
@@ -17,16 +26,28 @@ def _devices(n: int, mb: float) -> list[Device]:
     return [Device(name=f"dev{i}", memory_mb=mb) for i in range(n)]
 
 
-def test_tighten_scales_latency_by_the_overshoot_and_adds_the_missing_accuracy() -> None:
-    user = SLO(kind="p95_ms", value=20.0)
-    nxt = tighten(user, user, p95_ms=25.0, accuracy=0.9)
-    assert nxt.kind == "p95_ms" and nxt.value == pytest.approx(20.0 * 0.8 * (1 - LATENCY_MARGIN))
-    # the next round scales the *internal* SLO, not the user's
-    again = tighten(user, nxt, p95_ms=22.0, accuracy=0.9)
-    assert again.value == pytest.approx(nxt.value * (20.0 / 22.0) * (1 - LATENCY_MARGIN))
+def test_the_slo_search_steps_in_proportion_then_bisects() -> None:
+    lat = SLO(kind="p95_ms", value=20.0)
+    search = SloSearch(lat)
+    first = search.next(lat, p95_ms=25.0, accuracy=0.9)  # a 25 % miss: 20 · 20/25 · (1 − margin)
+    assert first is not None and first.value == pytest.approx(20.0 * 0.8 * (1 - LATENCY_MARGIN))
+    # met at 15.68 after missing at 20: bisect (geometrically) between the two
+    mid = search.next(first, p95_ms=14.0, accuracy=0.9)
+    assert mid is not None and mid.value == pytest.approx(math.sqrt(20.0 * first.value))
+    # an overload misses by far more than its SLO is off: the step is bounded
+    blown = SloSearch(lat).next(lat, p95_ms=1500.0, accuracy=0.9)
+    assert blown is not None and blown.value == pytest.approx(20.0 / MAX_LATENCY_STEP)
+    # slack loosens, also bounded
+    slack = SloSearch(lat).next(lat, p95_ms=5.0, accuracy=0.9)
+    assert slack is not None and slack.value == pytest.approx(20.0 * MAX_LATENCY_STEP)
     acc = SLO(kind="accuracy", value=0.60)
-    assert tighten(acc, acc, p95_ms=1.0, accuracy=0.597).value == pytest.approx(0.603 + ACCURACY_MARGIN)
-    assert shortfall(user, 19.0, 0.0) < 0 < shortfall(user, 21.0, 0.0)
+    up = SloSearch(acc).next(acc, p95_ms=1.0, accuracy=0.597)
+    assert up is not None and up.value == pytest.approx(0.603 + ACCURACY_MARGIN)
+    down = SloSearch(acc).next(acc, p95_ms=1.0, accuracy=0.70)
+    assert down is not None and down.value == pytest.approx(0.60 - MAX_ACCURACY_STEP)
+    # a replay that meets the SLO almost exactly: another plan would be the same plan
+    assert SloSearch(acc).next(acc, p95_ms=1.0, accuracy=0.6 + ACCURACY_MARGIN / 2) is None
+    assert shortfall(lat, 19.0, 0.0) < 0 < shortfall(lat, 21.0, 0.0)
     assert shortfall(acc, 1.0, 0.61) < 0 < shortfall(acc, 1.0, 0.59)
 
 
@@ -40,13 +61,18 @@ def test_a_latency_plan_that_misses_on_its_trace_is_replanned_until_it_meets(toy
     pl = Planner(n_ranges=4, seed=1).fit(toy_profile, hw, slo, 4000, check_arrivals=arrivals)
     assert pl.plan_ is not None and pl.report_ is not None and pl.report_.trace_check is not None
     check = pl.report_.trace_check
-    assert check.met and check.rounds == 1 and check.requests == len(arrivals)
-    assert check.planned_for == pytest.approx(tighten(slo, slo, first.percentile_ms(95), first.accuracy).value)
+    assert check.met and check.rounds >= 1 and check.requests == len(arrivals) and check.planned_for < slo.value
     assert pl.plan_.slo == slo  # the plan states the user's SLO, its notes the internal one
     assert pl.plan_.notes["planned_for"] == str(SLO(kind="p95_ms", value=check.planned_for))
     again = simulate(toy_profile, pl.plan_, arrivals)  # the replay the check reports, recomputed
     assert again.percentile_ms(95) == pytest.approx(check.p95_ms) and again.percentile_ms(95) <= slo.value
-    assert again.accuracy == pytest.approx(check.accuracy) and again.accuracy < first.accuracy  # the price of it
+    assert again.accuracy == pytest.approx(check.accuracy)
+    # searching both ways keeps a plan at least as accurate as stopping at the first that meets the SLO
+    stop_early = Planner(n_ranges=4, seed=1, trace_loosen=False)
+    first_met = stop_early.fit(toy_profile, hw, slo, 4000, check_arrivals=arrivals)
+    assert first_met.report_ is not None and first_met.report_.trace_check is not None
+    assert first_met.report_.trace_check.met and first_met.report_.trace_check.rounds == 1
+    assert check.accuracy >= first_met.report_.trace_check.accuracy
 
 
 def test_an_accuracy_plan_that_falls_short_on_its_trace_is_replanned(real_profile: Profile) -> None:
@@ -59,10 +85,16 @@ def test_an_accuracy_plan_that_falls_short_on_its_trace_is_replanned(real_profil
     pl = Planner(n_ranges=4, seed=1).fit(real_profile, hw, slo, 2000, check_arrivals=arrivals)
     assert pl.plan_ is not None and pl.report_ is not None and pl.report_.trace_check is not None
     check = pl.report_.trace_check
-    assert check.met and check.rounds == 1
-    assert check.planned_for == pytest.approx(slo.value + (slo.value - first.accuracy) + ACCURACY_MARGIN)
+    assert check.met and check.rounds >= 1 and check.planned_for > slo.value
     assert simulate(real_profile, pl.plan_, arrivals).accuracy >= slo.value
     assert pl.plan_.slo == slo and "trace check met" in pl.plan_.notes["trace_check"]
+    stop_early = Planner(n_ranges=4, seed=1, trace_loosen=False)
+    first_met = stop_early.fit(real_profile, hw, slo, 2000, check_arrivals=arrivals)
+    assert first_met.report_ is not None and first_met.report_.trace_check is not None
+    assert first_met.report_.trace_check.planned_for == pytest.approx(
+        slo.value + (slo.value - first.accuracy) + ACCURACY_MARGIN
+    )
+    assert check.p95_ms <= first_met.report_.trace_check.p95_ms  # the fastest plan that meets the SLO is kept
 
 
 def test_when_no_tighter_plan_exists_the_closest_plan_is_kept_and_the_miss_reported(toy_profile: Profile) -> None:

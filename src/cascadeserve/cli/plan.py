@@ -161,11 +161,12 @@ def plan(
     trace_rounds: Annotated[
         int,
         typer.Option(
-            help="With --qps-dist trace:…, replay the plan on that trace and plan again against a tighter internal "
-            "SLO while the replay misses the SLO, at most this many times (0: replay and report only).",
+            help="With --qps-dist trace:…, replay the plan on that trace and plan again against a retargeted "
+            "internal SLO (tighter on a miss, looser on slack), at most this many times, keeping the best plan that "
+            "meets the SLO on the replay (0: replay and report only).",
             min=0,
         ),
-    ] = 3,
+    ] = 4,
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:

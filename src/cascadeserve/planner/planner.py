@@ -59,7 +59,7 @@ from cascadeserve.planner.loop import LoopInfeasible, Step, run_loop
 from cascadeserve.planner.lp import Balance, balance
 from cascadeserve.planner.placement import Load, PlacementError, place_replicas
 from cascadeserve.planner.search import Candidate, Frontier, search_cascades
-from cascadeserve.planner.tracecheck import TraceCheck, shortfall, tighten
+from cascadeserve.planner.tracecheck import SloSearch, TraceCheck, rank, shortfall
 from cascadeserve.planner.workload import QpsDistribution, qps_ranges
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
@@ -776,9 +776,10 @@ class Planner:
       SP3's amortised per-sample runtimes (LP and placement), SP4's largest batch and amortised utilisation, and
       SP4's simulations (the plan under check carries it). The plan carries it too, so ``simulate`` charges it.
       With 0 the planner behaves exactly as without it.
-    * ``trace_rounds`` (default 3): with ``fit(check_arrivals=…)``, how many times the planner may plan again
-      against a tighter internal SLO when the plan's replay of those arrivals misses the SLO
-      (:mod:`cascadeserve.planner.tracecheck`).
+    * ``trace_rounds`` (default 4) and ``trace_loosen`` (default True): with ``fit(check_arrivals=…)``, how many
+      times the planner may plan again against a retargeted internal SLO (tighter when the plan's replay of those
+      arrivals misses the SLO; looser when it meets it with slack, unless ``trace_loosen`` is False), keeping the
+      best plan that meets the SLO on the replay (:mod:`cascadeserve.planner.tracecheck`).
     """
 
     def __init__(
@@ -795,7 +796,8 @@ class Planner:
         search_method: str = "auto",
         check_duration_s: float | None = None,
         batch_overhead_ms: float = 0.0,
-        trace_rounds: int = 3,
+        trace_rounds: int = 4,
+        trace_loosen: bool = True,
     ) -> None:
         if trace_rounds < 0:
             raise ValueError(f"trace_rounds must be ≥ 0, got {trace_rounds!r}")
@@ -815,6 +817,7 @@ class Planner:
         self.check_duration_s = check_duration_s
         self.batch_overhead_ms = float(batch_overhead_ms)
         self.trace_rounds = trace_rounds
+        self.trace_loosen = trace_loosen
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 
@@ -834,36 +837,38 @@ class Planner:
         :class:`~cascadeserve.errors.InfeasibleError` (with ``report_`` set) when the SLO cannot be met.
 
         ``check_arrivals`` (sorted arrival times in seconds, e.g. the trace the QPS distribution came from): replay
-        the plan on them and, while the replay misses ``slo``, plan again against a tighter internal SLO, at most
-        ``trace_rounds`` times (:mod:`cascadeserve.planner.tracecheck`). ``report_.trace_check`` says how the kept
-        plan replayed; a plan that still misses is kept (the closest one), not raised. The plan states the user's
-        ``slo``; its notes name the internal one.
+        the plan on them and plan again against a retargeted internal SLO (tighter while the replay misses ``slo``,
+        looser while it meets it with slack), at most ``trace_rounds`` times; the best plan that meets ``slo`` on
+        the replay is kept (:mod:`cascadeserve.planner.tracecheck`). ``report_.trace_check`` says how the kept plan
+        replayed; when none meets ``slo`` the closest is kept, not raised. The plan states the user's ``slo``; its
+        notes name the internal one.
         """
         if check_arrivals is None:
             return self._fit_once(profile, hardware, slo, max_qps, progress)
         t0 = time.perf_counter()
         arrivals = np.asarray(check_arrivals, dtype=np.float64)
-        internal = slo
-        best: tuple[float, GearPlan, PlannerReport, TraceCheck] | None = None
+        internal, search = slo, SloSearch(slo)
+        best: tuple[tuple[float, ...], GearPlan, PlannerReport, TraceCheck] | None = None
         for rounds in range(self.trace_rounds + 1):
             try:
                 self._fit_once(profile, hardware, internal, max_qps, progress)
             except InfeasibleError:
                 if best is None:
                     raise  # the user's own SLO is infeasible: the planner's message says why
-                break  # a tightened SLO is infeasible: keep the closest plan so far
+                break  # a retargeted SLO is infeasible: keep the best plan so far
             assert self.plan_ is not None and self.report_ is not None
             res = simulate(profile, self.plan_, arrivals)
             p95, acc = res.percentile_ms(95), res.accuracy
-            gap = shortfall(slo, p95, acc)
-            check = TraceCheck(gap <= 0, p95, acc, len(arrivals), rounds, internal.value)
-            if best is None or gap < best[0]:
-                best = (gap, self.plan_, self.report_, check)
-            if gap <= 0 or rounds == self.trace_rounds:
+            check = TraceCheck(shortfall(slo, p95, acc) <= 0, p95, acc, len(arrivals), rounds, internal.value)
+            key = rank(slo, check)
+            if best is None or key < best[0]:
+                best = (key, self.plan_, self.report_, check)
+            if rounds == self.trace_rounds or (check.met and not self.trace_loosen):
                 break
-            internal = tighten(slo, internal, p95, acc)
-            if internal.kind == "accuracy" and internal.value >= 1.0:
+            nxt = search.next(internal, p95, acc)
+            if nxt is None:
                 break
+            internal = nxt
         assert best is not None
         _, plan, report, check = best
         notes = dict(plan.notes)
