@@ -12,12 +12,17 @@ from cascadeserve.cli import run
 from cascadeserve.profile import save_profile
 
 
-def test_compare_charges_the_batch_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _args(tmp_path: Path, trace: str, *, systems: str, max_devices: int, jobs: int) -> list[str]:
+    """``compare --json`` on the tiny profile (saved under ``tmp_path``), one cell: p95 ≤ 100 ms, accuracy ≥ 0.9."""
     prof = tmp_path / "tiny"
     save_profile(tiny_profile(), prof)
-    args = ["compare", "--profile", str(prof), "--trace", "synthetic:poisson:qps=300,duration=3"]
-    args += ["--latency-slos", "100", "--accuracy-targets", "0.9", "--systems", "dynba", "--max-devices", "3"]
-    args += ["--device-memory-mb", "100", "--jobs", "1", "--json"]
+    args = ["compare", "--profile", str(prof), "--trace", trace, "--latency-slos", "100", "--accuracy-targets", "0.9"]
+    args += ["--systems", systems, "--max-devices", str(max_devices), "--device-memory-mb", "100"]
+    return [*args, "--jobs", str(jobs), "--json"]
+
+
+def test_compare_charges_the_batch_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = _args(tmp_path, "synthetic:poisson:qps=300,duration=3", systems="dynba", max_devices=3, jobs=1)
     assert run(args) == 0
     base = stdout_json(capsys)
     assert base["batch_overhead_ms"] == 0.0
@@ -32,11 +37,7 @@ def test_compare_charges_the_batch_overhead(tmp_path: Path, capsys: pytest.Captu
 def test_compare_reports_progress_on_stderr_and_keeps_the_systems_order(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    prof = tmp_path / "tiny"
-    save_profile(tiny_profile(), prof)
-    args = ["compare", "--profile", str(prof), "--trace", "synthetic:poisson:qps=100,duration=2"]
-    args += ["--latency-slos", "100", "--accuracy-targets", "0.9", "--systems", "ms+,dynba", "--max-devices", "2"]
-    args += ["--device-memory-mb", "100", "--jobs", "2", "--json"]
+    args = _args(tmp_path, "synthetic:poisson:qps=100,duration=2", systems="ms+,dynba", max_devices=2, jobs=2)
     assert run(args) == 0
     out, err = capsys.readouterr()
     # two processes finish in either order; the result keeps the order asked for
