@@ -109,7 +109,7 @@ async def _propagation(prof: Profile, n_devices: int) -> float:
     await _load(rt, prof, 600.0, 0.5)  # 600 req/s: gear 1 after the first tick
     await asyncio.sleep(0.3)
     gen = rt.current
-    delays = [rt.fleet.gear_set_at[d.name][gen.number] - gen.switched_at for d in devs]
+    delays = [rt.fleet.gear_set_at[d.name][gen.number] - gen.transport.switched_at for d in devs]
     await rt.stop(grace_s=1.0)
     return max(delays) * 1000.0
 

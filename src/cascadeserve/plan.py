@@ -7,7 +7,8 @@ A :class:`GearPlan` is frozen data with a JSON round trip and a schema version:
 * ``gears``: for each QPS range ``[qps_low, qps_high)``, the cascade (models and thresholds) and, per replica
   that serves it, the minimum queue length that triggers a batch and the replica's share of its model's load;
 * the SLO it was planned for, and each gear's predicted p95 and accuracy;
-* online knobs: the hysteresis factor ``alpha``, the producer tick, an optional batch ``max_wait_ms`` and
+* online knobs: the hysteresis factor ``alpha``, the producer tick, a batch ``max_wait_ms`` (when absent,
+  :data:`DEFAULT_MAX_WAIT_MS`, so that a queue short of its minimum length never waits forever) and
   ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs);
 * ``batch_overhead_ms``: a deployment's fixed cost per batch beyond the model's runtime, for the simulator.
 
@@ -31,6 +32,7 @@ from cascadeserve.errors import PlanError
 from cascadeserve.profile import Profile
 
 __all__ = [
+    "DEFAULT_MAX_WAIT_MS",
     "SCHEMA_VERSION",
     "SLO",
     "Device",
@@ -43,6 +45,11 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+DEFAULT_MAX_WAIT_MS = 100.0
+"""The max wait of a plan that sets none: a queue holding fewer samples than its gear's minimum queue length fires
+once its oldest sample has waited this long (one producer tick at the default ``tick_ms``). Without it a lone
+request under a gear with a minimum queue above 1 would wait for company that may never come. The simulator and
+every runtime apply it alike (:class:`cascadeserve.policy.PlanTables`)."""
 _SHARE_TOL = 1e-6
 
 

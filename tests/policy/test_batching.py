@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.policy import BatchTrigger, choose_replica, earliest_replica
+from cascadeserve.policy import BatchDecision, BatchTrigger, batch_size, drain_trigger, next_batch
 
 
 def test_length_rule() -> None:
@@ -52,18 +52,39 @@ def test_take_caps_the_batch() -> None:
     assert BatchTrigger(max_batch=32).take(5) == 5
 
 
-def test_choose_replica_prefers_the_longest_wait_then_the_lower_index() -> None:
-    assert choose_replica([(0.3, 0), (0.1, 2), (0.2, 1)]) == 2
-    assert choose_replica([(0.1, 3), (0.1, 1)]) == 1
-    assert choose_replica([(5.0, 7)]) == 7
+def test_next_batch_orders_by_fire_time_then_oldest_head_then_generation_then_replica() -> None:
+    assert next_batch([(0.5, 0.1, 0, 0), (0.2, 0.3, 0, 1), (0.4, 0.0, 0, 2)]) == BatchDecision(0.2, 0.3, 0, 1)
+    # same fire time: the oldest head wins, then the older generation, then the lower replica index
+    assert next_batch([(0.2, 0.3, 0, 0), (0.2, 0.1, 0, 4), (0.2, 0.1, 0, 2)]) == BatchDecision(0.2, 0.1, 0, 2)
+    assert next_batch([(0.2, 0.1, 1, 0), (0.2, 0.1, 0, 3)]) == BatchDecision(0.2, 0.1, 0, 3)
 
 
-def test_earliest_replica_orders_by_fire_time_then_like_choose_replica() -> None:
-    assert earliest_replica([(0.5, 0.1, 0), (0.2, 0.3, 1), (0.4, 0.0, 2)]) == (0.2, 0.3, 1)
-    # same fire time: the oldest head wins, then the lower index (as choose_replica)
-    assert earliest_replica([(0.2, 0.3, 0), (0.2, 0.1, 4), (0.2, 0.1, 2)]) == (0.2, 0.1, 2)
-    ready = [(0.2, 0.3, 0), (0.2, 0.1, 4), (0.2, 0.1, 2)]
-    assert earliest_replica(ready)[2] == choose_replica([(old, r) for _, old, r in ready])
+def test_next_batch_never_fires_a_queue_that_cannot_fire() -> None:
+    assert next_batch([]) is None
+    assert next_batch([(math.inf, 0.0, 0, 0), (math.inf, 0.1, 0, 1)]) is None
+    assert next_batch([(math.inf, 0.0, 0, 0), (3.0, 0.1, 0, 1)]) == BatchDecision(3.0, 0.1, 0, 1)
+
+
+def test_batch_size_applies_the_plan_cap_then_the_adaptive_cap() -> None:
+    assert batch_size(BatchTrigger(), 100) == 100
+    assert batch_size(BatchTrigger(max_batch=32), 100) == 32
+    assert batch_size(BatchTrigger(max_batch=32), 100, 8) == 8
+    assert batch_size(BatchTrigger(), 5, 8) == 5
+    assert drain_trigger(16) == BatchTrigger(1, None, 16)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 12), st.integers(1, 6), st.none() | st.floats(0.0, 3.0), st.floats(0.0, 5.0), st.floats(0, 5))
+def test_fire_time_known_agrees_with_ready(
+    queued: int, min_queue: int, max_wait: float | None, oldest: float, now: float
+) -> None:
+    """The runtime's view (only the queue as it is now): fire now exactly when ready(), else at the deadline."""
+    trig = BatchTrigger(min_queue=min_queue, max_wait_s=max_wait)
+    now = max(now, oldest)  # the head entered before now
+    fire = trig.fire_time_known(now, queued, oldest)
+    assert (fire == now) == trig.ready(queued, oldest, now)
+    if fire > now:
+        assert fire == (trig.deadline(oldest) if queued else math.inf)
 
 
 @settings(max_examples=300, deadline=None)

@@ -5,9 +5,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
-from cascadeserve.policy import LAST_STAGE, BatchTrigger, PlanTables, Route, SmoothWeightedRoundRobin, sure_mask
+from cascadeserve.plan import DEFAULT_MAX_WAIT_MS, Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.policy import (
+    LAST_STAGE,
+    BatchTrigger,
+    PlanTables,
+    Route,
+    SmoothWeightedRoundRobin,
+    is_sure,
+    sure_mask,
+)
 
 # Model rows as a profile might number them: "x" is in the profile but in no gear.
 ROWS = {"x": 0, "a": 1, "b": 2, "c": 3}
@@ -88,10 +98,46 @@ def test_routes_skip_zero_shares() -> None:
 def test_new_routers_are_fresh_and_independent() -> None:
     t = PlanTables(three_stage_plan(), ROWS)
     r1, r2 = t.new_routers(), t.new_routers()
-    assert set(r1) == {(0, 1), (0, 2), (0, 3), (1, 1), (1, 3)}
-    r1[(0, 1)].pick_many(3)
-    assert r2[(0, 1)].pick() == 0
-    assert r1[(0, 1)] is not r2[(0, 1)]
+    assert [r1.admit(0) for _ in range(3)] == [0, 0, 2]  # replicas of a in gear 0, shares 3:1
+    assert r2.admit(0) == 0  # r2 has its own state
+    assert r1.admit(0) == 0 and r1.admit(0) == 0
+    assert r1.forward(0, 1) == 1  # after a, b (share 0 on d1) in gear 0
+    assert r1.forward(1, 1) == 3  # gear 1 skips b: a -> c
+    ids = np.arange(8, dtype=np.int64)
+    groups = t.new_routers().split(0, 1, ids)
+    assert [(r, g.tolist()) for r, g in groups] == [(0, [0, 1, 3, 4, 5, 7]), (2, [2, 6])]
+    assert t.new_routers().split_list(0, 1, ids.tolist()) == [(r, g.tolist()) for r, g in groups]
+    assert t.new_routers().admit_split(0, ids)[1][1].tolist() == [2, 6]
+
+
+def test_failover_takes_the_next_replica_of_the_model_on_another_device() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    assert t.failover(0, 0, lost_device=0) == 2  # a@d0 lost: a@d1
+    assert t.failover(0, 2, lost_device=1) == 0  # a@d1 lost: wraps to a@d0
+    assert t.failover(1, 2, lost_device=1) == 2  # gear 1 routes a to d1 only: wait for it
+
+
+def test_q0_sums_the_first_stage_of_the_gear() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    lengths = [5, 100, 7, 100, 100]
+    assert t.q0(0, lengths.__getitem__) == 12
+    assert t.q0(1, lengths.__getitem__) == 7
+
+
+def test_exits_use_each_samples_gear_and_the_last_stage_answers_nan() -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    cert = np.array([0.8, 0.8, np.nan, 0.1])
+    np.testing.assert_array_equal(t.exits(1, cert, np.array([0, 1, 0, 0])), [True, False, False, False])
+    np.testing.assert_array_equal(t.exits(3, cert, np.array([0, 1, 0, 1])), [True] * 4)  # c is last everywhere
+    assert t.exits_one(3, math.nan, 0) and not t.exits_one(1, math.nan, 0)
+    assert t.exits_one(1, 0.7, 0) and not t.exits_one(1, 0.7, 1)
+
+
+def test_a_plan_without_max_wait_gets_the_default_so_no_queue_starves() -> None:
+    plan = three_stage_plan().model_copy(update={"max_wait_ms": None})
+    t = PlanTables(plan, ROWS)
+    assert t.triggers[0][0].max_wait_s == DEFAULT_MAX_WAIT_MS / 1000.0
+    assert t.triggers_for(0, draining=True) == (BatchTrigger(1, None, 16),) * 5
 
 
 def test_triggers_per_gear_and_replica() -> None:
@@ -115,3 +161,17 @@ def test_sure_mask() -> None:
     np.testing.assert_array_equal(sure_mask(cert, LAST_STAGE), [True] * 4)
     np.testing.assert_array_equal(sure_mask(cert, np.array([0.2, 0.6, LAST_STAGE, 0.0])), [False, False, True, True])
     assert sure_mask(cert, 0.5).dtype == bool
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=20),
+    st.lists(st.sampled_from([LAST_STAGE, 0.0, 0.3, 0.5, 1.0]), min_size=20, max_size=20),
+)
+def test_sure_mask_and_is_sure_agree_and_the_last_stage_always_answers(cert: list[float], thr: list[float]) -> None:
+    c = np.array(cert)
+    t = np.array(thr[: len(cert)])
+    mask = sure_mask(c, t)
+    assert mask.tolist() == [is_sure(a, b) for a, b in zip(cert, t.tolist(), strict=True)]
+    assert mask[t == LAST_STAGE].all()
+    assert sure_mask(c, LAST_STAGE).all()

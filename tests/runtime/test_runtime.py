@@ -64,8 +64,8 @@ def test_hysteresis_holds_gear_while_q0_is_large(toy_profile: Profile) -> None:
     async def main() -> list[tuple[int, int, bool]]:
         clock = FakeClock()
         rec = Recorder()
-        # A first stage that needs 64 samples per batch and never times out builds a backlog (Q0 large).
-        plan = two_gear_plan(low_high=60.0, min_queue_fast=64)
+        # A first stage that needs 64 samples per batch and waits up to 10 s builds a backlog (Q0 large).
+        plan = two_gear_plan(low_high=60.0, min_queue_fast=64, max_wait_ms=10_000.0)
         rt = emulated_runtime(toy_profile, plan, clock=clock, observer=rec)
         await rt.start()
         for i, t in enumerate(np.linspace(0.0, 0.5, 100, endpoint=False)):

@@ -87,6 +87,7 @@ from cascadeserve.runtime import (
     load_model,
 )
 from cascadeserve.runtime.consumer import Consumer
+from cascadeserve.runtime.transport import LocalTransport
 
 __all__ = [
     "InferenceServer",
@@ -176,13 +177,21 @@ class _Outbox:
     the sender's deadline and exactly-once guarantees keep holding while it is away.
     """
 
-    def __init__(self, gen: Generation, handle: Callable[[str], Any], options: RayOptions) -> None:
-        self.gen = gen
+    def __init__(self, handle: Callable[[str], Any], options: RayOptions) -> None:
         self.handle = handle
         self.options = options
         self.pending: dict[int, list[Request]] = {}
         self._scheduled = False
         self.tasks: set[asyncio.Task[None]] = set()
+        self._gen: Generation | None = None
+
+    @property
+    def gen(self) -> Generation:
+        assert self._gen is not None, "the outbox's generation is bound right after it is built"
+        return self._gen
+
+    def bind(self, gen: Generation) -> None:
+        self._gen = gen
 
     def put(self, req: Request, replica: int) -> None:
         self.pending.setdefault(replica, []).append(req)
@@ -239,7 +248,8 @@ class _Outbox:
             if req.best is not None:  # an earlier stage ran: answer with it, marked fallback
                 answer_early(req, now, lost)
             elif attempt < self.options.retries and now < req.deadline:
-                retry.setdefault(self._alternative(req.gear, replica), []).append(req)
+                alt = gen.tables.failover(req.gear, replica, gen.replica_device[replica])
+                retry.setdefault(alt, []).append(req)
             else:
                 req.fail(lost)
         for alt, group in retry.items():
@@ -250,45 +260,32 @@ class _Outbox:
             await asyncio.sleep(0.05 * attempt)
         await self._send(replica, reqs, attempt)
 
-    def _alternative(self, gear: int, replica: int) -> int:
-        """Another replica of the same model in the request's gear (the next one in route order), if any."""
-        gen = self.gen
-        reps = gen.tables.route(gear, gen.replica_row[replica]).replicas
-        dead = gen.plan.replicas[replica].device
-        others = [r for r in reps if gen.plan.replicas[r].device != dead]
-        if not others:
-            return replica
-        later = [r for r in others if r > replica]
-        return (later or others)[0]
-
     def cancel(self) -> None:
         for t in list(self.tasks):
             t.cancel()
 
 
 # -- the inference server (runs inside a Ray actor) --------------------------------------------------------------
-class _ServerGeneration(Generation):
-    """A generation on one server: local replicas go to the local queues, the others to their servers."""
+class _ServerTransport(LocalTransport):
+    """A server's transport: replicas on this server's device queue here; the others go to their servers."""
 
-    def __init__(
-        self, *args: Any, device: str, handle: Callable[[str], Any], options: RayOptions, **kwargs: Any
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.device = device
-        self.local = [rep.device == device for rep in self.plan.replicas]
-        self.outbox = _Outbox(self, handle, options)
+    __slots__ = ("gear_set_at", "local", "outbox")
+
+    def __init__(self, plan: GearPlan, device: str, handle: Callable[[str], Any], options: RayOptions) -> None:
+        super().__init__(len(plan.replicas))
+        self.local = [rep.device == device for rep in plan.replicas]
+        self.outbox = _Outbox(handle, options)
         self.gear_set_at = 0.0
 
-    def enqueue(self, req: Request, replica: int, now: float) -> None:
+    def send(self, req: Request, replica: int, now: float) -> None:
         if self.local[replica]:
-            super().enqueue(req, replica, now)
+            super().send(req, replica, now)
         else:
             self.outbox.put(req, replica)
 
-    def set_gear(self, gear: int) -> None:
-        if gear != self.gear:
-            self.gear_set_at = self.clock.now()
-        super().set_gear(gear)
+    def on_gear(self, gear: int) -> None:
+        self.gear_set_at = time.monotonic()
+        super().on_gear(gear)
 
 
 class _ServerRuntime(Runtime):
@@ -310,36 +307,34 @@ class _ServerRuntime(Runtime):
         self.device = device
         self.order = order
         self.peers: dict[str, Any] = {}
-        self.gens: dict[int, _ServerGeneration] = {}
+        self.gens: dict[int, Generation] = {}
         self.opened: dict[int, asyncio.Event] = {}
 
     def handle(self, device: str) -> Any:
         return self.peers[device]
 
     def create_generation(self, number: int, plan: GearPlan, initial_qps: float) -> Generation:
-        gen = _ServerGeneration(
+        transport = _ServerTransport(plan, self.device, self.handle, self.ray_options)
+        gen = Generation(
             number,
             plan,
             self.model_names,
             clock=self.clock,
             admission=self.admission,
             observer=self.observer,
-            device=self.device,
-            handle=self.handle,
-            options=self.ray_options,
+            transport=transport,
         )
+        transport.outbox.bind(gen)
         consumer = self.consumers.get(self.device)
         if consumer is None:
             consumer = Consumer(
                 self.device_factory(self.device, self.order), self.clock, self.observer, order=self.order
             )
             self.consumers[self.device] = consumer
-        for r, local in enumerate(gen.local):
+        for r, local in enumerate(transport.local):
             if local:
-                consumer.add_lane(gen, r)
-        # Every replica's "consumer" is this device's: remote replicas never queue here (enqueue sends them away),
-        # and poking the local consumer is harmless; it also tells answer_early whether answers are emulated.
-        gen.consumers = [consumer] * len(plan.replicas)
+                consumer.add_lane(gen, r, transport.attach(r, consumer))
+        gen.emulated = consumer.device.emulated
         return gen
 
 
@@ -425,13 +420,12 @@ class InferenceServer:
             return
         self._load(models)
         gen = self.rt.create_generation(number, plan, 0.0)
-        assert isinstance(gen, _ServerGeneration)
         gen.set_gear(gear)
         self.rt.gens[number] = gen
         self.rt.generations.append(gen)
         self.rt.opened.setdefault(number, asyncio.Event()).set()
 
-    async def _generation(self, number: int) -> _ServerGeneration:
+    async def _generation(self, number: int) -> Generation:
         gen = self.rt.gens.get(number)
         if gen is None:  # a restarted server: the front end's next poll re-installs its plans
             event = self.rt.opened.setdefault(number, asyncio.Event())
@@ -439,12 +433,12 @@ class InferenceServer:
             gen = self.rt.gens[number]
         return gen
 
-    def _queue(self, gen: _ServerGeneration, replica: int, items: Sequence[_Item]) -> list[Request]:
+    def _queue(self, gen: Generation, replica: int, items: Sequence[_Item]) -> list[Request]:
         now = self.clock.now()
         loop = asyncio.get_running_loop()
         out = []
         for payload, gear, queue_s, compute_s, best, remaining in items:
-            self.rt.admission.take(1)  # unbounded here: the front end bounds admission; keeps release balanced
+            self.rt.admission.add(1)  # unbounded here: the front end bounds admission; keeps release balanced
             req = Request(self._rid, payload, now, gen, gear, loop.create_future(), now + remaining)
             self._rid += 1
             req.queue_s, req.compute_s, req.best = queue_s, compute_s, best
@@ -512,43 +506,60 @@ class InferenceServer:
         return {
             "born": self.born,
             "gens": sorted(self.rt.gens),
-            "q0": {n: g.q0() for n, g in self.rt.gens.items()},
+            "lengths": {n: _local_lengths(g) for n, g in self.rt.gens.items()},
             "queues": self.rt.queue_lengths(),
-            "gear_set_at": {n: g.gear_set_at for n, g in self.rt.gens.items()},
+            "gear_set_at": {n: _server_transport(g).gear_set_at for n, g in self.rt.gens.items()},
             "gears": {n: g.gear for n, g in self.rt.gens.items()},
             "batches": self.log.take(),
         }
+
+
+def _server_transport(gen: Generation) -> _ServerTransport:
+    transport = gen.transport
+    assert isinstance(transport, _ServerTransport)
+    return transport
+
+
+def _local_lengths(gen: Generation) -> dict[int, int]:
+    """The queue length of each replica of ``gen`` that lives on this server."""
+    transport = _server_transport(gen)
+    return {r: len(q) for r, (q, local) in enumerate(zip(transport.queues, transport.local, strict=True)) if local}
 
 
 _ServerActor = ray.remote(InferenceServer)
 
 
 # -- the front end -----------------------------------------------------------------------------------------------
-class _FrontGeneration(Generation):
-    """A generation on the front end: it holds no queue; every request goes to the server of its replica."""
+class _FrontTransport:
+    """The front end's transport: it holds no queue; every request goes to the server of its replica, and queue
+    lengths are those the servers reported at the producer's last poll (one tick old)."""
 
-    def __init__(self, *args: Any, fleet: _Fleet, options: RayOptions, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, plan: GearPlan, number: int, fleet: _Fleet, options: RayOptions) -> None:
+        self.plan = plan
+        self.number = number
         self.fleet = fleet
-        self.outbox = _Outbox(self, fleet.handle, options)
+        self.outbox = _Outbox(fleet.handle, options)
         self.switched_at = 0.0
 
-    def enqueue(self, req: Request, replica: int, now: float) -> None:
+    def send(self, req: Request, replica: int, now: float) -> None:
         self.outbox.put(req, replica)
 
-    def q0(self) -> int:
-        return sum(rep.get(self.number, 0) for rep in self.fleet.q0.values())
+    def queue_length(self, replica: int) -> int:
+        reported = self.fleet.lengths.get(self.plan.replicas[replica].device, {})
+        return reported.get(self.number, {}).get(replica, 0)
 
-    def set_gear(self, gear: int) -> None:
-        changed = gear != self.gear
-        super().set_gear(gear)
-        if changed:
-            self.switched_at = self.clock.now()
-            self.fleet.broadcast(self.plan, "set_gear", self.number, gear)
+    def on_gear(self, gear: int) -> None:
+        self.switched_at = time.monotonic()
+        self.fleet.broadcast(self.plan, "set_gear", self.number, gear)
 
-    def drain(self) -> None:
-        super().drain()
+    def on_drain(self) -> None:
         self.fleet.broadcast(self.plan, "drain", self.number)
+
+
+def _front_transport(gen: Generation) -> _FrontTransport:
+    transport = gen.transport
+    assert isinstance(transport, _FrontTransport)
+    return transport
 
 
 class _Fleet:
@@ -558,7 +569,7 @@ class _Fleet:
         self.spawn = spawn
         self.handles: dict[str, Any] = {}
         self.born: dict[str, float] = {}
-        self.q0: dict[str, dict[int, int]] = {}
+        self.lengths: dict[str, dict[int, dict[int, int]]] = {}  # device -> generation -> replica -> length
         self.queues: dict[str, dict[str, int]] = {}
         self.gear_set_at: dict[str, dict[int, float]] = {}
 
@@ -652,7 +663,8 @@ class RayRuntime(Runtime):
 
     def create_generation(self, number: int, plan: GearPlan, initial_qps: float) -> Generation:
         self.fleet.ensure(plan)  # new devices get a server, which loads its replicas in its constructor
-        gen = _FrontGeneration(
+        transport = _FrontTransport(plan, number, self.fleet, self.ray_options)
+        gen = Generation(
             number,
             plan,
             self.model_names,
@@ -660,9 +672,11 @@ class RayRuntime(Runtime):
             admission=self.admission,
             observer=self.observer,
             initial_qps=initial_qps,
-            fleet=self.fleet,
-            options=self.ray_options,
+            gear_schedule=self.options.gear_schedule,
+            transport=transport,
+            emulated=self.emulated,
         )
+        transport.outbox.bind(gen)
         # Install it on the server of every device of the plan. Calls from this process to one actor start in the
         # order sent, so a server sees the plan before its first request (and waits for it if it does not).
         for dev in plan.devices:
@@ -697,7 +711,7 @@ class RayRuntime(Runtime):
         finally:
             self._syncing.discard(device)
         self.fleet.born[device] = rep["born"]
-        self.fleet.q0[device] = rep["q0"]
+        self.fleet.lengths[device] = rep["lengths"]
         self.fleet.queues[device] = rep["queues"]
         self.fleet.gear_set_at[device] = rep["gear_set_at"]
         for event in rep["batches"]:  # batch metrics reach the front end's observer one tick late
@@ -727,8 +741,7 @@ class RayRuntime(Runtime):
             self._sync_task = None
         await super().stop(grace_s)
         for gen in list(self.generations):
-            if isinstance(gen, _FrontGeneration):
-                gen.outbox.cancel()
+            _front_transport(gen).outbox.cancel()
         for h in self.fleet.handles.values():
             with contextlib.suppress(Exception):
                 ray.kill(h, no_restart=True)

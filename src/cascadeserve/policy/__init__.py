@@ -1,35 +1,66 @@
-"""The pure policy core, shared unchanged by the simulator and the runtime.
+"""The decision core: every serving decision, written once, applied unchanged by the simulator and every runtime.
+
+Each decision is a pure function or a small class returning a plain value or a frozen dataclass (the vLLM
+scheduler's shape: decide, then a separate step applies):
+
+* gear: :class:`GearPolicy` (the QPS-driven :class:`GearSelector` with α·Q0 hysteresis, or a fixed
+  :class:`GearSchedule`) returns a :class:`GearDecision` every producer tick;
+* batch: :func:`next_batch` returns a :class:`BatchDecision` (which replica of a free device fires, and when),
+  :func:`batch_size` how many samples it takes (minimum queue, max wait, drain, the plan's cap and an adaptive cap
+  such as :class:`AimdBatchLimit`); one tie-break rule orders replicas everywhere;
+* forward: :meth:`PlanTables.exits` says which samples exit at a stage (the last stage always answers, NaN
+  included), and :class:`Routers` which next-stage replica each unsure sample goes to;
+* admission and deadline: :class:`AdmissionPolicy` accepts, sheds with a retry hint, or refuses as too large;
+  :func:`on_deadline` answers from an earlier stage or fails.
 
 Nothing here does I/O, reads a clock or imports asyncio, Ray or a web framework (an import-linter contract
-enforces it). Callers pass time in; decisions come back as plain values.
+enforces it), and no engine compares a certainty with a threshold, picks a replica, sizes a batch or picks a gear
+itself (``tests/policy/test_single_source.py`` enforces that). Callers pass time in; decisions come back as values.
 """
 
 from __future__ import annotations
 
+from cascadeserve.policy.admission import AdmissionDecision, AdmissionPolicy, DeadlineDecision, on_deadline
 from cascadeserve.policy.aimd import AimdBatchLimit, AimdDecision
-from cascadeserve.policy.batching import BatchTrigger, choose_replica, earliest_replica
+from cascadeserve.policy.batching import (
+    BatchDecision,
+    BatchTrigger,
+    Candidate,
+    batch_size,
+    drain_trigger,
+    next_batch,
+)
 from cascadeserve.policy.forwarding import LAST_STAGE, is_sure, sure_mask
-from cascadeserve.policy.gears import GearDecision, GearSelector
+from cascadeserve.policy.gears import GearDecision, GearPolicy, GearSelector
 from cascadeserve.policy.qps import QpsMeter
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin, swrr_sequence
 from cascadeserve.policy.schedule import GearSchedule
-from cascadeserve.policy.tables import PlanTables, Route
+from cascadeserve.policy.tables import PlanTables, Route, Routers
 
 __all__ = [
     "LAST_STAGE",
+    "AdmissionDecision",
+    "AdmissionPolicy",
     "AimdBatchLimit",
     "AimdDecision",
+    "BatchDecision",
     "BatchTrigger",
+    "Candidate",
+    "DeadlineDecision",
     "GearDecision",
+    "GearPolicy",
     "GearSchedule",
     "GearSelector",
     "PlanTables",
     "QpsMeter",
     "Route",
+    "Routers",
     "SmoothWeightedRoundRobin",
-    "choose_replica",
-    "earliest_replica",
+    "batch_size",
+    "drain_trigger",
     "is_sure",
+    "next_batch",
+    "on_deadline",
     "sure_mask",
     "swrr_sequence",
 ]

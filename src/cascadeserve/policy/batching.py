@@ -1,17 +1,25 @@
-"""The batch trigger: when a replica's queue fires a batch, and how large the batch is.
+"""The batch decision: which replica of a device fires next, when, and how many samples it takes.
 
-A replica fires when its device is free and either
+A replica's queue is ready to fire when its device is free and either
 
-* its queue holds at least the gear's *minimum queue length* (paper §4.5), or
-* the oldest waiting sample has waited ``max_wait_s`` (optional), so that a queue at low load cannot starve.
+* it holds at least the gear's *minimum queue length* (paper §4.5), or
+* its oldest sample has waited ``max_wait_s``, so that a queue at low load cannot starve (a plan with no
+  ``max_wait_ms`` gets :data:`~cascadeserve.plan.DEFAULT_MAX_WAIT_MS`, see :class:`~cascadeserve.policy.PlanTables`).
 
-The batch takes the whole queue, oldest first, up to ``max_batch`` when one is set.
+Both engines ask the same question, :func:`next_batch`, with one :class:`Candidate` per queue of a free device:
+the time its trigger fires (:meth:`BatchTrigger.fire_time`) and the time its head sample entered. The simulator
+knows future arrivals, so a fire time may lie ahead; the runtime (:meth:`BatchTrigger.fire_time_known`) knows only
+the queue as it is, so a fire time ahead of ``now`` is the max-wait deadline, for which it arms a timer. The answer is a
+:class:`BatchDecision`: fire now, or wait until ``at``. Its size comes from :func:`batch_size`: the whole queue,
+oldest first, up to the plan's ``max_batch`` and an adaptive cap (AIMD) when one is set.
 
-The rule is expressed through two primitives, :meth:`BatchTrigger.needed` and :meth:`BatchTrigger.deadline`.
-The runtime asks :meth:`BatchTrigger.ready` on every enqueue and device-free event; the simulator, which knows
-future arrivals, computes *when* ``ready`` turns true from the same two primitives
-(:meth:`BatchTrigger.fire_time`). When several replicas on one device are ready, :func:`choose_replica` picks
-the one whose head sample has waited longest.
+**The tie-break rule** (:func:`next_batch` on :data:`Candidate` tuples), for every choice between replicas on
+one device, in both engines: the earliest fire time, then the oldest head sample, then the older plan generation,
+then the lower replica index. A replica index is the plan's own order (``GearPlan.replicas``), never an engine's
+lane or list order.
+
+At the end of a trace (simulator) or on a hot swap or stop (runtime) queues *drain*: :func:`drain_trigger` fires
+any non-empty queue at once.
 """
 
 from __future__ import annotations
@@ -20,11 +28,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["BatchTrigger", "choose_replica", "earliest_replica"]
+__all__ = [
+    "BatchDecision",
+    "BatchTrigger",
+    "Candidate",
+    "batch_size",
+    "drain_trigger",
+    "next_batch",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class BatchTrigger:
+    """One replica's batching rule in one gear: minimum queue length, max wait, and the plan's batch cap."""
+
     min_queue: int = 1
     max_wait_s: float | None = None
     max_batch: int | None = None
@@ -42,31 +59,60 @@ class BatchTrigger:
         return queued > 0 and (self.needed(queued) == 0 or now >= self.deadline(oldest))
 
     def fire_time(self, now: float, first: float, mth: float) -> float:
-        """Earliest time ≥ ``now`` at which :meth:`ready` holds, for a caller that knows future arrivals.
+        """Earliest time ≥ ``now`` at which :meth:`ready` holds.
 
-        ``first`` is when the oldest known sample entered the queue and ``mth`` when the ``min_queue``-th did
-        (``inf`` when not known yet). Used by the simulator; the runtime only needs :meth:`ready` and, to arm a
-        timer, :meth:`deadline`.
+        ``first`` is when the oldest sample entered the queue and ``mth`` when the ``min_queue``-th did (``inf``
+        when it has not, or, for the simulator, will not before the next arrivals are known).
         """
         return max(now, min(mth, self.deadline(first)))
 
+    def fire_time_known(self, now: float, queued: int, oldest: float) -> float:
+        """:meth:`fire_time` for an engine that knows only the samples queued now (the runtime): ``now`` when ready,
+        else the max-wait deadline (``inf`` for an empty queue, or a short one with no max wait)."""
+        if queued == 0:
+            return math.inf
+        return self.fire_time(now, oldest, -math.inf if queued >= self.min_queue else math.inf)
+
     def take(self, queued: int) -> int:
-        """Batch size for a queue of ``queued`` samples."""
+        """Batch size for a queue of ``queued`` samples, before any adaptive cap."""
         return queued if self.max_batch is None else min(queued, self.max_batch)
 
 
-def choose_replica(candidates: Sequence[tuple[float, int]]) -> int:
-    """Among ``(oldest_enqueue_time, replica)`` pairs ready on one device, the replica that waited longest.
+def drain_trigger(max_batch: int | None) -> BatchTrigger:
+    """The trigger of a draining queue: fire whatever it holds as soon as the device is free."""
+    return BatchTrigger(1, None, max_batch)
 
-    Ties go to the lower replica index, so the choice is deterministic.
+
+def batch_size(trigger: BatchTrigger, present: int, cap: int | None = None) -> int:
+    """How many of the ``present`` queued samples a firing batch takes: the trigger's take, then the adaptive cap."""
+    size = trigger.take(present)
+    return size if cap is None else min(size, cap)
+
+
+Candidate = tuple[float, float, int, int]
+"""A queue that may fire: ``(fire time, head sample's enqueue time, plan generation, replica index)``.
+
+A plain tuple, not a dataclass: the simulator builds one per queue per device event, and tuples compare in
+exactly the tie-break order: fire time, oldest head, generation, replica index.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDecision:
+    """What a free device does next: fire ``replica`` of ``generation`` at ``at`` (``at > now``: wait until then)."""
+
+    at: float
+    oldest: float
+    generation: int
+    replica: int
+
+
+def next_batch(candidates: Sequence[Candidate]) -> BatchDecision | None:
+    """The queue a free device fires next (the tie-break order of :data:`Candidate`), or ``None`` if none can.
+
+    Candidates whose fire time is ``inf`` (a short queue with no max wait) are never chosen.
     """
-    return min(candidates)[1]
-
-
-def earliest_replica(candidates: Sequence[tuple[float, float, int]]) -> tuple[float, float, int]:
-    """Among ``(fire_time, oldest_enqueue_time, replica)`` triples of one device, the one that fires first.
-
-    Replicas that fire at the same time are ordered exactly as :func:`choose_replica` orders ready ones (oldest
-    head, then lowest index); this is the form the simulator uses, since it knows when each queue will be ready.
-    """
-    return min(candidates)
+    best = min(candidates, default=None)  # tuples order by the tie-break rule; inf fire times sort last
+    if best is None or best[0] == math.inf:
+        return None
+    return BatchDecision(best[0], best[1], best[2], best[3])

@@ -10,6 +10,10 @@ accurate cascade) would then make the backlog drain slower, so the producer keep
 held back: holding a slow gear under rising load only grows the backlog. cascadeserve keeps one gear for all
 inference servers, so Q0 is the first stage's queue summed over its replicas; with one server this is exactly the
 paper's rule.
+
+:class:`GearPolicy` is the producer's one decision per tick, in the simulator and in every runtime: the selector
+above, or, when the plan is served with a :class:`~cascadeserve.policy.GearSchedule` (an autoscaler told the
+future load, Cocktail+), the schedule's gear for the tick.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["GearDecision", "GearSelector"]
+from cascadeserve.policy.schedule import GearSchedule
+
+__all__ = ["GearDecision", "GearPolicy", "GearSelector"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +62,33 @@ class GearSelector:
         target = self.lookup(qps)
         held = target < current and qps < self.alpha * q0
         return GearDecision(gear=current if held else target, target=target, qps=qps, q0=q0, held=held)
+
+
+class GearPolicy:
+    """Which gear serves from each producer tick on: :class:`GearSelector`, or a fixed :class:`GearSchedule`."""
+
+    __slots__ = ("schedule", "selector")
+
+    def __init__(self, selector: GearSelector, schedule: GearSchedule | None = None) -> None:
+        if schedule is not None:
+            gears = schedule.gears
+            top = int(gears.max())
+            if top >= selector.n_gears:
+                tick = int((gears >= selector.n_gears).argmax())
+                raise ValueError(
+                    f"the gear schedule names gear {top} (first at tick {tick}), but the plan has only "
+                    f"{selector.n_gears} gear(s), numbered 0 to {selector.n_gears - 1}"
+                )
+        self.selector = selector
+        self.schedule = schedule
+
+    def initial(self, qps: float = 0.0) -> int:
+        """The gear before the first tick (tick 0), for a server starting at ``qps``."""
+        return self.selector.lookup(qps) if self.schedule is None else self.schedule.gear_at(0)
+
+    def decide(self, tick: int, current: int, qps: float, q0: int) -> GearDecision:
+        """The gear from tick ``tick`` (0-based, the tick at ``start + tick·tick_s``) on."""
+        if self.schedule is None:
+            return self.selector.decide(current, qps, q0)
+        gear = self.schedule.gear_at(tick)
+        return GearDecision(gear=gear, target=gear, qps=qps, q0=q0, held=False)

@@ -6,22 +6,30 @@ stage's certainty threshold (``-inf`` on the last stage, so it answers everythin
 that uncertain samples go to (``-1`` after the last stage), and ``routes(g, m)`` the replicas of ``m`` with their
 shares. Model rows are whatever the caller maps model names to: the profile's rows in the simulator and in
 emulation, the runtime's own model registry otherwise.
+
+The tables also answer the plan's stateless questions for both engines: each stage's exit decision for a batch
+(:meth:`PlanTables.exits`, per-sample gears or one gear), Q0 for the hysteresis (:meth:`PlanTables.q0`), the
+batch trigger of every replica in every gear (with :data:`~cascadeserve.plan.DEFAULT_MAX_WAIT_MS` when the plan
+sets no max wait, so that no queue can starve), and the replica that takes over from a lost one
+(:meth:`PlanTables.failover`). The stateful replica choice (smooth weighted round-robin by the gear's shares) is
+:class:`Routers`, one per run or plan generation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from cascadeserve.plan import GearPlan
-from cascadeserve.policy.batching import BatchTrigger
-from cascadeserve.policy.forwarding import LAST_STAGE
-from cascadeserve.policy.gears import GearSelector
+from cascadeserve.plan import DEFAULT_MAX_WAIT_MS, GearPlan
+from cascadeserve.policy.batching import BatchTrigger, drain_trigger
+from cascadeserve.policy.forwarding import LAST_STAGE, is_sure, sure_mask
+from cascadeserve.policy.gears import GearPolicy, GearSelector
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
+from cascadeserve.policy.schedule import GearSchedule
 
-__all__ = ["PlanTables", "Route"]
+__all__ = ["PlanTables", "Route", "Routers"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,10 @@ class PlanTables:
         self.first_row = np.empty(g_count, dtype=np.int64)
         self._routes: dict[tuple[int, int], Route] = {}
         self._min_queue = np.ones((g_count, self.n_replicas), dtype=np.int64)
-        max_wait_s = None if plan.max_wait_ms is None else plan.max_wait_ms / 1000.0
+        # A queue short of its minimum must not wait forever for samples that may never come (a lone request at
+        # low load): without a max wait in the plan, the documented default applies. It changes nothing where the
+        # minimum queue length is 1, which fires on any sample.
+        max_wait_s = (DEFAULT_MAX_WAIT_MS if plan.max_wait_ms is None else plan.max_wait_ms) / 1000.0
         for g, gear in enumerate(plan.gears):
             rows = [model_rows[m] for m in gear.models]
             self.first_row[g] = rows[0]
@@ -76,7 +87,9 @@ class PlanTables:
         self.triggers: tuple[tuple[BatchTrigger, ...], ...] = tuple(
             tuple(BatchTrigger(int(q), max_wait_s, plan.max_batch) for q in self._min_queue[g]) for g in range(g_count)
         )
+        self.drain = drain_trigger(plan.max_batch)
         self.selector = GearSelector([g.qps_high for g in plan.gears], alpha=plan.alpha, qps_scale=plan.qps_scale)
+        self._thr_lists: list[list[float]] = self.threshold.tolist()
 
     @property
     def n_gears(self) -> int:
@@ -88,6 +101,96 @@ class PlanTables:
     def first_stage_replicas(self, gear: int) -> tuple[int, ...]:
         return self.route(gear, int(self.first_row[gear])).replicas
 
-    def new_routers(self) -> dict[tuple[int, int], SmoothWeightedRoundRobin]:
+    def gear_policy(self, schedule: GearSchedule | None = None) -> GearPolicy:
+        """The producer's gear decision for this plan (raises ``ValueError`` when ``schedule`` names a gear the
+        plan does not have)."""
+        return GearPolicy(self.selector, schedule)
+
+    def q0(self, gear: int, queue_length: Callable[[int], int]) -> int:
+        """The hysteresis input: the first stage's queue length in ``gear``, summed over its replicas."""
+        return sum(queue_length(r) for r in self.first_stage_replicas(gear))
+
+    def exits(self, row: int, certainty: np.ndarray, gears: np.ndarray | None) -> np.ndarray:
+        """Which samples of a batch of model ``row`` exit (are answered) there: ``gears`` holds each sample's gear,
+        or is ``None`` when the plan has one gear."""
+        if gears is None or self.n_gears == 1:
+            return sure_mask(certainty, float(self.threshold[0, row]))
+        return sure_mask(certainty, self.threshold[gears, row])
+
+    def exits_one(self, row: int, certainty: float, gear: int) -> bool:
+        """:meth:`exits` for one sample (the engines' per-sample paths on small batches)."""
+        return is_sure(certainty, self._thr_lists[gear][row])
+
+    def triggers_for(self, gear: int, *, draining: bool = False) -> tuple[BatchTrigger, ...]:
+        """Every replica's trigger in ``gear``, or the drain trigger when the queues are draining."""
+        return (self.drain,) * self.n_replicas if draining else self.triggers[gear]
+
+    def failover(self, gear: int, replica: int, lost_device: int) -> int:
+        """The replica that takes the samples of ``replica`` when its device is lost: the next replica of the same
+        model in ``gear``'s route (by replica index, wrapping around) on another device, or ``replica`` itself
+        when no other device serves the model (the caller then waits for the device to come back)."""
+        reps = self.route(gear, int(self.replica_row[replica])).replicas
+        others = [r for r in reps if int(self.replica_device[r]) != lost_device]
+        if not others:
+            return replica
+        later = [r for r in others if r > replica]
+        return (later or others)[0]
+
+    def new_routers(self) -> Routers:
         """Fresh routers (with their own state) for every (gear, model row)."""
-        return {key: route.router() for key, route in self._routes.items()}
+        return Routers(self)
+
+
+class Routers:
+    """The replica choice of one run (simulator) or one plan generation (runtime): per (gear, model row), the
+    smooth weighted round-robin over the route's replicas by their shares. :meth:`pick` routes one sample,
+    :meth:`split` many at once; both walk the same sequence, so the engines make identical choices."""
+
+    __slots__ = ("_routers", "tables")
+
+    def __init__(self, tables: PlanTables) -> None:
+        self.tables = tables
+        self._routers: dict[tuple[int, int], tuple[tuple[int, ...], SmoothWeightedRoundRobin]] = {
+            key: (route.replicas, route.router()) for key, route in tables._routes.items()
+        }
+
+    def pick(self, gear: int, row: int) -> int:
+        """The replica of model ``row`` that the next sample in ``gear`` goes to."""
+        reps, router = self._routers[(gear, row)]
+        return reps[0] if len(reps) == 1 else reps[router.pick()]
+
+    def admit(self, gear: int) -> int:
+        """The first-stage replica for a new request admitted under ``gear``."""
+        return self.pick(gear, int(self.tables.first_row[gear]))
+
+    def forward(self, gear: int, row: int) -> int:
+        """The next stage's replica for a sample that model ``row`` was unsure of, in ``gear``'s cascade."""
+        return self.pick(gear, int(self.tables.next_row[gear, row]))
+
+    def split(self, gear: int, row: int, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Route the samples ``ids`` to model ``row``'s replicas in ``gear``; the non-empty groups, in route order."""
+        reps, router = self._routers[(gear, row)]
+        if len(reps) == 1:
+            return [(reps[0], ids)]
+        picks = router.pick_many(len(ids))
+        if len(ids) <= 32:
+            # Small groups (most forwarded batches): a Python pass beats one boolean mask per replica.
+            buckets: list[list[int]] = [[] for _ in reps]
+            for i, j in zip(ids.tolist(), picks.tolist(), strict=True):
+                buckets[j].append(i)
+            return [(reps[j], np.array(b, dtype=np.int64)) for j, b in enumerate(buckets) if b]
+        return [(rr, sub) for j, rr in enumerate(reps) if len(sub := ids[picks == j])]
+
+    def admit_split(self, gear: int, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """:meth:`admit` for many new requests at once (the simulator's arrivals of one tick)."""
+        return self.split(gear, int(self.tables.first_row[gear]), ids)
+
+    def split_list(self, gear: int, row: int, ids: list[int]) -> list[tuple[int, list[int]]]:
+        """:meth:`split` for a short Python list (the simulator's per-sample path)."""
+        reps, router = self._routers[(gear, row)]
+        if len(reps) == 1:
+            return [(reps[0], ids)]
+        buckets: list[list[int]] = [[] for _ in reps]
+        for i in ids:
+            buckets[router.pick()].append(i)
+        return [(reps[j], b) for j, b in enumerate(buckets) if b]

@@ -6,11 +6,14 @@ once, so every event of the current instant (two requests arriving together, a b
 onto this device) is queued before the device picks its batch, exactly as the simulator takes every sample
 present at the firing time.
 
-A pump asks each of the device's replica queues :meth:`BatchTrigger.ready` and lets
-:func:`~cascadeserve.policy.choose_replica` pick among the ready ones; if none is ready it arms a timer for the
-earliest :meth:`BatchTrigger.deadline`. When the batch ends, :func:`~cascadeserve.policy.sure_mask` with each
-request's own gear's threshold decides who is answered and who is forwarded. A device may serve replicas of
-two plan generations during a hot-swap; it still runs one batch at a time.
+A pump hands the policy one candidate per non-empty queue of the device (its trigger's fire time as far as the
+queue now shows, :meth:`~cascadeserve.policy.BatchTrigger.fire_time_known`) and applies the
+:class:`~cascadeserve.policy.BatchDecision` of :func:`~cascadeserve.policy.next_batch`: fire that replica now, or
+arm a timer for when its max wait runs out. The batch takes :func:`~cascadeserve.policy.batch_size` requests.
+When the batch ends, :meth:`~cascadeserve.policy.PlanTables.exits` with each request's own gear decides who is
+answered and who is forwarded, and the generation's routers pick the next replica. A device may serve replicas of
+two plan generations during a hot-swap; it still runs one batch at a time, and the policy's tie-break (which
+orders generations too) chooses between them.
 
 With a generation's :class:`~cascadeserve.policy.AimdBatchLimit` (MS+'s Clipper-style batching), a batch is also
 capped at ``limit(replica)``, oldest requests first, and when the device hands the batch back ``observe(replica,
@@ -26,11 +29,12 @@ import math
 
 import numpy as np
 
-from cascadeserve.policy import choose_replica, sure_mask
+from cascadeserve.policy import batch_size, next_batch
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.device import Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
+from cascadeserve.runtime.queue import ReplicaQueue
 from cascadeserve.runtime.request import Answer, ModelFailed, Request
 
 __all__ = ["Consumer"]
@@ -44,18 +48,19 @@ class Consumer:
         self.order = order  # the device's rank, for same-instant timers on a fake clock
         self.clock = clock
         self.observer = observer
-        self.lanes: list[tuple[Generation, int]] = []
+        self.lanes: dict[tuple[int, int], tuple[Generation, ReplicaQueue]] = {}  # (generation, replica) ->
         self.busy = False
         self._scheduled = False
         self._timer: asyncio.Task[None] | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def add_lane(self, gen: Generation, replica: int) -> None:
-        self.lanes.append((gen, replica))
+    def add_lane(self, gen: Generation, replica: int, queue: ReplicaQueue) -> None:
+        """Serve ``replica`` of ``gen`` from ``queue`` on this device."""
+        self.lanes[(gen.number, replica)] = (gen, queue)
 
     def drop_generation(self, gen: Generation) -> None:
-        self.lanes = [(g, r) for g, r in self.lanes if g is not gen]
+        self.lanes = {key: lane for key, lane in self.lanes.items() if lane[0] is not gen}
 
     def poke(self) -> None:
         if not self._scheduled and not self.busy:
@@ -68,27 +73,22 @@ class Consumer:
         if self.busy:
             return
         now = self.clock.now()
-        ready: list[tuple[float, int]] = []
-        wake = math.inf
-        for i, (gen, r) in enumerate(self.lanes):
-            q = gen.queues[r]
+        cands: list[tuple[float, float, int, int]] = []
+        for (number, r), (gen, q) in self.lanes.items():
             n = len(q)
-            if not n:
-                continue
-            trig = gen.triggers[r]
-            oldest = q.oldest
-            if trig.ready(n, oldest, now):
-                ready.append((oldest, i))
-            else:
-                wake = min(wake, trig.deadline(oldest))
-        if not ready:
-            self._arm(wake)
+            if n:
+                oldest = q.oldest
+                cands.append((gen.triggers[r].fire_time_known(now, n, oldest), oldest, number, r))
+        decision = next_batch(cands)
+        if decision is None:
             return
-        gen, r = self.lanes[choose_replica(ready)]
-        q = gen.queues[r]
-        size = gen.triggers[r].take(len(q))
-        if gen.batch_limit is not None:
-            size = min(size, gen.batch_limit.limit(r))
+        if decision.at > now:
+            self._arm(decision.at)
+            return
+        r = decision.replica
+        gen, q = self.lanes[(decision.generation, r)]
+        limit = gen.batch_limit
+        size = batch_size(gen.triggers[r], len(q), None if limit is None else limit.limit(r))
         batch = q.take(size)
         self.busy = True
         task = asyncio.get_running_loop().create_task(self._run(gen, r, batch, now))
@@ -96,8 +96,8 @@ class Consumer:
         task.add_done_callback(self._tasks.discard)
 
     def _arm(self, wake: float) -> None:
-        """Make sure a timer pokes us at ``wake`` (the earliest max-wait deadline), if there is one."""
-        if wake == math.inf or wake >= self._timer_at:
+        """Make sure a timer pokes us at ``wake`` (the earliest max-wait deadline)."""
+        if wake >= self._timer_at:
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -148,11 +148,8 @@ class Consumer:
     ) -> int:
         """Answer the sure requests, forward the others; returns how many this stage answered."""
         tables = gen.tables
-        if gen.single_gear:
-            sure = sure_mask(certs, tables.threshold[0, row])
-        else:
-            gears = np.fromiter((req.gear for req in batch), dtype=np.int64, count=len(batch))
-            sure = sure_mask(certs, tables.threshold[gears, row])
+        gears = None if gen.single_gear else np.fromiter((req.gear for req in batch), dtype=np.int64, count=len(batch))
+        sure = tables.exits(row, certs, gears)
         emulated = self.device.emulated
         name = gen.model_names[row]
         stage = tables.stage

@@ -4,13 +4,11 @@ Admission: a request takes the gear in force when it arrives and a first-stage r
 shares (smooth weighted round-robin, one pick per request, the same sequence the simulator walks vectorised).
 
 Every ``tick_ms`` (100 ms by default) the producer closes the :class:`~cascadeserve.policy.QpsMeter` window and
-asks :class:`~cascadeserve.policy.GearSelector` for a decision, passing Q0, the first stage's queue length, so
-the α·Q0 hysteresis keeps the gear while a backlog drains. Ticks fall at ``start + k·tick`` exactly (not
-``previous + tick``), so they do not drift and, on a fake clock starting at 0, coincide with the simulator's.
-
-With a :class:`~cascadeserve.policy.GearSchedule` the gear is decided in advance instead: the producer takes
-``gear_at(0)`` when it starts and ``gear_at(k)`` on tick ``k`` (the tick at ``start + k·tick``), which is how
-the simulator numbers its ticks. The QPS window is still closed and Q0 still measured, for the observer.
+applies the generation's :class:`~cascadeserve.policy.GearPolicy` decision for tick ``k`` (the tick at
+``start + k·tick``, numbered as the simulator numbers its ticks), passing Q0, the first stage's queue length, so
+the α·Q0 hysteresis keeps the gear while a backlog drains (or, with a gear schedule, the schedule's gear for the
+tick). Ticks fall at ``start + k·tick`` exactly (not ``previous + tick``), so they do not drift and, on a fake
+clock starting at 0, coincide with the simulator's.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from cascadeserve.policy import GearDecision, GearSchedule, QpsMeter
+from cascadeserve.policy import GearDecision, QpsMeter
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import Observer, TickEvent
@@ -32,9 +30,7 @@ __all__ = ["Producer"]
 class Producer:
     """Routes arrivals into the current generation and runs the gear-selection tick."""
 
-    def __init__(
-        self, gen: Generation, clock: Clock, observer: Observer, *, schedule: GearSchedule | None = None
-    ) -> None:
+    def __init__(self, gen: Generation, clock: Clock, observer: Observer) -> None:
         self.gen = gen
         self.clock = clock
         self.observer = observer
@@ -44,9 +40,6 @@ class Producer:
         self.last_qps = 0.0
         self._k = 0
         self._next_rid = 0
-        self.schedule = schedule
-        if schedule is not None and schedule.gear_at(0) != gen.gear:
-            gen.set_gear(schedule.gear_at(0))  # tick 0: the simulator's first gear, before any arrival
 
     def admit(self, payloads: Sequence[Any], deadline: float = math.inf) -> list[Request]:
         """Create and queue one request per payload (admission control is the caller's job)."""
@@ -68,13 +61,10 @@ class Producer:
         gen = self.gen
         qps = self.meter.tick(t)
         self.last_qps = qps
-        if self.schedule is None:
-            decision = gen.tables.selector.decide(gen.gear, qps, gen.q0())
-        else:
-            # The tick's index from its time: t = start + k·tick up to rounding, and floor() would turn k - 1e-16
-            # into k - 1, hence the small allowance. (A tick called by hand between two ticks takes the earlier.)
-            gear = self.schedule.gear_at(math.floor((t - self.start) / self.tick_s + 1e-6))
-            decision = GearDecision(gear=gear, target=gear, qps=qps, q0=gen.q0(), held=False)
+        # The tick's index from its time: t = start + k·tick up to rounding, and floor() would turn k - 1e-16 into
+        # k - 1, hence the small allowance. (A tick called by hand between two ticks takes the earlier.)
+        k = math.floor((t - self.start) / self.tick_s + 1e-6)
+        decision = gen.gear_policy.decide(k, gen.gear, qps, gen.q0())
         switched = decision.gear != gen.gear
         if switched:
             gen.set_gear(decision.gear)

@@ -1,9 +1,8 @@
 """Queues: one per model replica (the paper's model queues), and the bounded admission count.
 
 A :class:`ReplicaQueue` holds requests oldest first; the enqueue time of its head is what the batch trigger's
-max-wait rule and :func:`~cascadeserve.policy.choose_replica` look at. :class:`Admission` bounds the number of
-requests in flight in the whole runtime: past the bound, new requests are shed (HTTP 503), so no queue can
-grow without bound however hard clients push.
+max-wait rule and the tie-break between replicas (:func:`~cascadeserve.policy.next_batch`) look at.
+:class:`Admission` counts the requests in flight in the whole runtime, the input of the admission policy.
 """
 
 from __future__ import annotations
@@ -55,24 +54,19 @@ class ReplicaQueue:
 
 
 class Admission:
-    """Counts requests in flight against a capacity; ``None`` capacity means unbounded."""
+    """The count of requests in flight (admitted, not yet answered) across the runtime's generations.
 
-    __slots__ = ("capacity", "in_flight")
+    Whether a call may be admitted is the policy's decision (:class:`~cascadeserve.policy.AdmissionPolicy`), made
+    from this count; this class only keeps it.
+    """
 
-    def __init__(self, capacity: int | None) -> None:
-        if capacity is not None and capacity < 1:
-            raise ValueError("admission capacity must be at least 1")
-        self.capacity = capacity
+    __slots__ = ("in_flight",)
+
+    def __init__(self) -> None:
         self.in_flight = 0
 
-    def room(self) -> int:
-        return 1 << 62 if self.capacity is None else self.capacity - self.in_flight
-
-    def take(self, n: int = 1) -> bool:
-        if n > self.room():
-            return False
+    def add(self, n: int = 1) -> None:
         self.in_flight += n
-        return True
 
     def give_back(self, n: int = 1) -> None:
         self.in_flight -= n

@@ -13,19 +13,18 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from cascadeserve.runtime.generation import Generation
+from typing import Any, Protocol
 
 __all__ = [
     "Answer",
     "DeadlineExceeded",
     "ModelFailed",
     "Overloaded",
+    "Owner",
     "Request",
     "RuntimeStopped",
     "ServingError",
+    "TooLarge",
 ]
 
 
@@ -36,9 +35,19 @@ class ServingError(Exception):
 
 
 class Overloaded(ServingError):
-    """The admission queue is full (HTTP 503 with Retry-After)."""
+    """The admission queue is full (HTTP 503 with Retry-After: ``retry_after_s``)."""
 
     status = 503
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class TooLarge(ServingError):
+    """One call holds more rows than the admission capacity: no retry can succeed (HTTP 413)."""
+
+    status = 413
 
 
 class RuntimeStopped(ServingError):
@@ -61,6 +70,18 @@ class ModelFailed(ServingError):
     def __init__(self, model: str, cause: BaseException) -> None:
         super().__init__(f"model {model!r} failed: {type(cause).__name__}: {cause}")
         self.model = model
+
+
+class Owner(Protocol):
+    """What a request needs from the plan generation that admitted it (the runtime's ``Generation``)."""
+
+    def release(self, req: Request, answer: Answer | None, error: ServingError | None) -> None:
+        """Called exactly once per request, when it is answered or failed."""
+        ...
+
+    def answer_early(self, req: Request, now: float, error: ServingError) -> bool:
+        """Answer ``req`` now from the last stage that ran, or fail it with ``error`` (deadlines, lost servers)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +124,7 @@ class Request:
         rid: int,
         payload: Any,
         arrival: float,
-        gen: Generation,
+        gen: Owner,
         gear: int,
         future: asyncio.Future[Answer],
         deadline: float = math.inf,

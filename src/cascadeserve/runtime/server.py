@@ -3,8 +3,10 @@
 :class:`Runtime` is the composition root and the public face of the package:
 
 * :meth:`Runtime.submit` admits a batch of rows (each row is one request, with its own path through the
-  cascade) or sheds them all with :class:`~cascadeserve.runtime.request.Overloaded` when the bounded admission
-  queue has no room; each returned :class:`~cascadeserve.runtime.request.Request` has a future that resolves to
+  cascade) as the :class:`~cascadeserve.policy.AdmissionPolicy` decides: all of them, or none, shed with
+  :class:`~cascadeserve.runtime.request.Overloaded` (and a retry hint) when the bounded admission queue has no
+  room, or refused with :class:`~cascadeserve.runtime.request.TooLarge` when the call alone exceeds it; each
+  returned :class:`~cascadeserve.runtime.request.Request` has a future that resolves to
   an :class:`~cascadeserve.runtime.request.Answer` exactly once.
 * Optional per-request deadlines answer with the last stage's prediction (``fallback``) or fail with
   :class:`~cascadeserve.runtime.request.DeadlineExceeded` when no stage has run.
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cascadeserve.plan import GearPlan
-from cascadeserve.policy import AimdBatchLimit, GearSchedule
+from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule, PlanTables
 from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
 from cascadeserve.runtime.consumer import Consumer
 from cascadeserve.runtime.device import Device
@@ -46,7 +48,9 @@ from cascadeserve.runtime.request import (
     Request,
     RuntimeStopped,
     ServingError,
+    TooLarge,
 )
+from cascadeserve.runtime.transport import LocalTransport
 
 __all__ = ["Runtime", "RuntimeOptions", "answer_early"]
 
@@ -84,10 +88,10 @@ class Runtime:
         self.clock: Clock = clock or MonotonicClock()
         self.observer: Observer = observer or NullObserver()
         self.options = options or RuntimeOptions()
-        schedule = self.options.gear_schedule
-        if schedule is not None:
-            _check_schedule(schedule, plan)
-        self.admission = Admission(self.options.max_in_flight)
+        if self.options.gear_schedule is not None:  # refuse a schedule naming a gear the plan lacks, now
+            PlanTables(plan, {m: i for i, m in enumerate(self.model_names)}).gear_policy(self.options.gear_schedule)
+        self.admission_policy = AdmissionPolicy(self.options.max_in_flight, self.options.retry_after_s)
+        self.admission = Admission()
         self.consumers: dict[str, Consumer] = {}
         self.generations: list[Generation] = []
         self._generation_count = 0
@@ -102,7 +106,7 @@ class Runtime:
         if self.options.batch_limit is not None and gen.batch_limit is None:
             # A subclass whose create_generation does not hand the limit on would serve without it, silently.
             raise NotImplementedError(f"{type(self).__name__} does not apply RuntimeOptions.batch_limit")
-        self._producer = Producer(gen, self.clock, self.observer, schedule=self.options.gear_schedule)
+        self._producer = Producer(gen, self.clock, self.observer)
         if self.options.run_producer:
             self._producer_task = asyncio.get_running_loop().create_task(self._producer.run())
         self.accepting = True
@@ -142,15 +146,18 @@ class Runtime:
 
     # -- requests ----------------------------------------------------------------------------------------------
     def submit(self, payloads: Sequence[Any], timeout_s: float | None = None) -> list[Request]:
-        """Admit one request per payload, all or none; raise :class:`Overloaded` when there is no room."""
+        """Admit one request per payload, all or none, as the admission policy decides: raise :class:`Overloaded`
+        (shed, retry later) when there is no room now, :class:`TooLarge` when the call exceeds the capacity."""
         if not self.accepting:
             raise RuntimeStopped("the server is shutting down")
         n = len(payloads)
-        if not self.admission.take(n):
+        decision = self.admission_policy.decide(n, self.admission.in_flight)
+        if not decision.accepted:
             self.observer.shed(n)
-            raise Overloaded(
-                f"admission queue full ({self.admission.in_flight} of {self.admission.capacity} in flight)"
-            )
+            if decision.verdict == "too_large":
+                raise TooLarge(decision.reason())
+            raise Overloaded(decision.reason(), decision.retry_after_s or self.options.retry_after_s)
+        self.admission.add(n)
         self.observer.admitted(n)
         deadline = math.inf if timeout_s is None else self.clock.now() + timeout_s
         reqs = self.producer.admit(payloads, deadline)
@@ -221,6 +228,7 @@ class Runtime:
 
         The seam for other backends: the Ray backend overrides it to place replicas on remote server actors.
         """
+        transport = LocalTransport(len(plan.replicas))
         gen = Generation(
             number,
             plan,
@@ -230,6 +238,8 @@ class Runtime:
             observer=self.observer,
             initial_qps=initial_qps,
             batch_limit=self.options.batch_limit,
+            gear_schedule=self.options.gear_schedule,
+            transport=transport,
         )
         for r, rep in enumerate(plan.replicas):
             consumer = self.consumers.get(rep.device)
@@ -237,12 +247,12 @@ class Runtime:
                 order = plan.device_index[rep.device]
                 consumer = Consumer(self.device_factory(rep.device, order), self.clock, self.observer, order=order)
                 self.consumers[rep.device] = consumer
-            consumer.add_lane(gen, r)
-            gen.consumers.append(consumer)
+            consumer.add_lane(gen, r, transport.attach(r, consumer))
+            gen.emulated = consumer.device.emulated
         return gen
 
     def _retire(self, gen: Generation) -> None:
-        for c in dict.fromkeys(gen.consumers):
+        for c in self.consumers.values():
             c.drop_generation(gen)
         self.generations.remove(gen)
         for name, c in list(self.consumers.items()):
@@ -255,21 +265,9 @@ class Runtime:
         """Queue length per replica id of the current plan (plus draining plans' leftovers)."""
         out: dict[str, int] = {}
         for gen in self.generations:
-            for rep, q in zip(gen.plan.replicas, gen.queues, strict=True):
-                out[rep.id] = out.get(rep.id, 0) + len(q)
+            for r, rep in enumerate(gen.plan.replicas):
+                out[rep.id] = out.get(rep.id, 0) + gen.transport.queue_length(r)
         return out
-
-
-def _check_schedule(schedule: GearSchedule, plan: GearPlan) -> None:
-    """Refuse a schedule naming a gear the plan lacks (the simulator's check, here with the offending tick)."""
-    gears = schedule.gears
-    top = int(gears.max())
-    if top >= len(plan.gears):
-        tick = int((gears >= len(plan.gears)).argmax())
-        raise ValueError(
-            f"the gear schedule names gear {top} (first at tick {tick}), but the plan has only "
-            f"{len(plan.gears)} gear(s), numbered 0 to {len(plan.gears) - 1}"
-        )
 
 
 def _expiry(req: Request, clock: Clock) -> Callable[[], None]:
@@ -284,28 +282,7 @@ def _expiry(req: Request, clock: Clock) -> Callable[[], None]:
 
 def answer_early(req: Request, now: float, error: ServingError) -> bool:
     """Answer ``req`` now with the prediction of the last stage that ran (``fallback``), or fail it with ``error``
-    when no stage has run. Used by deadlines, and by the Ray backend when the server holding a request dies.
-    Returns ``False`` when the request was already answered."""
-    if req.done:
-        return False
-    if req.queue is not None:
-        req.queue_s += now - req.enqueued
-        req.queue.discard(req)
-    gen = req.gen
-    if req.best is None:
-        return req.fail(error)
-    label, cert, row = req.best
-    return req.resolve(
-        Answer(
-            label=label,
-            certainty=cert,
-            model=gen.model_names[row],
-            stage=int(gen.tables.stage[req.gear, row]),
-            gear=req.gear,
-            queue_s=req.queue_s,
-            compute_s=req.compute_s,
-            finished=now,
-            fallback=True,
-            emulated=any(c.device.emulated for c in gen.consumers[:1]),
-        )
-    )
+    when no stage has run (the deadline rule, :func:`~cascadeserve.policy.on_deadline`). Used by deadlines, and by
+    the Ray backend when the server holding a request dies. Returns ``False`` when the request was already
+    answered."""
+    return req.gen.answer_early(req, now, error)

@@ -41,10 +41,9 @@ from cascadeserve.policy import (
     GearSchedule,
     PlanTables,
     QpsMeter,
-    SmoothWeightedRoundRobin,
-    earliest_replica,
-    is_sure,
-    sure_mask,
+    Routers,
+    batch_size,
+    next_batch,
 )
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.result import BatchRecord, SimResult
@@ -79,22 +78,6 @@ class _Fwd:
         self.oldest = math.inf
 
 
-def _split(
-    replicas: tuple[int, ...], router: SmoothWeightedRoundRobin, ids: np.ndarray
-) -> list[tuple[int, np.ndarray]]:
-    """Route ``ids`` to ``replicas`` in the router's order; returns the non-empty groups."""
-    if len(replicas) == 1:
-        return [(replicas[0], ids)]
-    picks = router.pick_many(len(ids))
-    if len(ids) <= 32:
-        # Small groups (most forwarded batches): a Python pass beats one boolean mask per replica.
-        buckets: list[list[int]] = [[] for _ in replicas]
-        for i, j in zip(ids.tolist(), picks.tolist(), strict=True):
-            buckets[j].append(i)
-        return [(replicas[j], np.array(b, dtype=np.int64)) for j, b in enumerate(buckets) if b]
-    return [(rr, ids[picks == j]) for j, rr in enumerate(replicas)]
-
-
 class Simulator:
     """One simulation run. Build it, call :meth:`run`; the object is not reusable."""
 
@@ -108,13 +91,11 @@ class Simulator:
         gear_schedule: GearSchedule | None = None,
     ) -> None:
         plan.check_against(profile)
-        if gear_schedule is not None and int(gear_schedule.gears.max()) >= len(plan.gears):
-            raise ValueError("the gear schedule names a gear the plan does not have")
         self.batch_limit = batch_limit
-        self.gear_schedule = gear_schedule
         self.profile = profile
         self.plan = plan
         self.tables = PlanTables(plan, {m: profile.index(m) for m in profile.model_names})
+        self.gear_policy = self.tables.gear_policy(gear_schedule)  # refuses a schedule naming a missing gear
         self.record_batches = record_batches
         self.tick_s = plan.tick_ms / 1000.0
         self._rt_tables = [m.runtime.table(_TABLE_BATCH) for m in profile.models]
@@ -158,12 +139,12 @@ class Simulator:
         free_at = [0.0] * d_count
         ready: list[tuple[float, int]] = [(math.inf, -1)] * d_count
         dirty = [True] * d_count
-        routers: dict[tuple[int, int], SmoothWeightedRoundRobin] = tb.new_routers()
+        routers: Routers = tb.new_routers()
         meter = QpsMeter(tick)
         limiter = self.batch_limit
-        schedule = self.gear_schedule
-        gear = tb.selector.lookup(0.0) if schedule is None else schedule.gear_at(0)
-        triggers: Sequence[BatchTrigger] = tb.triggers[gear]
+        gear_policy = self.gear_policy
+        gear = gear_policy.initial()
+        triggers: Sequence[BatchTrigger] = tb.triggers_for(gear)
         clock = 0.0  # time of the last processed event
         overhead_s = self.plan.batch_overhead_ms / 1000.0
 
@@ -195,17 +176,15 @@ class Simulator:
 
         def compute_ready(d: int) -> tuple[float, int]:
             now = max(clock, free_at[d])
-            cands: list[tuple[float, float, int]] = []
+            cands: list[tuple[float, float, int, int]] = []
             for r in device_replicas[d]:
                 if rep_dirty[r]:
                     refresh(r)
                 t = rep_t[r]
                 if t < math.inf:
-                    cands.append((now if t < now else t, rep_first[r], r))
-            if not cands:
-                return (math.inf, -1)
-            t, _, r = earliest_replica(cands)
-            return (t, r)
+                    cands.append((now if t < now else t, rep_first[r], 0, r))
+            decision = next_batch(cands)
+            return (math.inf, -1) if decision is None else (decision.at, decision.replica)
 
         def start(d: int, t: float, r: int) -> None:
             rep_dirty[r] = True
@@ -215,9 +194,7 @@ class Simulator:
             k = p if p == len(pt) else int(np.searchsorted(pt, t, side="right", sorter=None))
             k = max(k, p)
             present = f.n + (k - p)
-            size = triggers[r].take(present)
-            if limiter is not None:
-                size = min(size, limiter.limit(r))
+            size = batch_size(triggers[r], present, None if limiter is None else limiter.limit(r))
             if f.n == 0:
                 ids = pend_ids[r][p : p + size]
                 pos[r] = p + size
@@ -267,7 +244,7 @@ class Simulator:
                 complete_small(d, t, r, ids, t0, row)
                 return
             c = cert[row, ids % n_samples]
-            sure = sure_mask(c, tb.threshold[0, row]) if single_gear else sure_mask(c, tb.threshold[gear_of[ids], row])
+            sure = tb.exits(row, c, None if single_gear else gear_of[ids])
             ans = ids[sure]
             finish[ans] = t
             answer_row[ans] = row
@@ -283,19 +260,14 @@ class Simulator:
                 g0 = int(gs[0])
                 groups = [(g0, fw)] if gs.min() == gs.max() else [(int(g), fw[gs == g]) for g in np.unique(gs)]
             for g, ids_g in groups:
-                nxt = int(tb.next_row[g, row])
-                route = tb.route(g, nxt)
-                reps = route.replicas
-                targets = _split(reps, routers[(g, nxt)], ids_g)
-                for rr, sub in targets:
-                    if len(sub):
-                        fwd[rr].push(sub, t)
-                        rep_dirty[rr] = True
-                        dirty[replica_device[rr]] = True
+                for rr, sub in routers.split(g, int(tb.next_row[g, row]), ids_g):
+                    fwd[rr].push(sub, t)
+                    rep_dirty[rr] = True
+                    dirty[replica_device[rr]] = True
 
         cert_lists = [c.tolist() for c in cert]
-        thr_lists = tb.threshold.tolist()
         next_lists = tb.next_row.tolist()
+        exits_one = tb.exits_one
 
         def complete_small(d: int, t: float, r: int, ids: np.ndarray, t0: float, row: int) -> None:
             # The same decisions as the vectorised path, one sample at a time: for the small batches of low load,
@@ -307,7 +279,7 @@ class Simulator:
             groups: dict[int, list[int]] = {}
             for k, i in enumerate(il):
                 g = 0 if gl is None else gl[k]
-                if is_sure(crow[i % n_samples], thr_lists[g][row]):
+                if exits_one(row, crow[i % n_samples], g):
                     finish[i] = t
                     answer_row[i] = row
                     n_ans += 1
@@ -316,20 +288,13 @@ class Simulator:
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(il), n_ans))
             for g, lst in groups.items():
-                nxt = next_lists[g][row]
-                reps = tb.route(g, nxt).replicas
-                if len(reps) == 1:
-                    targets = [(reps[0], lst)]
-                else:
-                    router = routers[(g, nxt)]
-                    buckets: list[list[int]] = [[] for _ in reps]
-                    for i in lst:
-                        buckets[router.pick()].append(i)
-                    targets = [(reps[j], b) for j, b in enumerate(buckets) if b]
-                for rr, sub in targets:
+                for rr, sub in routers.split_list(g, next_lists[g][row], lst):
                     fwd[rr].push(np.array(sub, dtype=np.int64), t)
                     rep_dirty[rr] = True
                     dirty[replica_device[rr]] = True
+
+        def queued(r: int) -> int:
+            return fwd[r].n + len(pend_ids[r]) - pos[r]
 
         def run_until(t_end: float) -> None:
             nonlocal clock
@@ -360,15 +325,13 @@ class Simulator:
             if w > 0:
                 meter.record(bounds[w] - bounds[w - 1])
                 qps = meter.tick(t_w)
-                q0 = 0
-                for r in tb.first_stage_replicas(gear):
-                    q0 += fwd[r].n + len(pend_ids[r]) - pos[r]
-                new_gear = tb.selector.decide(gear, qps, q0).gear if schedule is None else schedule.gear_at(w)
+                q0 = tb.q0(gear, queued)
+                new_gear = gear_policy.decide(w, gear, qps, q0).gear
                 tick_qps[w] = qps
                 tick_q0[w] = q0
                 if new_gear != gear:
                     gear = new_gear
-                    triggers = tb.triggers[gear]
+                    triggers = tb.triggers_for(gear)
                     dirty = [True] * d_count
                     rep_dirty = [True] * r_count
             tick_gear[w] = gear
@@ -377,11 +340,7 @@ class Simulator:
             if b > a:
                 gear_of[a:b] = gear
                 ids = np.arange(a, b, dtype=np.int64)
-                row0 = int(tb.first_row[gear])
-                targets = _split(tb.route(gear, row0).replicas, routers[(gear, row0)], ids)
-                for rr, sub in targets:
-                    if not len(sub):
-                        continue
+                for rr, sub in routers.admit_split(gear, ids):
                     p = pos[rr]
                     if p == len(pend_ids[rr]):
                         pend_ids[rr] = sub
@@ -397,8 +356,7 @@ class Simulator:
         # Drain: no more arrivals, so from the end of the last tick every queue fires as soon as its device is free.
         # (Not earlier: until then a queue short of its minimum length was still waiting for arrivals.)
         clock = n_ticks * tick
-        drain = BatchTrigger(1, None, self.plan.max_batch)
-        triggers = [drain] * r_count
+        triggers = tb.triggers_for(gear, draining=True)
         dirty = [True] * d_count
         rep_dirty = [True] * r_count
         run_until(math.inf)
