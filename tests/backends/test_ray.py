@@ -117,7 +117,8 @@ def test_gear_switch_reaches_every_server_within_one_tick(toy_profile: Profile) 
                 assert switch and switch[0].decision.gear == 1 and gen.gear == 1
                 for device in ("d0", "d1"):
                     applied = rt.fleet.gear_set_at[device][gen.number]
-                    assert abs(applied - gen.transport.switched_at) < tick, (device, applied - gen.transport.switched_at)
+                    switched = gen.transport.switched_at
+                    assert abs(applied - switched) < tick, (device, applied - switched)
                 checked = True
         await asyncio.wait_for(_gather(reqs), timeout=30)
         assert checked
