@@ -10,6 +10,7 @@ import numpy as np
 from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import Answer, FakeClock, Recorder, Request, RuntimeOptions, emulated_runtime
+from cascadeserve.simulate.engine import tick_windows
 
 
 @dataclass
@@ -37,7 +38,7 @@ async def replay(
     """
     if drain_at is None:
         tick = plan.tick_ms / 1000.0
-        drain_at = (int(arrivals[-1] // tick) + 1) * tick
+        drain_at = tick_windows(np.asarray(arrivals), tick) * tick
     clock = FakeClock()
     rec = Recorder()
     rt = emulated_runtime(profile, plan, clock=clock, observer=rec, options=options)
@@ -49,7 +50,9 @@ async def replay(
             await clock.advance_to(drain_at)
             rt.drain()
             drained = True
-        await clock.advance_to(t)
+        if i == 0 or t != arrivals[i - 1]:
+            # The simulator's order within an instant: the producer's tick, then every arrival, then device events.
+            await clock.advance_to(t, up_to_order=-1)
         reqs += rt.submit([i % profile.n_samples])
     if not drained:
         await clock.advance_to(drain_at)

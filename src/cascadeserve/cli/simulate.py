@@ -52,6 +52,7 @@ def simulate(
     for key in (
         "requests",
         "completed",
+        "unanswered",
         "p50_ms",
         "p95_ms",
         "p99_ms",

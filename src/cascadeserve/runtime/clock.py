@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -100,12 +101,18 @@ class FakeClock:
         for _ in range(self._settle_rounds):
             await asyncio.sleep(0)
 
-    async def advance_to(self, t: float) -> None:
-        """Fire every timer due by ``t`` in deadline order, then leave the clock at ``t``."""
+    async def advance_to(self, t: float, *, up_to_order: float = math.inf) -> None:
+        """Fire every timer due by ``t`` in deadline order, then leave the clock at ``t``.
+
+        ``up_to_order`` stops at instant ``t`` after the timers of that order or lower: the simulator's order within
+        one instant is the producer's tick (order -1), then the arrivals, then device events and max-wait timers
+        (orders ≥ 0), so a replay advances with ``up_to_order=-1``, submits the arrivals of the instant, and lets
+        the next advance fire the rest.
+        """
         await self.settle()
         while True:
             nxt = self.next_deadline()
-            if nxt is None or nxt > t:
+            if nxt is None or nxt > t or (nxt == t and self._timers[0][1] > up_to_order):
                 break
             deadline, _, _, fut = heapq.heappop(self._timers)
             self._now = max(self._now, deadline)

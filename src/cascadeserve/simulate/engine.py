@@ -48,7 +48,7 @@ from cascadeserve.policy import (
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.result import BatchRecord, SimResult
 
-__all__ = ["Simulator", "simulate"]
+__all__ = ["Simulator", "simulate", "tick_windows"]
 
 _TABLE_BATCH = 4096
 _SMALL_BATCH = 16
@@ -76,6 +76,22 @@ class _Fwd:
         self.chunks = []
         self.n = 0
         self.oldest = math.inf
+
+
+def tick_windows(arrivals: np.ndarray, tick_s: float) -> int:
+    """How many producer ticks a trace spans: the windows ``[k·tick, (k+1)·tick)`` up to the last arrival's.
+
+    The queues drain from the end of the last window on (``tick_windows(...) * tick_s``). Floor division alone would
+    disagree with the window bounds: 0.5 // 0.1 is 4.0, yet 5 * 0.1 == 0.5, so an arrival at 0.5 lies in the sixth
+    window, and without the correction it would never be admitted.
+    """
+    if not len(arrivals):
+        return 0
+    last = float(arrivals[-1])
+    n = int(last // tick_s) + 1
+    while tick_s * n <= last:
+        n += 1
+    return n
 
 
 class Simulator:
@@ -122,7 +138,7 @@ class Simulator:
         gear_of = np.zeros(n, dtype=np.int64)
 
         tick = self.tick_s
-        n_ticks = int(arr[-1] // tick) + 1 if n else 0
+        n_ticks = tick_windows(arr, tick)
         bounds = np.searchsorted(arr, tick * np.arange(n_ticks + 1), side="left").tolist() if n else [0]
         tick_qps = np.zeros(n_ticks)
         tick_gear = np.zeros(n_ticks, dtype=np.int64)
@@ -351,7 +367,7 @@ class Simulator:
                     pos[rr] = 0
                     rep_dirty[rr] = True
                     dirty[replica_device[rr]] = True
-            run_until(t_w + tick)
+            run_until((w + 1) * tick)  # the next tick at (w+1)·tick exactly, as the runtime producer ticks
 
         # Drain: no more arrivals, so from the end of the last tick every queue fires as soon as its device is free.
         # (Not earlier: until then a queue short of its minimum length was still waiting for arrivals.)
@@ -362,8 +378,9 @@ class Simulator:
         run_until(math.inf)
 
         samples = np.arange(n, dtype=np.int64) % n_samples
+        # An unanswered request (answer_row -1) is never correct; without the mask, -1 would index the last model.
         correct = (
-            self.profile.predictions[answer_row, samples] == self.profile.labels[samples]
+            (self.profile.predictions[answer_row, samples] == self.profile.labels[samples]) & (answer_row >= 0)
             if n
             else np.zeros(0, dtype=bool)
         )

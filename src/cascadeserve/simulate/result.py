@@ -55,7 +55,13 @@ class SimResult:
     def gear_switches(self) -> int:
         return int(np.count_nonzero(np.diff(self.tick_gear))) if len(self.tick_gear) > 1 else 0
 
+    @property
+    def unanswered(self) -> int:
+        """Requests that never completed (counted, never hidden among the completed)."""
+        return len(self.arrivals) - self.completed
+
     def percentile_ms(self, q: float) -> float:
+        """Latency percentile over every request; ``inf`` when more than ``100 - q`` % went unanswered."""
         lat = self.latency_s
         return float(np.percentile(lat, q) * 1000.0) if len(lat) else 0.0
 
@@ -65,14 +71,16 @@ class SimResult:
 
     def summary(self) -> dict[str, Any]:
         n = len(self.arrivals)
-        span = float(self.finish.max() - self.arrivals.min()) if n else 0.0
+        done = np.isfinite(self.finish)
+        span = float(self.finish[done].max() - self.arrivals.min()) if done.any() else 0.0
         return {
             "requests": n,
             "completed": self.completed,
+            "unanswered": self.unanswered,
             "p50_ms": self.percentile_ms(50),
             "p95_ms": self.percentile_ms(95),
             "p99_ms": self.percentile_ms(99),
-            "mean_ms": float(self.latency_s.mean() * 1000.0) if n else 0.0,
+            "mean_ms": float(self.latency_s.mean() * 1000.0) if n else 0.0,  # inf when any went unanswered
             "accuracy": self.accuracy,
             "throughput_qps": self.completed / span if span > 0 else 0.0,
             "gear_switches": self.gear_switches,
