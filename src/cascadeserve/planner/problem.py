@@ -80,10 +80,10 @@ class Problem:
     dist: QpsDistribution
     ranges: tuple[tuple[float, float], ...]  # (low, high) QPS per range, ascending; one gear each
     weights: np.ndarray  # time weight per range (SP2's objective), summing to one
-    memo: Memo = field(default_factory=Memo, repr=False)
+    memo: Memo = field(default_factory=Memo, init=False, repr=False)
     # Memoised pure functions of the fields above (filled lazily; they never change an answer).
-    _t_cache: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
-    _b_max_cache: dict[str, int] = field(default_factory=dict, repr=False)
+    _t_cache: dict[tuple[str, int], float] = field(default_factory=dict, init=False, repr=False)
+    _b_max_cache: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     # -- plain views -------------------------------------------------------------------------------------------
     @property
