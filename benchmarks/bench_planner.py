@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cascadeserve.eval.quality import compare_planner
 from cascadeserve.plan import SLO, Device
 from cascadeserve.planner import Planner, QpsDistribution
-from cascadeserve.planner.quality import compare_planner
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]

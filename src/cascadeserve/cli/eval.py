@@ -1,7 +1,7 @@
 """``cascadeserve eval``: experiments that check cascadeserve's own machinery against ground truth.
 
 * ``eval planner``: the planner against exhaustive search and random sampling on the paper's constrained space
-  (§6.5, Fig. 10): hypervolume fraction and times (:func:`cascadeserve.planner.quality.compare_planner`).
+  (§6.5, Fig. 10): hypervolume fraction and times (:func:`cascadeserve.eval.quality.compare_planner`).
 * ``eval planner-time``: planner wall time and submodule calls as ``n_ranges`` grows (Fig. 11).
 
 Each command is a thin wrapper: the experiment is a function in the library (so other ``eval`` commands and the
@@ -19,7 +19,7 @@ from rich.table import Table
 from cascadeserve.cli.app import app, console, err_console, print_json
 from cascadeserve.cli.common import devices_from
 from cascadeserve.cli.plan import slo_from
-from cascadeserve.planner.quality import compare_planner, planner_time_sweep
+from cascadeserve.eval.quality import compare_planner, planner_time_sweep
 from cascadeserve.profile import load_profile
 from cascadeserve.traces import build_trace
 

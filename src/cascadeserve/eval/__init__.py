@@ -1,6 +1,7 @@
 """The evaluation harness that redraws the paper's results (§6): cost grid, trade-off curves, degradation
-timelines, ablations, and the report page. Every system runs on the shared simulator (and, for timelines, on the
-runtime); see :mod:`cascadeserve.baselines`."""
+timelines, ablations, the planner's quality against exhaustive and random search (:mod:`cascadeserve.eval.quality`),
+and the report page. Every system runs on the shared simulator (and, for timelines, on the runtime); see
+:mod:`cascadeserve.baselines`."""
 
 from __future__ import annotations
 

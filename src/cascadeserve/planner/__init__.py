@@ -8,7 +8,7 @@ it, and the plan carries it for the simulator). The parts are usable alone:
 :func:`search_cascades` (SP1), :class:`QpsDistribution` (SP2's weights), :func:`place_replicas` and
 :func:`balance` (SP3), :func:`check_load` (SP4's simulation check) and :func:`run_loop` (Algorithm 1's control
 flow). ``fit(check_arrivals=…)`` replays the finished plan on a trace and re-plans against a tighter internal SLO
-while it misses (:mod:`cascadeserve.planner.tracecheck`). :mod:`cascadeserve.planner.quality` compares the planner
+while it misses (:mod:`cascadeserve.planner.tracecheck`). :mod:`cascadeserve.eval.quality` compares the planner
 with exhaustive and random search.
 """
 

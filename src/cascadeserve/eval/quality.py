@@ -33,8 +33,8 @@ import numpy as np
 from cascadeserve.cascade import Cascade, evaluate
 from cascadeserve.errors import CascadeServeError, InfeasibleError
 from cascadeserve.plan import SLO, Device, fixed_plan
+from cascadeserve.planner import Planner
 from cascadeserve.planner.batching import check_seed
-from cascadeserve.planner.planner import Planner
 from cascadeserve.planner.search import _levels
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate

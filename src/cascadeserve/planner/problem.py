@@ -1,0 +1,217 @@
+"""What one planner fit is about, fixed from start to finish (paper §4.1: the inputs of Algorithm 1).
+
+Algorithm 1 alternates four submodules over a *joint solution* (:mod:`cascadeserve.planner.solution`); everything
+they read but never change lives here, in one frozen :class:`Problem`: the profile, the devices, the SLO, the
+largest QPS, the planner's options, the QPS ranges (one gear each, §4.3) and their time weights, and the runtime
+and capacity arithmetic derived from them (amortised per-sample runtimes at a batch size, the largest batch the
+SLO allows, each model's demand at a QPS).
+
+Keeping these apart from the solution is what lets the submodules be plain functions ``(problem, solution,
+error) -> (solution, step)``: a submodule cannot accidentally change the problem, and a reader can see at a glance
+which state the cycle moves.
+
+The problem also owns the run's :class:`Memo`: the LP solutions and SP4's simulation results, cached by their
+inputs. The memo is the one mutable thing reachable from a :class:`Problem`; it never changes an answer (a cached
+result is the one that would have been computed), it only saves the work and counts it for the report.
+
+A per-batch overhead (``Planner(batch_overhead_ms=…)``) is part of every batch duration here (:meth:`batch_ms`), so
+every amortised runtime, ``b_max`` and the capacity estimates include it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.plan import SLO, Device
+from cascadeserve.planner.lp import Balance, balance
+from cascadeserve.planner.search import Candidate
+from cascadeserve.planner.workload import QpsDistribution, qps_ranges
+from cascadeserve.profile import Profile
+
+__all__ = ["Memo", "Options", "Problem", "RepKey", "make_problem"]
+
+RepKey = tuple[str, int]  # (model, device index): one replica
+
+
+@dataclass(frozen=True)
+class Options:
+    """The :class:`~cascadeserve.planner.Planner` parameters that one fit reads (see its docstring)."""
+
+    levels: int
+    seed: int
+    search_method: str
+    max_batch: int
+    sim_requests: int
+    check_duration_s: float | None
+    alpha: float
+    batch_overhead_ms: float
+
+
+@dataclass
+class Memo:
+    """LP and simulation results of one fit, keyed by everything they depend on, and the work they took.
+
+    ``lp_solves`` and ``simulations`` in the report are the numbers of distinct LPs and simulations: each miss
+    stores exactly one entry, so they are the sizes of these dicts.
+    """
+
+    lp: dict[tuple[Any, ...], Balance] = field(default_factory=dict)
+    sims: dict[tuple[Any, ...], tuple[bool, float]] = field(default_factory=dict)
+    sim_requests: int = 0  # requests replayed by all simulations (a cache hit replays none)
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """The fixed inputs of one fit and the arithmetic over them. Build it with :func:`make_problem`.
+
+    ``eq=False``: two problems are never compared, and numpy weights would make a generated ``__eq__`` ambiguous.
+    """
+
+    profile: Profile
+    devices: tuple[Device, ...]
+    slo: SLO
+    max_qps: float
+    options: Options
+    dist: QpsDistribution
+    ranges: tuple[tuple[float, float], ...]  # (low, high) QPS per range, ascending; one gear each
+    weights: np.ndarray  # time weight per range (SP2's objective), summing to one
+    memo: Memo = field(default_factory=Memo, init=False, repr=False)
+    # Memoised pure functions of the fields above (filled lazily; they never change an answer).
+    _t_cache: dict[tuple[str, int], float] = field(default_factory=dict, init=False, repr=False)
+    _b_max_cache: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+
+    # -- plain views -------------------------------------------------------------------------------------------
+    @property
+    def n_dev(self) -> int:
+        return len(self.devices)
+
+    @property
+    def n_ranges(self) -> int:
+        return len(self.ranges)
+
+    @property
+    def latency_ms(self) -> float | None:
+        """The latency SLO in ms, or ``None`` under an accuracy SLO (the submodules branch on this)."""
+        return self.slo.value if self.slo.kind == "p95_ms" else None
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.options.batch_overhead_ms
+
+    # -- runtimes ----------------------------------------------------------------------------------------------
+    def batch_ms(self, model: str, sizes: float | np.ndarray) -> np.ndarray:
+        """Milliseconds one batch of each size takes: the profiled runtime plus the per-batch overhead."""
+        return np.asarray(self.profile.model(model).runtime.ms_at(sizes) + self.overhead_ms)
+
+    def t(self, model: str, batch: float) -> float:
+        """Seconds per sample of ``model`` in batches of ``batch`` (amortised, the per-batch overhead included)."""
+        b = max(1, round(batch))
+        key = (model, b)
+        v = self._t_cache.get(key)
+        if v is None:
+            v = self._t_cache[key] = float(self.batch_ms(model, b)) / max(float(b), 1.0) / 1000.0
+        return v
+
+    def b_max(self, model: str) -> int:
+        """Largest batch SP4 may give ``model``: its batch (overhead included) must run in half the latency SLO (a
+        request may wait for the previous batch and then run in its own), capped by ``max_batch``."""
+        hit = self._b_max_cache.get(model)
+        if hit is not None:
+            return hit
+        cap = max(1, self.options.max_batch)
+        latency = self.latency_ms
+        if latency is None or cap == 1:
+            b = cap
+        else:
+            sizes = np.arange(1, cap + 1)
+            ms = self.batch_ms(model, sizes)
+            ok = np.flatnonzero(ms <= latency / 2)
+            b = int(sizes[ok[-1]]) if len(ok) else 1
+        self._b_max_cache[model] = b
+        return b
+
+    def t_opt(self, model: str) -> float:
+        """Optimistic seconds per sample: the cheapest amortised cost at any batch up to ``b_max``."""
+        return min(self.t(model, b) for b in range(1, self.b_max(model) + 1))
+
+    def stage_batches(self, c: Candidate, base: int) -> dict[str, float]:
+        """Expected batch per model when the first stage fires batches of ``base``: a later stage receives the
+        uncertain part of each first-stage batch in one chunk (§4.5)."""
+        pairs = enumerate(zip(c.models, c.reach, strict=True))
+        return {m: (float(base) if k == 0 else max(1.0, base * f)) for k, (m, f) in pairs}
+
+    def runtimes_at(self, c: Candidate, base: int) -> dict[str, float]:
+        return {m: self.t(m, b) for m, b in self.stage_batches(c, base).items()}
+
+    def runtimes_opt(self, c: Candidate) -> dict[str, float]:
+        return {m: self.t_opt(m) for m in c.models}
+
+    # -- demand and capacity -----------------------------------------------------------------------------------
+    def demand(self, c: Candidate, qps: float) -> dict[str, float]:
+        """Requests per second each model of ``c`` sees at ``qps`` (a later stage sees only what reaches it)."""
+        return {m: qps * f for m, f in zip(c.models, c.reach, strict=True)}
+
+    def work_opt(self, c: Candidate) -> float:
+        return sum(f * self.t_opt(m) for m, f in zip(c.models, c.reach, strict=True))
+
+    def capacity_ok(self, c: Candidate, qps: float) -> bool:
+        """Whether ``c`` could carry ``qps`` on all devices at optimistic runtimes (SP2's cheap pre-filter)."""
+        return qps * self.work_opt(c) <= self.n_dev * (1.0 + 1e-9)
+
+    def lp(self, c: Candidate, qps: float, runtime: Mapping[str, float], placement: Sequence[RepKey]) -> Balance:
+        """SP3's load-balancing LP (Eq. 5) for ``c`` at ``qps`` over ``placement``, memoised."""
+        key = (c.cascade, round(qps, 9), tuple(sorted(runtime.items())), tuple(placement))
+        hit = self.memo.lp.get(key)
+        if hit is None:
+            hit = balance(
+                [m for m, _ in placement],
+                [d for _, d in placement],
+                [runtime.get(m, 0.0) for m, _ in placement],
+                self.demand(c, qps),
+                self.n_dev,
+            )
+            self.memo.lp[key] = hit
+        return hit
+
+    def capacity_qps(self, c: Candidate) -> tuple[float, str]:
+        """About how many QPS cascade ``c`` can carry with every model on every device it fits, batching as the
+        SLO allows; and the model that saturates first (for messages in the user's terms)."""
+        fits = [
+            (m, d)
+            for d, dev in enumerate(self.devices)
+            for m in c.models
+            if self.profile.model(m).memory_mb <= dev.memory_mb
+        ]
+        bal = self.lp(c, 1.0, self.runtimes_opt(c), fits)
+        reach = dict(zip(c.models, c.reach, strict=True))
+        worst = max(c.models, key=lambda m: reach[m] * self.t_opt(m))
+        return (1.0 / bal.u if bal.u > 0 and math.isfinite(bal.u) else 0.0), worst
+
+
+def make_problem(
+    profile: Profile,
+    devices: Sequence[Device],
+    slo: SLO,
+    max_qps: float,
+    options: Options,
+    n_ranges: int,
+    qps_dist: str | QpsDistribution,
+) -> Problem:
+    """The problem of one fit: ``n_ranges`` equal QPS ranges up to ``max_qps``, weighted by ``qps_dist``."""
+    ranges = qps_ranges(max_qps, n_ranges)
+    dist = QpsDistribution.parse(qps_dist)
+    return Problem(
+        profile=profile,
+        devices=tuple(devices),
+        slo=slo,
+        max_qps=max_qps,
+        options=options,
+        dist=dist,
+        ranges=tuple(ranges),
+        weights=dist.weights(max_qps, len(ranges)),
+    )

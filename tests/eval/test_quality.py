@@ -1,0 +1,47 @@
+"""The planner's quality harness (paper §6.5): Pareto fronts, hypervolume, planner vs exhaustive vs random."""
+
+from __future__ import annotations
+
+import pytest
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.eval.quality import Point, compare_planner, hypervolume, pareto_points, planner_time_sweep
+from cascadeserve.plan import SLO, Device
+from cascadeserve.profile import Profile
+
+
+def _pt(name: str, p95: float, acc: float) -> Point:
+    return Point(Cascade((name,), ()), p95, acc)
+
+
+def test_the_front_keeps_the_points_nothing_beats_fastest_first() -> None:
+    pts = [_pt("a", 1.0, 0.5), _pt("b", 2.0, 0.4), _pt("c", 3.0, 0.9), _pt("d", 2.5, 0.7)]
+    assert [p.cascade.models[0] for p in pareto_points(pts)] == ["a", "d", "c"]
+
+
+def test_hypervolume_is_the_dominated_area_up_to_the_reference() -> None:
+    pts = [_pt("a", 1.0, 0.5), _pt("c", 3.0, 0.9)]
+    # (3 - 1) · (0.5 - 0.4) + (4 - 3) · (0.9 - 0.4)
+    assert hypervolume(pts, 4.0, 0.4) == pytest.approx(0.2 + 0.5)
+    assert hypervolume([], 4.0, 0.4) == 0.0
+
+
+def test_compare_planner_scores_all_three_methods(toy_profile: Profile) -> None:
+    devs = [Device(name=f"dev{i}", memory_mb=1000.0) for i in range(2)]
+    res = compare_planner(toy_profile, devs, 300.0, levels=3, n_slos=4, duration_s=0.5)
+    assert res["space_size"] == 3 + 3 * 3 + 1 * 9  # singles, pairs at 3 levels, the triple at 3 × 3 levels
+    assert 0 < res["hypervolume_fraction"] <= 1.0 + 1e-9
+    assert res["frontiers"]["exhaustive"] and res["planner_s"] > 0
+
+
+def test_compare_planner_needs_every_model_on_every_device(toy_profile: Profile) -> None:
+    with pytest.raises(CascadeServeError, match="every model on every device"):
+        compare_planner(toy_profile, [Device(name="d", memory_mb=100.0)], 300.0, levels=3)
+
+
+def test_the_time_sweep_reports_one_row_per_range_count(toy_profile: Profile) -> None:
+    devs = [Device(name=f"dev{i}", memory_mb=1000.0) for i in range(2)]
+    res = planner_time_sweep(toy_profile, devs, SLO(kind="p95_ms", value=20.0), 1000.0, n_ranges=(1, 2))
+    assert [r["n_ranges"] for r in res["runs"]] == [1, 2]
+    assert all(r["feasible"] and r["iterations"] > 0 for r in res["runs"])
