@@ -272,7 +272,13 @@ def fixed(
     devices: Annotated[int, typer.Option(help="Number of devices.")] = 1,
     device_memory_mb: Annotated[float, typer.Option(help="Memory per device in MB.")] = 16000.0,
     min_queue: Annotated[int, typer.Option(help="Minimum queue length that triggers a batch.", min=1)] = 1,
-    max_wait_ms: Annotated[float | None, typer.Option(help="Fire a batch once its oldest sample waited this.")] = None,
+    max_wait_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="Fire a batch once its oldest sample waited this many ms (default: DEFAULT_MAX_WAIT_MS, 100 ms).",
+            min=0.001,
+        ),
+    ] = None,
     max_batch: Annotated[int | None, typer.Option(help="Largest batch (default: the whole queue).", min=1)] = None,
 ) -> None:
     """A one-gear plan: every model on every device where it fits, even split, one trigger for all replicas."""
