@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import yaml
 
 from cascadeserve.backends.ray.frontend import RayRuntime
 from cascadeserve.backends.ray.options import ModelSource, RayOptions
@@ -91,21 +90,16 @@ class RayBackend:
 
 
 def model_sources(path: str | Path) -> dict[str, ModelSource] | None:
-    """The ``module:factory`` references of a models config (mapping form), for servers to import themselves, so
+    """The ``module:factory`` references of a models config (factory form), for servers to import themselves, so
     each loads only the models placed on it. ``None`` for an adapter config (a ``models:`` list): its models are
-    built by the front end and shipped to the servers pickled."""
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(raw, dict) or not isinstance(raw.get("models"), dict):
+    built by the front end and shipped to the servers pickled. The file is read and validated by
+    :func:`~cascadeserve.models.config.load_models_file`, the one reader of it."""
+    from cascadeserve.models.config import FactoryModelsConfig, load_models_file  # deferred, as in the runtime
+
+    cfg = load_models_file(path)
+    if not isinstance(cfg, FactoryModelsConfig):
         return None
-    out: dict[str, ModelSource] = {}
-    for name, entry in raw["models"].items():
-        if isinstance(entry, str):
-            out[str(name)] = entry
-        elif isinstance(entry, dict) and isinstance(entry.get("factory"), str):
-            out[str(name)] = (entry["factory"], dict(entry.get("kwargs") or {}))
-        else:
-            return None
-    return out
+    return {name: (ref.factory, dict(ref.kwargs)) for name, ref in cfg.models.items()}
 
 
 def _real_clock(clock: Clock | None) -> None:
