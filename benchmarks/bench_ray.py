@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import ray
 
-from cascadeserve.backends.ray import RayBackend, RayRuntime, server_actors
+from cascadeserve.backends.ray import RayBackend, server_actors
+from cascadeserve.backends.ray.frontend import RayPlacement
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear, fixed_plan
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
@@ -104,12 +105,12 @@ async def _propagation(prof: Profile, n_devices: int) -> float:
     )
     plan = GearPlan(profile="bench", devices=devs, replicas=replicas, gears=(slow, fast), max_wait_ms=5.0)
     rt = _make("ray", prof, plan, Recorder())
-    assert isinstance(rt, RayRuntime)
+    assert isinstance(rt.placement, RayPlacement)
     await rt.start()
     await _load(rt, prof, 600.0, 0.5)  # 600 req/s: gear 1 after the first tick
     await asyncio.sleep(0.3)
     gen = rt.current
-    delays = [rt.fleet.gear_set_at[d.name][gen.number] - gen.transport.switched_at for d in devs]
+    delays = [rt.placement.fleet.gear_set_at[d.name][gen.number] - gen.transport.switched_at for d in devs]
     await rt.stop(grace_s=1.0)
     return max(delays) * 1000.0
 
@@ -117,7 +118,7 @@ async def _propagation(prof: Profile, n_devices: int) -> float:
 async def _restart(prof: Profile) -> float:
     plan = fixed_plan(prof, Cascade(("m0",), ()), _devices(1), max_wait_ms=5.0)
     rt = _make("ray", prof, plan, Recorder())
-    assert isinstance(rt, RayRuntime)
+    assert isinstance(rt.placement, RayPlacement)
     await rt.start()
     actor = server_actors(rt)["d0"]
     born = await actor.ping.remote()

@@ -27,6 +27,7 @@ from cascadeserve.runtime import Answer, Recorder, RuntimeOptions, ServingError
 
 ray = pytest.importorskip("ray")
 from cascadeserve.backends.ray import RayBackend, RayOptions, RayRuntime, server_actors  # noqa: E402
+from cascadeserve.backends.ray.frontend import RayPlacement  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -54,7 +55,7 @@ def test_killed_server_is_restarted_and_every_request_is_answered_exactly_once(t
 
     async def main() -> tuple[list[Answer | BaseException], float, int]:
         rt = RayBackend().emulated_runtime(prof, plan, observer=rec, options=RuntimeOptions(max_in_flight=None))
-        assert isinstance(rt, RayRuntime)
+        assert isinstance(rt.placement, RayPlacement)
         await rt.start()
         victim = server_actors(rt)["d0"]
         born = await victim.ping.remote()
@@ -103,7 +104,7 @@ def test_gear_switch_reaches_every_server_within_one_tick(toy_profile: Profile) 
 
     async def main() -> None:
         rt = RayBackend().emulated_runtime(toy_profile, plan, observer=rec)
-        assert isinstance(rt, RayRuntime)
+        assert isinstance(rt.placement, RayPlacement)
         await rt.start()
         reqs = []
         tick = plan.tick_ms / 1000.0
@@ -116,7 +117,7 @@ def test_gear_switch_reaches_every_server_within_one_tick(toy_profile: Profile) 
                 switch = [t for t in rec.ticks if t.switched]
                 assert switch and switch[0].decision.gear == 1 and gen.gear == 1
                 for device in ("d0", "d1"):
-                    applied = rt.fleet.gear_set_at[device][gen.number]
+                    applied = rt.placement.fleet.gear_set_at[device][gen.number]
                     switched = gen.transport.switched_at
                     assert abs(applied - switched) < tick, (device, applied - switched)
                 checked = True
@@ -135,7 +136,7 @@ def test_many_device_plan_and_hot_swap_onto_new_devices(toy_profile: Profile) ->
 
     async def main() -> tuple[list[Answer | BaseException], list[Answer | BaseException]]:
         rt = RayBackend().emulated_runtime(toy_profile, plan16, observer=rec)
-        assert isinstance(rt, RayRuntime)
+        assert isinstance(rt.placement, RayPlacement)
         await rt.start()
         first = await asyncio.wait_for(_gather(rt.submit(list(range(400)))), timeout=60)
         rt.swap_plan(plan_new)  # two devices that have no server yet: started now, before they serve
@@ -160,7 +161,7 @@ def test_server_dead_for_good_fails_its_requests_instead_of_hanging(toy_profile:
     async def main() -> list[Answer | BaseException]:
         rt = RayBackend(RayOptions(retries=1)).emulated_runtime(prof, plan)
         await rt.start()
-        assert isinstance(rt, RayRuntime)
+        assert isinstance(rt.placement, RayPlacement)
         ray.kill(server_actors(rt)["d0"], no_restart=True)
         out = await asyncio.wait_for(_gather(rt.submit([1, 2, 3])), timeout=30)
         await rt.stop(grace_s=0.5)
@@ -233,7 +234,7 @@ def test_hot_swap_in_the_same_iteration_as_sends_loses_nothing(toy_profile: Prof
 
     async def main() -> tuple[list[Answer | BaseException], list[list[int]]]:
         rt = RayBackend().emulated_runtime(prof, old, observer=rec, options=RuntimeOptions(max_in_flight=None))
-        assert isinstance(rt, RayRuntime)
+        assert isinstance(rt.placement, RayPlacement)
         await rt.start()
         reqs = rt.submit(list(range(200)))
         rt.swap_plan(new)  # same iteration: the sends above leave after the servers were told to drain

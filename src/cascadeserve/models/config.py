@@ -21,6 +21,18 @@ A ``ref`` of the form ``package.module:factory`` is imported and called with ``k
 handed to the adapter (a module, an estimator, a callable, or a path for onnx/hf). Anything else is a path.
 The file is validated with pydantic, and every error names the file and the field (``models[1].adapter``) and,
 where known, the model; a model that fails to build names the model and the reason.
+
+``cascadeserve serve`` also takes the older *factory* form, where ``models:`` is a mapping from each name to a
+``module:factory`` that returns a ``scores = f(batch)`` callable (:class:`FactoryModelsConfig`)::
+
+    input: {name: input, datatype: FP32, shape: [-1, 4]}  # default: clients send sample_id INT64 [-1]
+    certainty: margin
+    models:
+      m0: mypkg.models:make_small
+      m1: {factory: mypkg.models:make_large, kwargs: {width: 256}}
+
+This module is the one reader of the file in either form (:func:`load_models_file`): the runtime's
+``load_model_config`` and the Ray backend's ``model_sources`` both read it here.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ import importlib
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import yaml
@@ -47,17 +59,21 @@ from cascadeserve.models.adapters import (
 from cascadeserve.models.base import ModelLoadError
 
 __all__ = [
+    "FactoryModelsConfig",
+    "FactoryRef",
     "InputConfig",
     "ModelSpec",
     "ModelsConfig",
     "Preprocess",
     "build_model",
     "load_models_config",
+    "load_models_file",
     "read_models_yaml",
     "resolve",
 ]
 
 Hook = Callable[[Any], Any]
+_C = TypeVar("_C", bound=BaseModel)
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "FP16", "FP32", "FP64")
 
@@ -133,6 +149,36 @@ class ModelsConfig(_Strict):
         return {m.name: build_model(m, self.base_dir, default_threads=self.threads) for m in self.models}
 
 
+class FactoryRef(_Strict):
+    """One model of the factory form: ``package.module:factory``, called with ``kwargs``."""
+
+    factory: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("factory")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        if not _REF.match(v):
+            raise ValueError(f"{v!r} must look like 'package.module:factory'")
+        return v
+
+
+class FactoryModelsConfig(_Strict):
+    """The factory form of the file: ``models`` maps each name to a :class:`FactoryRef` (or just its string)."""
+
+    models: dict[str, FactoryRef] = Field(min_length=1)
+    certainty: str = "margin"
+    input: InputConfig | None = None  # None: clients send sample ids (the runtime's default input)
+    path: Path | None = None
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _plain_refs(cls, v: Any) -> Any:
+        if isinstance(v, dict):  # ``m0: pkg.mod:make`` is short for ``m0: {factory: pkg.mod:make}``
+            return {str(k): {"factory": e} if isinstance(e, str) else e for k, e in v.items()}
+        return v
+
+
 def _where(loc: tuple[int | str, ...], raw: Any) -> str:
     parts: list[str] = []
     for item in loc:
@@ -162,13 +208,26 @@ def read_models_yaml(path: Path) -> Any:
 
 
 def load_models_config(path: str | Path) -> ModelsConfig:
-    """Read and validate a models config; errors name the file and the field."""
+    """Read and validate a models config (the adapter form, a ``models`` list); errors name the file and field."""
+    p = Path(path)
+    return _validated(ModelsConfig, read_models_yaml(p), p)
+
+
+def load_models_file(path: str | Path) -> ModelsConfig | FactoryModelsConfig:
+    """Read and validate a models config in either form: a ``models`` mapping is the factory form, anything else
+    must be the adapter form. Errors name the file and the field."""
     p = Path(path)
     raw = read_models_yaml(p)
+    if isinstance(raw, dict) and isinstance(raw.get("models"), dict):
+        return _validated(FactoryModelsConfig, raw, p)
+    return _validated(ModelsConfig, raw, p)
+
+
+def _validated(schema: type[_C], raw: Any, p: Path) -> _C:
     if not isinstance(raw, dict):
         raise CascadeServeError(f"{p}: expected a mapping with a 'models' list")
     try:
-        return ModelsConfig.model_validate({**raw, "path": p})
+        return schema.model_validate({**raw, "path": p})
     except ValidationError as e:
         first = e.errors()[0]
         msg = first["msg"].removeprefix("Value error, ")

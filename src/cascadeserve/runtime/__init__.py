@@ -4,7 +4,8 @@ The producer admits requests under the current gear, routes them by the gear's s
 every tick with the α·Q0 hysteresis; a consumer per device fires batches when the batch trigger says so and
 forwards uncertain samples down each request's own cascade. The simulator's two optional policy hooks, an AIMD
 batch limit and a gear schedule, come in through :class:`RuntimeOptions` and act exactly as there. Devices are
-emulated (profiled runtimes and recorded answers) or local (real models on a worker thread per device). Time
+emulated (profiled runtimes and recorded answers) or local (real models on a worker thread per device); where they
+live is an injected :class:`Placement` (:class:`LocalPlacement`: this process), the seam other backends use. Time
 comes from an injected clock, so tests drive the runtime on a fake clock and compare its trajectory with the
 simulator's.
 """
@@ -18,6 +19,7 @@ from cascadeserve.runtime.factory import emulated_runtime, local_runtime
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.loading import InputSpec, ModelConfig, load_model, load_model_config
 from cascadeserve.runtime.observer import BatchEvent, Fanout, NullObserver, Observer, Recorder, TickEvent
+from cascadeserve.runtime.placement import LocalPlacement, Placement
 from cascadeserve.runtime.request import (
     Answer,
     DeadlineExceeded,
@@ -27,7 +29,7 @@ from cascadeserve.runtime.request import (
     RuntimeStopped,
     ServingError,
 )
-from cascadeserve.runtime.server import Runtime, RuntimeOptions, answer_early
+from cascadeserve.runtime.server import Runtime, RuntimeOptions, answer_early, arm_deadline
 
 __all__ = [
     "Answer",
@@ -43,6 +45,7 @@ __all__ = [
     "Generation",
     "InputSpec",
     "LocalBackend",
+    "LocalPlacement",
     "ModelConfig",
     "ModelFailed",
     "ModelFn",
@@ -50,6 +53,7 @@ __all__ = [
     "NullObserver",
     "Observer",
     "Overloaded",
+    "Placement",
     "Recorder",
     "Request",
     "Runtime",
@@ -59,6 +63,7 @@ __all__ = [
     "ThreadDevice",
     "TickEvent",
     "answer_early",
+    "arm_deadline",
     "call_later",
     "emulated_runtime",
     "load_model",

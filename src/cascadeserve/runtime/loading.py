@@ -11,7 +11,9 @@ will plug in here as more factories. A config looks like::
       m0: mypkg.models:make_small
       m1: {factory: mypkg.models:make_large, kwargs: {width: 256}}
 
-A ``models:`` *list* instead is a :mod:`cascadeserve.models` adapter config (see :func:`_adapter_config`).
+A ``models:`` *list* instead is a :mod:`cascadeserve.models` adapter config (see :func:`_adapter_config`). Either
+form is read and validated by :mod:`cascadeserve.models.config`, the one reader of the file; this module turns it
+into callables.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.runtime.device import ModelFn
 
-__all__ = ["InputSpec", "ModelConfig", "load_model", "load_model_config"]
+if TYPE_CHECKING:  # the models package (and its frameworks) loads only when a config file is read
+    from cascadeserve.models.config import ModelsConfig
 
-_DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "FP16", "FP32", "FP64")
+__all__ = ["InputSpec", "ModelConfig", "load_model", "load_model_config"]
 
 
 @dataclass(frozen=True)
@@ -62,36 +65,16 @@ def load_model(ref: str | ModelFn, kwargs: Mapping[str, Any] | None = None) -> M
 
 
 def load_model_config(path: str | Path) -> ModelConfig:
-    """Read a models config file, import every factory, and name the key of any problem."""
-    from cascadeserve.models.config import read_models_yaml
+    """Read a models config file (either form, validated by :func:`cascadeserve.models.config.load_models_file`,
+    the one reader of the file), import every factory, and name the key of any problem."""
+    from cascadeserve.models.config import FactoryModelsConfig, load_models_file  # deferred, like every models import
 
-    p = Path(path)
-    raw = read_models_yaml(p)
-    if isinstance(raw, dict) and isinstance(raw.get("models"), list):
-        return _adapter_config(p)
-    if not isinstance(raw, dict) or not isinstance(raw.get("models"), dict) or not raw["models"]:
-        raise CascadeServeError(f"{p}: expected a mapping with a non-empty 'models' mapping")
-    models: dict[str, ModelFn] = {}
-    for name, entry in raw["models"].items():
-        if isinstance(entry, str):
-            models[str(name)] = load_model(entry)
-        elif isinstance(entry, dict) and isinstance(entry.get("factory"), str):
-            models[str(name)] = load_model(entry["factory"], entry.get("kwargs") or {})
-        else:
-            raise CascadeServeError(f"{p}: models.{name}: expected 'module:factory' or {{factory: ..., kwargs: ...}}")
-    spec = InputSpec()
-    if "input" in raw:
-        inp = raw["input"]
-        if not isinstance(inp, dict):
-            raise CascadeServeError(f"{p}: input: expected a mapping with name, datatype and shape")
-        dt = str(inp.get("datatype", "FP32")).upper()
-        if dt not in _DATATYPES:
-            raise CascadeServeError(f"{p}: input.datatype: {dt!r} is not one of {', '.join(_DATATYPES)}")
-        shape = inp.get("shape", [-1])
-        if not isinstance(shape, list) or not shape or not all(isinstance(s, int) for s in shape):
-            raise CascadeServeError(f"{p}: input.shape: expected a list of integers such as [-1, 4]")
-        spec = InputSpec(str(inp.get("name", "input")), dt, tuple(shape))
-    return ModelConfig(models, spec, str(raw.get("certainty", "margin")))
+    cfg = load_models_file(path)
+    if not isinstance(cfg, FactoryModelsConfig):
+        return _adapter_config(cfg)
+    models = {name: load_model(ref.factory, ref.kwargs) for name, ref in cfg.models.items()}
+    spec = InputSpec() if cfg.input is None else InputSpec(cfg.input.name, cfg.input.datatype, tuple(cfg.input.shape))
+    return ModelConfig(models, spec, cfg.certainty)
 
 
 def factory_of(fn: Callable[..., Any]) -> str:
@@ -99,12 +82,9 @@ def factory_of(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-def _adapter_config(path: Path) -> ModelConfig:
+def _adapter_config(cfg: ModelsConfig) -> ModelConfig:
     """Hook for the real-models issue: a ``models:`` *list* is a :mod:`cascadeserve.models` config (name, adapter,
     ref, preprocessing per model). Its adapters are built and loaded here, so a model that fails names itself."""
-    from cascadeserve.models import load_models_config  # deferred: frameworks load only when such a file is used
-
-    cfg = load_models_config(path)
     adapters = cfg.build()
     for adapter in adapters.values():
         adapter.load()

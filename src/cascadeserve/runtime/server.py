@@ -13,6 +13,13 @@
 * :meth:`Runtime.swap_plan` hot-swaps the plan (a new :class:`Generation`; the old one drains).
 * :meth:`Runtime.stop` stops admitting, drains what is in flight for a grace period and fails the rest.
 
+Where the replicas live is not the runtime's business but its :class:`~cascadeserve.runtime.placement.Placement`'s,
+injected at construction: :class:`~cascadeserve.runtime.placement.LocalPlacement` (a consumer per device in this
+process) unless told otherwise. The placement builds each generation's transport and consumers and hears of the
+runtime's lifecycle, so another backend (Ray) composes a plain :class:`Runtime` with its own placement instead of
+subclassing it. ``RuntimeOptions.deadline_slack_s`` delays the runtime's own deadline timers, for a placement whose
+remote servers enforce the deadline themselves (the local timer is then only a safety net).
+
 :class:`RuntimeOptions` may carry the simulator's two optional policy hooks, with the simulator's semantics and
 the same policy objects (:mod:`cascadeserve.simulate.engine`): ``batch_limit``
 (:class:`~cascadeserve.policy.AimdBatchLimit`; the consumer caps every batch at ``limit(replica)`` and reports
@@ -35,10 +42,10 @@ from typing import Any
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule, PlanTables
 from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
-from cascadeserve.runtime.consumer import Consumer
 from cascadeserve.runtime.device import Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import NullObserver, Observer
+from cascadeserve.runtime.placement import LocalPlacement, Placement
 from cascadeserve.runtime.producer import Producer
 from cascadeserve.runtime.queue import Admission
 from cascadeserve.runtime.request import (
@@ -50,9 +57,8 @@ from cascadeserve.runtime.request import (
     ServingError,
     TooLarge,
 )
-from cascadeserve.runtime.transport import LocalTransport
 
-__all__ = ["Runtime", "RuntimeOptions", "answer_early"]
+__all__ = ["Runtime", "RuntimeOptions", "answer_early", "arm_deadline"]
 
 
 @dataclass(frozen=True)
@@ -68,31 +74,38 @@ class RuntimeOptions:
     run_producer: bool = True  # tests that drive ticks by hand turn the tick loop off
     batch_limit: AimdBatchLimit | None = None  # AIMD cap on each replica's batches (MS+); None: the triggers' own
     gear_schedule: GearSchedule | None = None  # gear per producer tick (Cocktail+); None: the QPS-driven selector
+    deadline_slack_s: float = 0.0  # deadline timers fire this much late (a remote server answers at the deadline)
 
 
 class Runtime:
-    """Serves a gear plan on a set of devices."""
+    """Serves a gear plan on a set of devices: built by ``device_factory(name, order)`` in this process, or wherever
+    ``placement`` puts them (give one or the other; a placement must share the runtime's clock and observer)."""
 
     def __init__(
         self,
         plan: GearPlan,
         model_names: Sequence[str],
-        device_factory: Callable[[str, int], Device],
+        device_factory: Callable[[str, int], Device] | None = None,
         *,
+        placement: Placement | None = None,
         clock: Clock | None = None,
         observer: Observer | None = None,
         options: RuntimeOptions | None = None,
     ) -> None:
         self.model_names = tuple(model_names)
-        self.device_factory = device_factory
         self.clock: Clock = clock or MonotonicClock()
         self.observer: Observer = observer or NullObserver()
         self.options = options or RuntimeOptions()
+        if (device_factory is None) == (placement is None):
+            raise ValueError("give a runtime a device_factory (local devices) or a placement, not both")
+        if placement is None:
+            assert device_factory is not None  # checked just above
+            placement = LocalPlacement(device_factory, self.clock, self.observer)
+        self.placement: Placement = placement
         if self.options.gear_schedule is not None:  # refuse a schedule naming a gear the plan lacks, now
             PlanTables(plan, {m: i for i, m in enumerate(self.model_names)}).gear_policy(self.options.gear_schedule)
         self.admission_policy = AdmissionPolicy(self.options.max_in_flight, self.options.retry_after_s)
         self.admission = Admission()
-        self.consumers: dict[str, Consumer] = {}
         self.generations: list[Generation] = []
         self._generation_count = 0
         self._initial_plan = plan
@@ -103,10 +116,8 @@ class Runtime:
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
         gen = self._new_generation(self._initial_plan, 0.0)
-        if self.options.batch_limit is not None and gen.batch_limit is None:
-            # A subclass whose create_generation does not hand the limit on would serve without it, silently.
-            raise NotImplementedError(f"{type(self).__name__} does not apply RuntimeOptions.batch_limit")
         self._producer = Producer(gen, self.clock, self.observer)
+        await self.placement.start()
         if self.options.run_producer:
             self._producer_task = asyncio.get_running_loop().create_task(self._producer.run())
         self.accepting = True
@@ -142,7 +153,7 @@ class Runtime:
 
     @property
     def emulated(self) -> bool:
-        return any(c.device.emulated for c in self.consumers.values())
+        return self.placement.emulated
 
     # -- requests ----------------------------------------------------------------------------------------------
     def submit(self, payloads: Sequence[Any], timeout_s: float | None = None) -> list[Request]:
@@ -168,7 +179,7 @@ class Runtime:
 
     def set_deadline(self, req: Request, timeout_s: float) -> None:
         """Arm ``req``'s deadline timer: in ``timeout_s`` it falls back to the last stage that ran, or fails (504)."""
-        req.timer = call_later(self.clock, timeout_s, _expiry(req, self.clock))
+        arm_deadline(req, self.clock, timeout_s + self.options.deadline_slack_s)
 
     async def infer(self, payload: Any, timeout_s: float | None = None) -> Answer:
         """Submit one request and wait for its answer (raises the request's ServingError)."""
@@ -211,24 +222,12 @@ class Runtime:
         for gen in list(self.generations):
             for req in list(gen.live):
                 req.fail(err)
-        for c in self.consumers.values():
-            c.close()
-            c.device.close()
-        self.consumers.clear()
+        await self.placement.stop()
 
     # -- internals ---------------------------------------------------------------------------------------------
     def _new_generation(self, plan: GearPlan, initial_qps: float) -> Generation:
-        gen = self.create_generation(self._generation_count, plan, initial_qps)
+        number = self._generation_count
         self._generation_count += 1
-        self.generations.append(gen)
-        return gen
-
-    def create_generation(self, number: int, plan: GearPlan, initial_qps: float) -> Generation:
-        """Build generation ``number`` of ``plan`` and give each of its replicas a consumer on its device.
-
-        The seam for other backends: the Ray backend overrides it to place replicas on remote server actors.
-        """
-        transport = LocalTransport(len(plan.replicas))
         gen = Generation(
             number,
             plan,
@@ -239,35 +238,25 @@ class Runtime:
             initial_qps=initial_qps,
             batch_limit=self.options.batch_limit,
             gear_schedule=self.options.gear_schedule,
-            transport=transport,
+            transport=self.placement.transport(number, plan),
         )
-        for r, rep in enumerate(plan.replicas):
-            consumer = self.consumers.get(rep.device)
-            if consumer is None:
-                order = plan.device_index[rep.device]
-                consumer = Consumer(self.device_factory(rep.device, order), self.clock, self.observer, order=order)
-                self.consumers[rep.device] = consumer
-            consumer.add_lane(gen, r, transport.attach(r, consumer))
-            gen.emulated = consumer.device.emulated
+        self.placement.place(gen)
+        self.generations.append(gen)
         return gen
 
     def _retire(self, gen: Generation) -> None:
-        for c in self.consumers.values():
-            c.drop_generation(gen)
         self.generations.remove(gen)
-        for name, c in list(self.consumers.items()):
-            if not c.lanes and not c.busy:
-                c.close()
-                c.device.close()
-                del self.consumers[name]
+        self.placement.retire(gen)
 
     def queue_lengths(self) -> dict[str, int]:
         """Queue length per replica id of the current plan (plus draining plans' leftovers)."""
-        out: dict[str, int] = {}
-        for gen in self.generations:
-            for r, rep in enumerate(gen.plan.replicas):
-                out[rep.id] = out.get(rep.id, 0) + gen.transport.queue_length(r)
-        return out
+        return self.placement.queue_lengths(self.generations)
+
+
+def arm_deadline(req: Request, clock: Clock, timeout_s: float) -> None:
+    """Arm ``req``'s deadline timer on ``clock``: in ``timeout_s`` it falls back to the last stage that ran, or fails
+    (504). Used by :meth:`Runtime.set_deadline`, and by a Ray server for the requests it holds."""
+    req.timer = call_later(clock, timeout_s, _expiry(req, clock))
 
 
 def _expiry(req: Request, clock: Clock) -> Callable[[], None]:
