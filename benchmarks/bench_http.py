@@ -28,7 +28,7 @@ import httpx
 import numpy as np
 
 from cascadeserve.http.loadgen import run_load
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, save_profile
 
 HERE = Path(__file__).resolve().parent
@@ -75,7 +75,14 @@ def _start_cascadeserve(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
         profile="trivial",
         devices=(Device(name="d0", memory_mb=10),),
         replicas=(Replica(model="trivial", device="d0"),),
-        gears=(Gear(qps_low=0, qps_high=1e9, models=("trivial",), replicas={"trivial@d0": ReplicaGear(share=1.0)}),),
+        gears=(
+            Gear(
+                qps_low=0,
+                qps_high=1e9,
+                models=("trivial",),
+                replicas=(GearReplica(model="trivial", device="d0", share=1.0),),
+            ),
+        ),
     )
     plan.save(tmp / "plan.json")
     (tmp / "models.yaml").write_text("models:\n  trivial: bench_http:trivial_model\n")

@@ -59,7 +59,7 @@ def slo_from(p95_ms: float | None, accuracy: float | None) -> SLO:
 def _triggers(plan: GearPlan, gi: int) -> str:
     g = plan.gears[gi]
     first = g.models[0]
-    mqs = [rg.min_queue for rid, rg in g.replicas.items() if rid.split("@", 1)[0] == first and rg.share > 0]
+    mqs = [gr.min_queue for gr in g.replicas_of(first) if gr.share > 0]
     if not mqs:
         return "1"
     lo, hi = min(mqs), max(mqs)
@@ -76,8 +76,8 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
                 "qps_high": g.qps_high,
                 "models": list(g.models),
                 "thresholds": list(g.thresholds),
-                "min_queue": {rid: rg.min_queue for rid, rg in g.replicas.items()},
-                "shares": {rid: round(rg.share, 6) for rid, rg in g.replicas.items()},
+                "min_queue": {gr.id: gr.min_queue for gr in g.replicas},
+                "shares": {gr.id: round(gr.share, 6) for gr in g.replicas},
                 "triggers": _triggers(plan, i),
                 "predicted_p95_ms": g.predicted_p95_ms,
                 "predicted_accuracy": g.predicted_accuracy,

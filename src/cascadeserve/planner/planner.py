@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.errors import InfeasibleError
-from cascadeserve.plan import SLO, Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import SLO, Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.planner.batching import check_load, check_seed, sim_duration
 from cascadeserve.planner.loop import LoopInfeasible, Step, run_loop
 from cascadeserve.planner.lp import Balance, balance
@@ -541,12 +541,15 @@ class _Run:
                     qps_high=max(self.ranges[r][1], 1e-9),
                     models=c.models,
                     thresholds=c.cascade.thresholds,
-                    replicas={
-                        f"{m}@{self.devices[d].name}": ReplicaGear(
-                            min_queue=mq.get((m, d), 1), share=self.shares[r].get((m, d), 0.0)
+                    replicas=tuple(
+                        GearReplica(
+                            model=m,
+                            device=self.devices[d].name,
+                            min_queue=mq.get((m, d), 1),
+                            share=self.shares[r].get((m, d), 0.0),
                         )
                         for m, d in reps
-                    },
+                    ),
                 ),
             ),
             alpha=self.p.alpha,
@@ -649,12 +652,15 @@ class _Run:
                     qps_high=hi,
                     models=c.models,
                     thresholds=c.cascade.thresholds,
-                    replicas={
-                        f"{m}@{self.devices[d].name}": ReplicaGear(
-                            min_queue=self.mq[r].get((m, d), 1), share=_norm(self.shares[r], m).get((m, d), 0.0)
+                    replicas=tuple(
+                        GearReplica(
+                            model=m,
+                            device=self.devices[d].name,
+                            min_queue=self.mq[r].get((m, d), 1),
+                            share=_norm(self.shares[r], m).get((m, d), 0.0),
                         )
                         for m, d in reps
-                    },
+                    ),
                     predicted_p95_ms=round(self.p95[r], 3),
                     predicted_accuracy=round(c.accuracy, 6),
                 )
