@@ -4,7 +4,7 @@
 
 Both servers run a trivial one-model "cascade" (a numpy no-op returning two class scores) behind
 ``POST /v2/models/trivial/infer`` with one ``sample_id`` INT64 row per request; the open-loop load generator
-(:func:`cascadeserve.http.loadgen.run_load`) sends a constant-rate trace to each in turn, in the same run.
+(:func:`cascadeserve.eval.loadgen.run_load`) sends a constant-rate trace to each in turn, in the same run.
 cascadeserve runs as ``cascadeserve serve --models`` in a subprocess (batches: minimum queue 1, the device takes
 whatever is queued); Ray Serve runs one replica with ``@serve.batch(max_batch_size=64, batch_wait_timeout_s=0.001)``.
 """
@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from cascadeserve.http.loadgen import run_load
+from cascadeserve.eval.loadgen import run_load
 from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, save_profile
 

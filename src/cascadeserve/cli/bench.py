@@ -21,7 +21,7 @@ from cascadeserve.cli.common import (
     trace_options,
 )
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.http.loadgen import run_load
+from cascadeserve.eval.loadgen import run_load
 from cascadeserve.profile import load_profile
 
 

@@ -21,7 +21,7 @@ from cascadeserve.cli.common import (
     trace_options,
 )
 from cascadeserve.cli.eval import eval_app
-from cascadeserve.http.fidelity import CALIBRATION_REQUESTS, calibrate, fidelity, mean_qps
+from cascadeserve.eval.fidelity import CALIBRATION_REQUESTS, calibrate, fidelity, mean_qps
 from cascadeserve.profile import load_profile
 
 
