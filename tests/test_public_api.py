@@ -82,7 +82,8 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.policy.schedule": ["GearSchedule"],
     "cascadeserve.policy.tables": ["PlanTables", "Route"],
     "cascadeserve.cli": ["app", "main", "run"],
-    "cascadeserve.cli.app": ["app", "console", "err_console", "print_json", "register", "run"],
+    "cascadeserve.cli.app": ["app", "console", "err_console", "print_json", "run"],
+    "cascadeserve.cli.root": ["app", "console", "err_console", "invocation", "print_json", "set_invocation"],
 }
 
 # Packages that re-export names from their submodules: the objects must be the same.

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cascadeserve.cli.app import app, console, err_console
+from cascadeserve.cli.root import app, console, err_console
 from cascadeserve.errors import CascadeServeError
 
 

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from cascadeserve.cascade import enumerate_frontier
-from cascadeserve.cli.app import app, console, err_console, print_json
+from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import load_profile
 

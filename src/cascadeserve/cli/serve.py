@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from cascadeserve.cli.app import app, err_console
+from cascadeserve.cli.root import app, err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.plan import load_plan
