@@ -24,6 +24,8 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.eval.loadgen import run_load
 from cascadeserve.profile import load_profile
 
+__all__ = ["bench"]
+
 
 @app.command("bench")
 def bench(

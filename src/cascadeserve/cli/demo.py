@@ -10,6 +10,8 @@ import typer
 from cascadeserve.cli.root import app, console, err_console
 from cascadeserve.errors import CascadeServeError
 
+__all__ = ["demo"]
+
 
 @app.command("demo")
 def demo(

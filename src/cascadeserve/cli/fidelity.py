@@ -24,6 +24,8 @@ from cascadeserve.cli.root import console, print_json
 from cascadeserve.eval.fidelity import CALIBRATION_REQUESTS, calibrate, fidelity, mean_qps
 from cascadeserve.profile import load_profile
 
+__all__ = ["fidelity_cmd"]
+
 
 @eval_app.command("fidelity")
 def fidelity_cmd(

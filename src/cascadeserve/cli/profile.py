@@ -18,6 +18,8 @@ from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import load_profile
 
+__all__ = ["frontier", "measure_cmd", "profile_app", "show"]
+
 profile_app = typer.Typer(help="Inspect or measure model-family profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")
 

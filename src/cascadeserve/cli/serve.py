@@ -19,6 +19,8 @@ from cascadeserve.plan import load_plan
 from cascadeserve.profile import load_profile
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 
+__all__ = ["serve"]
+
 
 @app.command("serve")
 def serve(

@@ -23,6 +23,8 @@ from cascadeserve.plan import load_plan
 from cascadeserve.profile import load_profile
 from cascadeserve.simulate import simulate as run_simulation
 
+__all__ = ["simulate"]
+
 
 @app.command("simulate")
 def simulate(
