@@ -420,3 +420,11 @@ def test_fixed_plan_errors() -> None:
 def test_gear_built_in_python_validates_like_json() -> None:
     with pytest.raises(ValueError, match=r"sum to 0\.5, not 1"):
         Gear(qps_low=0, qps_high=1, models=("a",), replicas=(GearReplica(model="a", device="d", share=0.5),))
+
+
+def test_a_schema_1_plan_without_gears_says_so() -> None:
+    raw = base_v1()
+    del raw["gears"]
+    with pytest.raises(PlanError) as info:
+        GearPlan.from_json(json.dumps(raw))
+    assert info.value.message == "gears: Field required"

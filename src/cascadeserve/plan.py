@@ -146,7 +146,7 @@ def _upgrade_v1_gear(gear: object, index: int) -> object:
                 f"gears.{index}.replicas: key {key!r} is not of the form 'model@device' (schema-1 plans key "
                 f"each gear's replicas by model@device)"
             )
-        entries.append({"model": model, "device": device, **value} if isinstance(value, dict) else value)
+        entries.append({**value, "model": model, "device": device} if isinstance(value, dict) else value)
     return {**gear, "replicas": entries}
 
 
@@ -175,8 +175,8 @@ class GearPlan(_Frozen):
             return data
         gears = data.get("gears")
         if isinstance(gears, list | tuple):
-            gears = [_upgrade_v1_gear(g, i) for i, g in enumerate(gears)]
-        return {**data, "schema_version": 2, "gears": gears}
+            data = {**data, "gears": [_upgrade_v1_gear(g, i) for i, g in enumerate(gears)]}
+        return {**data, "schema_version": 2}
 
     @model_validator(mode="after")
     def _check(self) -> GearPlan:
