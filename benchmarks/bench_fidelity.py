@@ -6,7 +6,7 @@
 The plans are what ``cascadeserve plan fixed`` makes on 2 devices with a 20 ms maximum wait: each model alone, the
 cheapest model before each of the two others (threshold ``--pair-threshold``), and all three in order, each with a
 minimum queue of 1 and of 4. The trace is Poisson at ``--qps`` for ``--duration`` s. It runs
-:func:`cascadeserve.http.fidelity.fidelity` with the calibration run first and prints one row per plan plus how
+:func:`cascadeserve.eval.fidelity.fidelity` with the calibration run first and prints one row per plan plus how
 many plans are within ±10% p95 (client and server side, raw and calibrated).
 """
 
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.http.fidelity import FidelityRow, calibrate, fidelity, mean_qps
+from cascadeserve.eval.fidelity import FidelityRow, calibrate, fidelity, mean_qps
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.traces import poisson

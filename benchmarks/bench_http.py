@@ -4,7 +4,7 @@
 
 Both servers run a trivial one-model "cascade" (a numpy no-op returning two class scores) behind
 ``POST /v2/models/trivial/infer`` with one ``sample_id`` INT64 row per request; the open-loop load generator
-(:func:`cascadeserve.http.loadgen.run_load`) sends a constant-rate trace to each in turn, in the same run.
+(:func:`cascadeserve.eval.loadgen.run_load`) sends a constant-rate trace to each in turn, in the same run.
 cascadeserve runs as ``cascadeserve serve --models`` in a subprocess (batches: minimum queue 1, the device takes
 whatever is queued); Ray Serve runs one replica with ``@serve.batch(max_batch_size=64, batch_wait_timeout_s=0.001)``.
 """
@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from cascadeserve.http.loadgen import run_load
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.eval.loadgen import run_load
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, save_profile
 
 HERE = Path(__file__).resolve().parent
@@ -75,7 +75,14 @@ def _start_cascadeserve(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
         profile="trivial",
         devices=(Device(name="d0", memory_mb=10),),
         replicas=(Replica(model="trivial", device="d0"),),
-        gears=(Gear(qps_low=0, qps_high=1e9, models=("trivial",), replicas={"trivial@d0": ReplicaGear(share=1.0)}),),
+        gears=(
+            Gear(
+                qps_low=0,
+                qps_high=1e9,
+                models=("trivial",),
+                replicas=(GearReplica(model="trivial", device="d0", share=1.0),),
+            ),
+        ),
     )
     plan.save(tmp / "plan.json")
     (tmp / "models.yaml").write_text("models:\n  trivial: bench_http:trivial_model\n")

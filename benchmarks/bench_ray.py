@@ -30,7 +30,7 @@ import ray
 from cascadeserve.backends.ray import RayBackend, server_actors
 from cascadeserve.backends.ray.frontend import RayPlacement
 from cascadeserve.cascade import Cascade
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear, fixed_plan
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica, fixed_plan
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 from cascadeserve.runtime import Answer, LocalBackend, Recorder, Runtime, RuntimeOptions
 
@@ -95,13 +95,13 @@ async def _propagation(prof: Profile, n_devices: int) -> float:
         qps_high=200,
         models=("m0", "m1"),
         thresholds=(0.5,),
-        replicas={r.id: ReplicaGear(share=share) for r in replicas},
+        replicas=tuple(GearReplica(model=r.model, device=r.device, share=share) for r in replicas),
     )
     fast = Gear(
         qps_low=200,
         qps_high=1e6,
         models=("m0",),
-        replicas={r.id: ReplicaGear(share=share) for r in replicas if r.model == "m0"},
+        replicas=tuple(GearReplica(model=r.model, device=r.device, share=share) for r in replicas if r.model == "m0"),
     )
     plan = GearPlan(profile="bench", devices=devs, replicas=replicas, gears=(slow, fast), max_wait_ms=5.0)
     rt = _make("ray", prof, plan, Recorder())

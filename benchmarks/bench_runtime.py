@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.runtime import RuntimeOptions, local_runtime
 
 
@@ -36,7 +36,10 @@ def _plan(n_gears: int = 1, min_queue: int = 256) -> GearPlan:
             qps_high=float(edges[g + 1]),
             models=("a", "b"),
             thresholds=(0.5,),
-            replicas={"a@d0": ReplicaGear(share=1.0, min_queue=min_queue), "b@d0": ReplicaGear(share=1.0)},
+            replicas=(
+                GearReplica(model="a", device="d0", share=1.0, min_queue=min_queue),
+                GearReplica(model="b", device="d0", share=1.0),
+            ),
         )
         for g in range(n_gears)
     )

@@ -1,4 +1,5 @@
-"""Gear plans: JSON round trip, validation with clear errors, checks against a profile, and ``fixed_plan``."""
+"""Gear plans: JSON round trip, validation with clear errors, checks against a profile, ``fixed_plan``, and
+reading schema-1 files (replicas keyed by ``"model@device"``)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from cascadeserve.plan import (
     Device,
     Gear,
     GearPlan,
+    GearReplica,
     Replica,
-    ReplicaGear,
     fixed_plan,
     load_plan,
 )
@@ -42,7 +43,7 @@ def abc_profile(memory: tuple[float, float, float] = (100.0, 300.0, 600.0)) -> P
 
 
 BASE: dict[str, Any] = {
-    "schema_version": 1,
+    "schema_version": 2,
     "profile": "abc",
     "devices": [
         {"name": "d0", "memory_mb": 1000.0, "kind": "gpu"},
@@ -60,12 +61,12 @@ BASE: dict[str, Any] = {
             "qps_high": 50.0,
             "models": ["a", "b"],
             "thresholds": [0.6],
-            "replicas": {
-                "a@d0": {"min_queue": 1, "share": 0.5},
-                "a@d1": {"min_queue": 2, "share": 0.5},
-                "b@d0": {"min_queue": 1, "share": 0.25},
-                "b@d1": {"min_queue": 3, "share": 0.75},
-            },
+            "replicas": [
+                {"model": "a", "device": "d0", "min_queue": 1, "share": 0.5},
+                {"model": "a", "device": "d1", "min_queue": 2, "share": 0.5},
+                {"model": "b", "device": "d0", "min_queue": 1, "share": 0.25},
+                {"model": "b", "device": "d1", "min_queue": 3, "share": 0.75},
+            ],
             "predicted_p95_ms": 12.5,
             "predicted_accuracy": 0.91,
         },
@@ -73,7 +74,10 @@ BASE: dict[str, Any] = {
             "qps_low": 50.0,
             "qps_high": 100.0,
             "models": ["a"],
-            "replicas": {"a@d0": {"min_queue": 4, "share": 0.25}, "a@d1": {"min_queue": 8, "share": 0.75}},
+            "replicas": [
+                {"model": "a", "device": "d0", "min_queue": 4, "share": 0.25},
+                {"model": "a", "device": "d1", "min_queue": 8, "share": 0.75},
+            ],
         },
     ],
     "slo": {"kind": "p95_ms", "value": 200.0},
@@ -88,9 +92,18 @@ def base() -> dict[str, Any]:
     return copy.deepcopy(BASE)
 
 
+def base_v1() -> dict[str, Any]:
+    """``BASE`` as schema 1 wrote it: each gear's replicas keyed by ``"model@device"``."""
+    raw = base()
+    raw["schema_version"] = 1
+    for g in raw["gears"]:
+        g["replicas"] = {f"{r.pop('model')}@{r.pop('device')}": r for r in g["replicas"]}
+    return raw
+
+
 def test_plan_fields_and_derived_views() -> None:
     plan = GearPlan.model_validate(base())
-    assert plan.schema_version == SCHEMA_VERSION == 1
+    assert plan.schema_version == SCHEMA_VERSION == 2
     assert plan.devices[0] == Device(name="d0", memory_mb=1000.0, kind="gpu")
     assert plan.devices[1].kind == "cpu"
     assert [r.id for r in plan.replicas] == ["a@d0", "b@d0", "a@d1", "b@d1"]
@@ -100,7 +113,14 @@ def test_plan_fields_and_derived_views() -> None:
     assert plan.max_qps == 100.0
     g0 = plan.gears[0]
     assert g0.cascade == Cascade(("a", "b"), (0.6,))
-    assert g0.replicas["b@d1"] == ReplicaGear(min_queue=3, share=0.75)
+    assert g0.replicas[3] == GearReplica(model="b", device="d1", min_queue=3, share=0.75)
+    assert g0.replica("b", "d1") is g0.replicas[3]
+    assert g0.replicas[3].id == "b@d1"
+    assert [r.id for r in g0.replicas_of("a")] == ["a@d0", "a@d1"]
+    assert g0.replicas_of("c") == ()
+    assert plan.gears[1].replicas_of("b") == ()
+    with pytest.raises(KeyError, match="gear 0-50 QPS has no replica of 'b' on 'd7'"):
+        g0.replica("b", "d7")
     assert plan.gears[1].thresholds == ()
     assert plan.slo == SLO(kind="p95_ms", value=200.0)
     assert str(plan.slo) == "p95 ≤ 200 ms"
@@ -157,7 +177,7 @@ def _set(path: list[str | int], value: Any) -> Any:
     ("path", "value", "expected"),
     [
         (
-            ["gears", 0, "replicas", "b@d1", "share"],
+            ["gears", 0, "replicas", 3, "share"],
             0.5,
             "gears.0: the shares of model 'b''s replicas sum to 0.75, not 1",
         ),
@@ -166,8 +186,11 @@ def _set(path: list[str | int], value: Any) -> Any:
         (["gears", 1, "qps_high"], 50.0, "gears.1: qps_high (50.0) must exceed qps_low (50.0)"),
         (["gears", 0, "thresholds"], [0.6, 0.7], "gears.0: a cascade of 2 models needs 1 thresholds, got 2"),
         (["gears", 0, "thresholds"], [1.5], "gears.0: threshold 1.5 is outside [0, 1]"),
-        (["gears", 0, "replicas", "a@d0", "min_queue"], 0, "gears.0.replicas.a@d0.min_queue:"),
-        (["gears", 0, "replicas", "a@d0", "share"], 1.5, "gears.0.replicas.a@d0.share:"),
+        (["gears", 0, "replicas", 0, "min_queue"], 0, "gears.0.replicas.0.min_queue:"),
+        (["gears", 0, "replicas", 0, "share"], 1.5, "gears.0.replicas.0.share:"),
+        (["gears", 0, "replicas", 0, "model"], "", "gears.0.replicas.0.model:"),
+        (["gears", 0, "replicas", 0, "device"], "d1", "gears.0: replica 'a@d1' is listed twice"),
+        (["gears", 0, "replicas"], {"a@d0": {"share": 1.0}}, "gears.0.replicas: Input should be a valid tuple"),
         (["devices", 1, "name"], "d0", "plan: device names must be unique"),
         (["devices", 0, "memory_mb"], 0, "devices.0.memory_mb:"),
         (["replicas", 3, "device"], "d9", "plan: replica 'b@d9' is on unknown device 'd9'"),
@@ -184,23 +207,98 @@ def test_invalid_plans_are_rejected_with_the_place_named(path: list[str | int], 
 
 def test_unknown_replica_in_a_gear() -> None:
     def go(raw: Any) -> None:
-        raw["gears"][1]["replicas"] = {"a@d0": {"share": 0.5}, "a@d7": {"share": 0.5}}
+        raw["gears"][1]["replicas"][1]["device"] = "d7"
 
     assert _invalid(go) == "plan: gear 50-100 QPS names unknown replica 'a@d7'"
 
 
 def test_gear_replica_for_a_model_outside_the_cascade() -> None:
     def go(raw: Any) -> None:
-        raw["gears"][1]["replicas"]["b@d0"] = {"share": 1.0}
+        raw["gears"][1]["replicas"].append({"model": "b", "device": "d0", "share": 1.0})
 
     assert _invalid(go) == "gears.1: replica 'b@d0' serves a model that is not in this gear's cascade"
 
 
 def test_bad_schema_version() -> None:
-    with pytest.raises(PlanError, match=r"unsupported schema_version 2; this cascadeserve reads version 1"):
-        GearPlan.from_json(json.dumps({**base(), "schema_version": 2}))
+    with pytest.raises(PlanError, match=r"unsupported schema_version 3; this cascadeserve reads versions 1, 2"):
+        GearPlan.from_json(json.dumps({**base(), "schema_version": 3}))
     with pytest.raises(PlanError, match=r"unsupported schema_version '1'"):
         GearPlan.from_json(json.dumps({**base(), "schema_version": "1"}))
+
+
+# -- schema 1 -----------------------------------------------------------------------------------------------
+def test_a_schema_1_file_loads_as_the_structured_plan(tmp_path: Path) -> None:
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(base_v1()), encoding="utf-8")
+    plan = load_plan(path, abc_profile())
+    assert plan == GearPlan.model_validate(base())
+    assert plan.schema_version == 2
+    assert plan.gears[0].replica("a", "d1") == GearReplica(model="a", device="d1", min_queue=2, share=0.5)
+    assert GearPlan.model_validate(base_v1()) == plan  # model validation reads schema 1 too
+
+
+def test_a_schema_1_plan_is_written_back_as_schema_2(tmp_path: Path) -> None:
+    plan = GearPlan.from_json(json.dumps(base_v1()))
+    written = json.loads(plan.save(tmp_path / "v2.json").read_text(encoding="utf-8"))
+    assert written["schema_version"] == 2
+    assert written["gears"][1]["replicas"] == [
+        {"model": "a", "device": "d0", "min_queue": 4, "share": 0.25},
+        {"model": "a", "device": "d1", "min_queue": 8, "share": 0.75},
+    ]
+    assert load_plan(tmp_path / "v2.json") == plan
+
+
+def test_a_plan_without_schema_version_is_read_by_its_shape() -> None:
+    v1, v2 = base_v1(), base()
+    del v1["schema_version"], v2["schema_version"]
+    assert GearPlan.from_json(json.dumps(v1)) == GearPlan.from_json(json.dumps(v2)) == GearPlan.model_validate(base())
+
+
+@pytest.mark.parametrize("key", ["a-d0", "@d0", "a@", ""])
+def test_a_malformed_schema_1_key_is_named(tmp_path: Path, key: str) -> None:
+    raw = base_v1()
+    raw["gears"][1]["replicas"] = {key: {"share": 1.0}}
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    assert str(info.value) == (
+        f"{path}: gears.1.replicas: key {key!r} is not of the form 'model@device' "
+        "(schema-1 plans key each gear's replicas by model@device)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda raw: raw["gears"][0]["replicas"]["b@d1"].update(share=0.5),
+            "gears.0: the shares of model 'b''s replicas sum to 0.75, not 1",
+        ),
+        (
+            lambda raw: raw["gears"][1]["replicas"].update({"a@d7": raw["gears"][1]["replicas"].pop("a@d1")}),
+            "plan: gear 50-100 QPS names unknown replica 'a@d7'",
+        ),
+        (
+            lambda raw: raw["gears"][1]["replicas"].update({"b@d0": {"share": 1.0}}),
+            "gears.1: replica 'b@d0' serves a model that is not in this gear's cascade",
+        ),
+        (
+            lambda raw: raw["gears"][0]["replicas"]["a@d0"].update(min_queue=0),
+            "gears.0.replicas.0.min_queue: Input should be greater than or equal to 1",
+        ),
+        (
+            lambda raw: raw["gears"][0]["replicas"].update({"a@d0": 1}),
+            "gears.0.replicas.0: Input should be a valid dictionary or instance of GearReplica",
+        ),
+    ],
+)
+def test_schema_1_validation_messages(mutate: Any, expected: str) -> None:
+    raw = base_v1()
+    mutate(raw)
+    with pytest.raises(PlanError) as info:
+        GearPlan.from_json(json.dumps(raw))
+    assert info.value.message == expected
 
 
 def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
@@ -272,8 +370,8 @@ def test_fixed_plan_puts_every_model_on_every_device_with_an_even_split() -> Non
     gear = plan.gears[0]
     assert (gear.qps_low, gear.qps_high) == (0.0, 1e9)
     assert gear.cascade == Cascade(("a", "b", "c"), (0.7, 0.5))
-    assert set(gear.replicas) == {r.id for r in plan.replicas}
-    assert all(rg == ReplicaGear(min_queue=1, share=1 / 3) for rg in gear.replicas.values())
+    assert [(rg.model, rg.device) for rg in gear.replicas] == [(r.model, r.device) for r in plan.replicas]
+    assert all((rg.min_queue, rg.share) == (1, 1 / 3) for rg in gear.replicas)
     assert plan.profile == "abc"
     assert plan.devices == tuple(devices)
     assert (plan.slo, plan.max_wait_ms, plan.max_batch, plan.alpha) == (None, None, None, 8.0)
@@ -287,7 +385,7 @@ def test_fixed_plan_fills_devices_in_cascade_order() -> None:
     plan = fixed_plan(prof, Cascade(("a", "b", "c"), (0.7, 0.5)), devices)
     # small takes a (100) and b (300); c (600) no longer fits there
     assert [r.id for r in plan.replicas] == ["a@big", "b@big", "c@big", "a@small", "b@small"]
-    shares = {rid: rg.share for rid, rg in plan.gears[0].replicas.items()}
+    shares = {rg.id: rg.share for rg in plan.gears[0].replicas}
     assert shares == {"a@big": 0.5, "b@big": 0.5, "c@big": 1.0, "a@small": 0.5, "b@small": 0.5}
     plan.check_against(prof)
 
@@ -306,7 +404,7 @@ def test_fixed_plan_only_places_cascade_models_and_passes_options() -> None:
         max_batch=16,
     )
     assert plan.replicas == (Replica(model="c", device="d"),)
-    assert plan.gears[0].replicas == {"c@d": ReplicaGear(min_queue=4, share=1.0)}
+    assert plan.gears[0].replicas == (GearReplica(model="c", device="d", min_queue=4, share=1.0),)
     assert plan.gears[0].qps_high == 250.0
     assert (plan.slo, plan.max_wait_ms, plan.max_batch) == (slo, 20.0, 16)
 
@@ -321,4 +419,12 @@ def test_fixed_plan_errors() -> None:
 
 def test_gear_built_in_python_validates_like_json() -> None:
     with pytest.raises(ValueError, match=r"sum to 0\.5, not 1"):
-        Gear(qps_low=0, qps_high=1, models=("a",), replicas={"a@d": ReplicaGear(share=0.5)})
+        Gear(qps_low=0, qps_high=1, models=("a",), replicas=(GearReplica(model="a", device="d", share=0.5),))
+
+
+def test_a_schema_1_plan_without_gears_says_so() -> None:
+    raw = base_v1()
+    del raw["gears"]
+    with pytest.raises(PlanError) as info:
+        GearPlan.from_json(json.dumps(raw))
+    assert info.value.message == "gears: Field required"

@@ -5,12 +5,17 @@ A :class:`GearPlan` is frozen data with a JSON round trip and a schema version:
 * ``devices``: name, memory and kind of each device;
 * ``replicas``: the placement, one entry per model replica, with an id ``model@device``;
 * ``gears``: for each QPS range ``[qps_low, qps_high)``, the cascade (models and thresholds) and, per replica
-  that serves it, the minimum queue length that triggers a batch and the replica's share of its model's load;
+  that serves it (a :class:`GearReplica`: ``model``, ``device``), the minimum queue length that triggers a batch
+  and the replica's share of its model's load;
 * the SLO it was planned for, and each gear's predicted p95 and accuracy;
 * online knobs: the hysteresis factor ``alpha``, the producer tick, a batch ``max_wait_ms`` (when absent,
   :data:`DEFAULT_MAX_WAIT_MS`, so that a queue short of its minimum length never waits forever) and
   ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs);
 * ``batch_overhead_ms``: a deployment's fixed cost per batch beyond the model's runtime, for the simulator.
+
+Schema versions: version 2 (written today) lists each gear's replicas as objects with ``model`` and ``device``
+fields. Version 1 keyed them by ``"model@device"`` strings; such files still load (the keys are split into
+structured entries, and a key that is not ``model@device`` is an error naming the gear and the key).
 
 Validation happens twice: :class:`GearPlan` checks itself (ranges contiguous, shares sum to one per model,
 replicas exist), and :meth:`GearPlan.check_against` checks it against a profile (models exist, memory fits,
@@ -38,13 +43,14 @@ __all__ = [
     "Device",
     "Gear",
     "GearPlan",
+    "GearReplica",
     "Replica",
-    "ReplicaGear",
     "fixed_plan",
     "load_plan",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 DEFAULT_MAX_WAIT_MS = 100.0
 """The max wait of a plan that sets none: a queue holding fewer samples than its gear's minimum queue length fires
 once its oldest sample has waited this long (one producer tick at the default ``tick_ms``). Without it a lone
@@ -64,16 +70,19 @@ class Device(_Frozen):
 
 
 class Replica(_Frozen):
+    """One model loaded on one device: an entry of the plan's placement."""
+
     model: str = Field(min_length=1)
     device: str = Field(min_length=1)
 
     @property
     def id(self) -> str:
+        """``"model@device"``: a label for messages and summaries (never parsed back)."""
         return f"{self.model}@{self.device}"
 
 
-class ReplicaGear(_Frozen):
-    """A replica's settings inside one gear."""
+class GearReplica(Replica):
+    """A placed replica's settings inside one gear: its batch trigger and its share of its model's load."""
 
     min_queue: int = Field(default=1, ge=1)
     share: float = Field(ge=0.0, le=1.0)
@@ -94,7 +103,7 @@ class Gear(_Frozen):
     qps_high: float = Field(gt=0)
     models: tuple[str, ...] = Field(min_length=1)
     thresholds: tuple[float, ...] = ()
-    replicas: dict[str, ReplicaGear]
+    replicas: tuple[GearReplica, ...]
     predicted_p95_ms: float | None = None
     predicted_accuracy: float | None = None
 
@@ -103,22 +112,53 @@ class Gear(_Frozen):
         if self.qps_high <= self.qps_low:
             raise ValueError(f"qps_high ({self.qps_high}) must exceed qps_low ({self.qps_low})")
         Cascade(self.models, self.thresholds)  # raises ValueError with a clear message
+        seen: set[tuple[str, str]] = set()
+        for r in self.replicas:
+            if (r.model, r.device) in seen:
+                raise ValueError(f"replica {r.id!r} is listed twice")
+            seen.add((r.model, r.device))
+            if r.model not in self.models:
+                raise ValueError(f"replica {r.id!r} serves a model that is not in this gear's cascade")
         for m in self.models:
-            shares = [rg.share for rid, rg in self.replicas.items() if rid.split("@", 1)[0] == m]
-            if abs(sum(shares) - 1.0) > _SHARE_TOL:
-                raise ValueError(f"the shares of model {m!r}'s replicas sum to {sum(shares):g}, not 1")
-        for rid in self.replicas:
-            if rid.split("@", 1)[0] not in self.models:
-                raise ValueError(f"replica {rid!r} serves a model that is not in this gear's cascade")
+            total = sum(r.share for r in self.replicas_of(m))
+            if abs(total - 1.0) > _SHARE_TOL:
+                raise ValueError(f"the shares of model {m!r}'s replicas sum to {total:g}, not 1")
         return self
 
     @property
     def cascade(self) -> Cascade:
         return Cascade(self.models, self.thresholds)
 
+    def replicas_of(self, model: str) -> tuple[GearReplica, ...]:
+        """This gear's entries for ``model``'s replicas, in plan order (empty if the gear does not use it)."""
+        return tuple(r for r in self.replicas if r.model == model)
+
+    def replica(self, model: str, device: str) -> GearReplica:
+        """The entry of ``model``'s replica on ``device``; ``KeyError`` naming both if this gear has none."""
+        for r in self.replicas:
+            if r.model == model and r.device == device:
+                return r
+        raise KeyError(f"gear {self.qps_low:g}-{self.qps_high:g} QPS has no replica of {model!r} on {device!r}")
+
+
+def _upgrade_v1_gear(gear: object, index: int) -> object:
+    """Schema 1 keyed a gear's replicas by ``"model@device"``: turn them into :class:`GearReplica` entries."""
+    if not isinstance(gear, dict) or not isinstance(gear.get("replicas"), dict):
+        return gear
+    entries: list[object] = []
+    for key, value in gear["replicas"].items():
+        model, sep, device = str(key).partition("@")
+        if not sep or not model or not device:
+            raise ValueError(
+                f"gears.{index}.replicas: key {key!r} is not of the form 'model@device' (schema-1 plans key "
+                f"each gear's replicas by model@device)"
+            )
+        entries.append({**value, "model": model, "device": device} if isinstance(value, dict) else value)
+    return {**gear, "replicas": entries}
+
 
 class GearPlan(_Frozen):
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     profile: str
     devices: tuple[Device, ...] = Field(min_length=1)
     replicas: tuple[Replica, ...] = Field(min_length=1)
@@ -133,6 +173,17 @@ class GearPlan(_Frozen):
     # measured once per deployment (``eval fidelity --calibrate``); the simulator adds it to each batch.
     batch_overhead_ms: float = Field(default=0.0, ge=0)
     notes: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: object) -> object:
+        """Read schema-1 data (replicas keyed by ``"model@device"``) as schema 2."""
+        if not isinstance(data, dict) or data.get("schema_version", 1) != 1:
+            return data
+        gears = data.get("gears")
+        if isinstance(gears, list | tuple):
+            data = {**data, "gears": [_upgrade_v1_gear(g, i) for i, g in enumerate(gears)]}
+        return {**data, "schema_version": 2}
 
     @model_validator(mode="after")
     def _check(self) -> GearPlan:
@@ -151,9 +202,9 @@ class GearPlan(_Frozen):
             if abs(a.qps_high - b.qps_low) > 1e-9:
                 raise ValueError(f"gear ranges must be contiguous: {a.qps_high:g} is followed by {b.qps_low:g}")
         for g in self.gears:
-            for rid in g.replicas:
-                if rid not in ids:
-                    raise ValueError(f"gear {g.qps_low:g}-{g.qps_high:g} QPS names unknown replica {rid!r}")
+            for gr in g.replicas:
+                if gr.id not in ids:
+                    raise ValueError(f"gear {g.qps_low:g}-{g.qps_high:g} QPS names unknown replica {gr.id!r}")
         return self
 
     # -- derived views --------------------------------------------------------------------------------------
@@ -207,19 +258,20 @@ class GearPlan(_Frozen):
             raw = json.loads(text)
         except json.JSONDecodeError as e:
             raise PlanError(f"invalid JSON: {e.msg}", path=path, line=e.lineno, column=e.colno) from None
-        if isinstance(raw, dict) and raw.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        if isinstance(raw, dict) and raw.get("schema_version", 1) not in _READABLE_VERSIONS:
             raise PlanError(
                 f"unsupported schema_version {raw.get('schema_version')!r}; this cascadeserve reads "
-                f"version {SCHEMA_VERSION}",
+                f"versions {', '.join(map(str, _READABLE_VERSIONS))}",
                 path=path,
             )
         try:
             return cls.model_validate(raw)
         except ValidationError as e:
             first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "plan"
             msg = str(first["msg"]).removeprefix("Value error, ")
-            raise PlanError(f"{where}: {msg}", path=path) from None
+            # an error raised for the whole plan either names its field itself (``gears.0.replicas: ...``) or not
+            where = ".".join(str(p) for p in first["loc"]) or ("" if msg.startswith("gears.") else "plan")
+            raise PlanError(f"{where}: {msg}" if where else msg, path=path) from None
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
@@ -276,7 +328,10 @@ def fixed_plan(
         qps_high=max_qps,
         models=cascade.models,
         thresholds=cascade.thresholds,
-        replicas={r.id: ReplicaGear(min_queue=min_queue, share=1.0 / per_model[r.model]) for r in replicas},
+        replicas=tuple(
+            GearReplica(model=r.model, device=r.device, min_queue=min_queue, share=1.0 / per_model[r.model])
+            for r in replicas
+        ),
     )
     return GearPlan(
         profile=profile.name,

@@ -10,7 +10,7 @@ from tests.cli_json import parse_json, stdout_json
 
 from cascadeserve.cascade import Cascade, enumerate_frontier
 from cascadeserve.cli import run
-from cascadeserve.plan import GearPlan, ReplicaGear, load_plan
+from cascadeserve.plan import GearPlan, GearReplica, load_plan
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, load_profile, save_profile
 
 
@@ -123,7 +123,7 @@ def test_plan_fixed_writes_a_loadable_plan(
     assert [d.memory_mb for d in plan.devices] == [16000.0, 16000.0]
     gear = plan.gears[0]
     assert gear.cascade == Cascade(("small", "large"), (0.7,))
-    assert all(rg == ReplicaGear(min_queue=1, share=0.5) for rg in gear.replicas.values())
+    assert all((rg.min_queue, rg.share) == (1, 0.5) for rg in gear.replicas)
 
 
 def test_plan_fixed_options(profile_dir: Path, tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_plan_fixed_options(profile_dir: Path, tmp_path: Path) -> None:
     args = ["--cascade", "large", "--min-queue", "4", "--max-wait-ms", "25", "--max-batch", "16"]
     assert _fixed(profile_dir, out, *args) == 0
     plan = load_plan(out)
-    assert plan.gears[0].replicas == {"large@dev0": ReplicaGear(min_queue=4, share=1.0)}
+    assert plan.gears[0].replicas == (GearReplica(model="large", device="dev0", min_queue=4, share=1.0),)
     assert (plan.max_wait_ms, plan.max_batch) == (25.0, 16)
 
 

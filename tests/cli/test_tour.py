@@ -31,7 +31,7 @@ def _tour_plan(tmp_path: Path) -> Path:
 
 def test_the_tour_plan_answers_a_lone_request(real_profile: Profile, tmp_path: Path) -> None:
     plan = load_plan(_tour_plan(tmp_path), real_profile)
-    assert plan.max_wait_ms is None and {rg.min_queue for g in plan.gears for rg in g.replicas.values()} == {4}
+    assert plan.max_wait_ms is None and {rg.min_queue for g in plan.gears for rg in g.replicas} == {4}
 
     # A lone request at 0.25 s, and the next one long after: the first must not wait for the second (nor for the
     # drain at the end of the trace, which models the server stopping).

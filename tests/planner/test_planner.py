@@ -166,7 +166,7 @@ def test_a_planned_overhead_is_carried_and_simulated() -> None:
     assert base.batch_overhead_ms == 0.0 and with_ov.batch_overhead_ms == 0.5
     # same gears and triggers (work-conserving batching keeps up either way) ...
     assert [(g.qps_low, g.qps_high) for g in with_ov.gears] == [(0.0, 150.0), (150.0, 300.0)]
-    assert all(rg.min_queue == 1 for g in with_ov.gears for rg in g.replicas.values())
+    assert all(rg.min_queue == 1 for g in with_ov.gears for rg in g.replicas)
     # ... but every predicted p95 includes the overhead's cost
     for g0, g1 in zip(base.gears, with_ov.gears, strict=True):
         assert g0.predicted_p95_ms is not None and g1.predicted_p95_ms is not None

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.plan import DEFAULT_MAX_WAIT_MS, Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import DEFAULT_MAX_WAIT_MS, Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.policy import (
     LAST_STAGE,
     BatchTrigger,
@@ -36,20 +36,23 @@ def three_stage_plan() -> GearPlan:
         qps_high=100,
         models=("a", "b", "c"),
         thresholds=(0.7, 0.4),
-        replicas={
-            "a@d0": ReplicaGear(min_queue=2, share=0.75),
-            "a@d1": ReplicaGear(min_queue=3, share=0.25),
-            "b@d0": ReplicaGear(min_queue=4, share=1.0),
-            "b@d1": ReplicaGear(min_queue=9, share=0.0),
-            "c@d1": ReplicaGear(min_queue=5, share=1.0),
-        },
+        replicas=(
+            GearReplica(model="a", device="d0", min_queue=2, share=0.75),
+            GearReplica(model="a", device="d1", min_queue=3, share=0.25),
+            GearReplica(model="b", device="d0", min_queue=4, share=1.0),
+            GearReplica(model="b", device="d1", min_queue=9, share=0.0),
+            GearReplica(model="c", device="d1", min_queue=5, share=1.0),
+        ),
     )
     g1 = Gear(
         qps_low=100,
         qps_high=300,
         models=("a", "c"),
         thresholds=(0.9,),
-        replicas={"a@d1": ReplicaGear(min_queue=6, share=1.0), "c@d1": ReplicaGear(min_queue=7, share=1.0)},
+        replicas=(
+            GearReplica(model="a", device="d1", min_queue=6, share=1.0),
+            GearReplica(model="c", device="d1", min_queue=7, share=1.0),
+        ),
     )
     return GearPlan(
         profile="p",

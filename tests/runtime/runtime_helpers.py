@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import Answer, FakeClock, Recorder, Request, RuntimeOptions, emulated_runtime
 from cascadeserve.simulate.engine import tick_windows
@@ -84,16 +84,16 @@ def two_gear_plan(
         qps_high=low_high,
         models=("m0", "m1"),
         thresholds=thresholds,
-        replicas={"m0@d0": ReplicaGear(share=1.0), "m1@d1": ReplicaGear(share=1.0)},
+        replicas=(GearReplica(model="m0", device="d0", share=1.0), GearReplica(model="m1", device="d1", share=1.0)),
     )
     fast = Gear(
         qps_low=low_high,
         qps_high=1e6,
         models=("m0",),
-        replicas={
-            "m0@d0": ReplicaGear(share=0.5, min_queue=min_queue_fast),
-            "m0@d1": ReplicaGear(share=0.5, min_queue=min_queue_fast),
-        },
+        replicas=(
+            GearReplica(model="m0", device="d0", share=0.5, min_queue=min_queue_fast),
+            GearReplica(model="m0", device="d1", share=0.5, min_queue=min_queue_fast),
+        ),
     )
     return GearPlan(profile="toy", devices=devices, replicas=replicas, gears=(slow, fast), max_wait_ms=max_wait_ms)
 

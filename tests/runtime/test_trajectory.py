@@ -15,7 +15,7 @@ import pytest
 from tests.runtime.runtime_helpers import Replay, replay, step_arrivals, two_gear_plan
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear, fixed_plan
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica, fixed_plan
 from cascadeserve.policy import AimdBatchLimit, AimdDecision, GearSchedule
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import FakeClock, RuntimeOptions, emulated_runtime
@@ -168,9 +168,9 @@ def test_aimd_and_schedule_together_match(toy_profile: Profile) -> None:
         qps_high=100,
         models=("m0", "m1"),
         thresholds=(0.5,),
-        replicas={"m0@d0": ReplicaGear(share=1.0), "m1@d1": ReplicaGear(share=1.0)},
+        replicas=(GearReplica(model="m0", device="d0", share=1.0), GearReplica(model="m1", device="d1", share=1.0)),
     )
-    alone = Gear(qps_low=100, qps_high=1e6, models=("m1",), replicas={"m1@d1": ReplicaGear(share=1.0)})
+    alone = Gear(qps_low=100, qps_high=1e6, models=("m1",), replicas=(GearReplica(model="m1", device="d1", share=1.0),))
     plan = GearPlan(
         profile="toy",
         devices=devices,

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.conftest import make_toy_profile
 from tests.runtime.test_trajectory import _compare
 
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.policy import AimdBatchLimit, GearSchedule
 
 PROFILE = make_toy_profile()
@@ -26,9 +26,9 @@ MODELS = ("m0", "m1", "m2")
 THRESHOLDS = (0.0, 0.2, 0.4, 0.6, 1.0)
 
 
-def _gear_replicas(entries: list[tuple[str, str, int, float]]) -> dict[str, ReplicaGear]:
+def _gear_replicas(entries: list[tuple[str, str, int, float]]) -> tuple[GearReplica, ...]:
     """The plan format's per-gear replica settings from ``(model, device, min_queue, share)``."""
-    return {f"{m}@{d}": ReplicaGear(min_queue=q, share=s) for m, d, q, s in entries}
+    return tuple(GearReplica(model=m, device=d, min_queue=q, share=s) for m, d, q, s in entries)
 
 
 @st.composite

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.plan import SLO, Device, Gear, GearPlan, Replica, ReplicaGear, fixed_plan
+from cascadeserve.plan import SLO, Device, Gear, GearPlan, GearReplica, Replica, fixed_plan
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 from cascadeserve.simulate import BatchRecord, simulate
 
@@ -119,9 +119,14 @@ def two_gear_plan(profile: Profile, *, alpha: float = 8.0) -> GearPlan:
         qps_high=100,
         models=("m0", "m1", "m2"),
         thresholds=(0.3, 0.2),
-        replicas={r.id: ReplicaGear(share=1.0) for r in reps},
+        replicas=tuple(GearReplica(model=r.model, device=r.device, share=1.0) for r in reps),
     )
-    high = Gear(qps_low=100, qps_high=10_000, models=("m0",), replicas={"m0@d": ReplicaGear(min_queue=4, share=1.0)})
+    high = Gear(
+        qps_low=100,
+        qps_high=10_000,
+        models=("m0",),
+        replicas=(GearReplica(model="m0", device="d", min_queue=4, share=1.0),),
+    )
     return GearPlan(
         profile=profile.name,
         devices=(Device(name="d", memory_mb=1000),),

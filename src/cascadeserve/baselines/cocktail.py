@@ -42,7 +42,7 @@ from cascadeserve.baselines.common import (
     batch_for_latency,
     batch_ms,
 )
-from cascadeserve.plan import Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import Gear, GearPlan, GearReplica, Replica
 from cascadeserve.policy import GearSchedule
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 
@@ -160,7 +160,10 @@ class CocktailPlus(System):
                 qps_low=float(k),
                 qps_high=float(k + 1),
                 models=(mp.name,),
-                replicas={replicas[j].id: ReplicaGear(min_queue=1, share=1.0 / (k + 1)) for j in range(k + 1)},
+                replicas=tuple(
+                    GearReplica(model=r.model, device=r.device, min_queue=1, share=1.0 / (k + 1))
+                    for r in replicas[: k + 1]
+                ),
             )
             for k in range(devices)
         )

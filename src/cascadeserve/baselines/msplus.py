@@ -25,7 +25,7 @@ from cascadeserve.baselines.common import (
     batch_ms,
     pareto_models,
 )
-from cascadeserve.plan import Device, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.profile import Profile
 
 __all__ = ["MSPlus", "colocate"]
@@ -91,7 +91,9 @@ class MSPlus(System):
                     qps_high=high,
                     models=(m,),
                     thresholds=(),
-                    replicas={r.id: ReplicaGear(min_queue=1, share=1.0 / len(reps)) for r in reps},
+                    replicas=tuple(
+                        GearReplica(model=r.model, device=r.device, min_queue=1, share=1.0 / len(reps)) for r in reps
+                    ),
                 )
             )
             low = high

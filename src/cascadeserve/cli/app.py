@@ -1,30 +1,31 @@
-"""The root typer app, the shared error handling and output helpers."""
+"""The assembled command line: every command module registered on the root app, and :func:`run` with the shared
+error handling.
+
+The root app and the output helpers live in :mod:`cascadeserve.cli.root`, which the command modules import; this
+module imports the command modules (each adds its group or command to the app when imported), so there is no
+import cycle. ``app``, ``console``, ``err_console`` and ``print_json`` are re-exported from ``root``.
+"""
 
 from __future__ import annotations
 
-import json
-import shlex
 import sys
-from typing import Any
 
 import typer
-from rich.console import Console
 
+# Importing a command module registers its commands, and `--help` lists them in that order (commands first,
+# then groups): keep this order, not the alphabetical one.
+# isort: off
+from cascadeserve.cli import bench, compare, demo, serve, simulate
+from cascadeserve.cli import plan, eval, fidelity, profile
+
+# isort: on
+from cascadeserve.cli.root import app, console, err_console, print_json, set_invocation
 from cascadeserve.errors import CascadeServeError
 
-__all__ = ["app", "console", "err_console", "print_json", "register", "run"]
+__all__ = ["app", "console", "err_console", "print_json", "run"]
 
-app = typer.Typer(
-    name="cascadeserve",
-    help="Serve predictions from model cascades: profile a model family, plan gears, simulate, serve.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-console = Console()
-err_console = Console(stderr=True)
-
-_registered = False
+# the command modules, in registration order (for readers and tests; importing them above is what registers)
+_COMMAND_MODULES = (bench, compare, demo, serve, simulate, plan, eval, fidelity, profile)
 
 # Click's base exception, wherever this typer takes click from: recent typer vendors it as ``typer._click`` (and does
 # not depend on ``click``), older typer re-exports ``click``'s own classes. ``typer.BadParameter`` derives from it.
@@ -33,33 +34,9 @@ _CLICK_ERRORS: tuple[type[Exception], ...] = tuple(
 )
 
 
-def register() -> None:
-    """Import the command modules (each adds its group to ``app``)."""
-    global _registered
-    if _registered:
-        return
-    from cascadeserve.cli import bench, compare, demo, eval, fidelity, plan, profile, serve, simulate  # noqa: F401  (modules register their commands)
-
-    _registered = True
-
-
-def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=float) + "\n")
-    sys.stdout.flush()
-
-
-_ARGV: list[str] = []
-
-
-def invocation() -> str:
-    """The command line this run was given (``run``'s argv, or the process's), for reports that must be rerunnable."""
-    return shlex.join(["cascadeserve", *_ARGV])
-
-
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit code 2."""
-    register()
-    _ARGV[:] = list(argv) if argv is not None else sys.argv[1:]
+    set_invocation(argv if argv is not None else sys.argv[1:])
     try:
         app(args=argv, standalone_mode=False)
     except CascadeServeError as e:

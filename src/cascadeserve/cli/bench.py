@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cascadeserve.cli.app import app, console, err_console, print_json
 from cascadeserve.cli.common import (
     ArrivalOpt,
     DropZeroOpt,
@@ -20,9 +19,12 @@ from cascadeserve.cli.common import (
     WindowOpt,
     trace_options,
 )
+from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.http.loadgen import run_load
+from cascadeserve.eval.loadgen import run_load
 from cascadeserve.profile import load_profile
+
+__all__ = ["bench"]
 
 
 @app.command("bench")

@@ -21,7 +21,6 @@ import typer
 from rich.table import Table
 
 from cascadeserve.baselines import LoadTime, System, Workload, all_systems
-from cascadeserve.cli.app import app, console, err_console, invocation, print_json
 from cascadeserve.cli.common import (
     ArrivalOpt,
     BatchOverheadOpt,
@@ -34,6 +33,7 @@ from cascadeserve.cli.common import (
     parse_floats,
     trace_options,
 )
+from cascadeserve.cli.root import app, console, err_console, invocation, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.eval import compare as run_compare
 from cascadeserve.eval import family_max_qps, run_all, write_report

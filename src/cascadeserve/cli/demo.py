@@ -7,8 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
-from cascadeserve.cli.app import app, console, err_console
+from cascadeserve.cli.root import app, console, err_console
 from cascadeserve.errors import CascadeServeError
+
+__all__ = ["demo"]
 
 
 @app.command("demo")

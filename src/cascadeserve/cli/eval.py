@@ -16,9 +16,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cascadeserve.cli.app import app, console, err_console, print_json
-from cascadeserve.cli.common import devices_from
-from cascadeserve.cli.plan import slo_from
+from cascadeserve.cli.common import devices_from, slo_from
+from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.eval.quality import compare_planner, planner_time_sweep
 from cascadeserve.profile import load_profile
 from cascadeserve.traces import build_trace

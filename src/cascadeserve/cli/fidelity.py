@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cascadeserve.cli.app import console, print_json
 from cascadeserve.cli.common import (
     ArrivalOpt,
     DropZeroOpt,
@@ -21,8 +20,11 @@ from cascadeserve.cli.common import (
     trace_options,
 )
 from cascadeserve.cli.eval import eval_app
-from cascadeserve.http.fidelity import CALIBRATION_REQUESTS, calibrate, fidelity, mean_qps
+from cascadeserve.cli.root import console, print_json
+from cascadeserve.eval.fidelity import CALIBRATION_REQUESTS, calibrate, fidelity, mean_qps
 from cascadeserve.profile import load_profile
+
+__all__ = ["fidelity_cmd"]
 
 
 @eval_app.command("fidelity")

@@ -22,14 +22,14 @@ import typer
 from rich.table import Table
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.cli.app import app, console, err_console, print_json
-from cascadeserve.cli.common import BatchOverheadOpt, devices_from, parse_floats
+from cascadeserve.cli.common import BatchOverheadOpt, devices_from, parse_floats, slo_from
+from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError, InfeasibleError
-from cascadeserve.plan import SLO, GearPlan, fixed_plan, load_plan
+from cascadeserve.plan import GearPlan, fixed_plan, load_plan
 from cascadeserve.planner import SUBMODULES, Planner, PlannerReport, QpsDistribution
 from cascadeserve.profile import load_profile
 
-__all__ = ["plan_app", "plan_summary", "print_plan", "slo_from"]
+__all__ = ["plan_app", "plan_summary", "print_plan"]
 
 plan_app = typer.Typer(
     help=(
@@ -42,24 +42,10 @@ plan_app = typer.Typer(
 app.add_typer(plan_app, name="plan")
 
 
-def slo_from(p95_ms: float | None, accuracy: float | None) -> SLO:
-    """Exactly one of ``--slo-p95-ms`` and ``--slo-accuracy``."""
-    if (p95_ms is None) == (accuracy is None):
-        raise CascadeServeError("give exactly one SLO: --slo-p95-ms L or --slo-accuracy A")
-    if p95_ms is not None:
-        if p95_ms <= 0:
-            raise CascadeServeError("--slo-p95-ms must be positive")
-        return SLO(kind="p95_ms", value=p95_ms)
-    assert accuracy is not None
-    if not 0 < accuracy <= 1:
-        raise CascadeServeError("--slo-accuracy must lie in (0, 1]")
-    return SLO(kind="accuracy", value=accuracy)
-
-
 def _triggers(plan: GearPlan, gi: int) -> str:
     g = plan.gears[gi]
     first = g.models[0]
-    mqs = [rg.min_queue for rid, rg in g.replicas.items() if rid.split("@", 1)[0] == first and rg.share > 0]
+    mqs = [gr.min_queue for gr in g.replicas_of(first) if gr.share > 0]
     if not mqs:
         return "1"
     lo, hi = min(mqs), max(mqs)
@@ -76,8 +62,8 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
                 "qps_high": g.qps_high,
                 "models": list(g.models),
                 "thresholds": list(g.thresholds),
-                "min_queue": {rid: rg.min_queue for rid, rg in g.replicas.items()},
-                "shares": {rid: round(rg.share, 6) for rid, rg in g.replicas.items()},
+                "min_queue": {gr.id: gr.min_queue for gr in g.replicas},
+                "shares": {gr.id: round(gr.share, 6) for gr in g.replicas},
                 "triggers": _triggers(plan, i),
                 "predicted_p95_ms": g.predicted_p95_ms,
                 "predicted_accuracy": g.predicted_accuracy,

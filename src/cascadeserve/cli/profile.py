@@ -14,9 +14,11 @@ import typer
 from rich.table import Table
 
 from cascadeserve.cascade import enumerate_frontier
-from cascadeserve.cli.app import app, console, err_console, print_json
+from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import load_profile
+
+__all__ = ["frontier", "measure_cmd", "profile_app", "show"]
 
 profile_app = typer.Typer(help="Inspect or measure model-family profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")

@@ -12,12 +12,14 @@ from typing import Annotated
 
 import typer
 
-from cascadeserve.cli.app import app, err_console
+from cascadeserve.cli.root import app, err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.plan import load_plan
 from cascadeserve.profile import load_profile
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
+
+__all__ = ["serve"]
 
 
 @app.command("serve")

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cascadeserve.cli.app import app, console, print_json
 from cascadeserve.cli.common import (
     ArrivalOpt,
     DropZeroOpt,
@@ -19,9 +18,12 @@ from cascadeserve.cli.common import (
     WindowOpt,
     trace_options,
 )
+from cascadeserve.cli.root import app, console, print_json
 from cascadeserve.plan import load_plan
 from cascadeserve.profile import load_profile
 from cascadeserve.simulate import simulate as run_simulation
+
+__all__ = ["simulate"]
 
 
 @app.command("simulate")

@@ -60,7 +60,7 @@ def plot_plan(plan: GearPlan, path: Path) -> Path:
         for stage, m in enumerate(g.models):
             j = models.index(m)
             ax.barh(j, g.qps_high - g.qps_low, left=g.qps_low, color=colors[j], edgecolor="white")
-            mq = max((rg.min_queue for rid, rg in g.replicas.items() if rid.split("@", 1)[0] == m), default=1)
+            mq = max((gr.min_queue for gr in g.replicas_of(m)), default=1)
             label = (f"t={g.thresholds[stage]:.2f}" if stage < len(g.thresholds) else "last") + f" q>={mq}"
             ax.text((g.qps_low + g.qps_high) / 2, j, label, ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(len(models)), models)

@@ -1,7 +1,12 @@
 """The evaluation harness that redraws the paper's results (§6): cost grid, trade-off curves, degradation
 timelines, ablations, the planner's quality against exhaustive and random search (:mod:`cascadeserve.eval.quality`),
 and the report page. Every system runs on the shared simulator (and, for timelines, on the runtime); see
-:mod:`cascadeserve.baselines`."""
+:mod:`cascadeserve.baselines`.
+
+Two harnesses that drive a real server over HTTP live here too, outside the server itself, and are imported on
+their own (they pull in HTTP clients): :mod:`cascadeserve.eval.loadgen`, the open-loop load generator behind
+``cascadeserve bench``, and :mod:`cascadeserve.eval.fidelity`, the simulator against ``serve --emulate``
+(``cascadeserve eval fidelity``, paper Fig. 13)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,9 @@
 * :func:`load_validation` reads labelled validation data; :func:`measure` profiles a family into the profile
   interchange format (``cascadeserve profile measure``).
 * :mod:`cascadeserve.models.families` holds the two real families, ``digits`` and ``tweets``.
+
+Imports point one way (an import-linter layers contract keeps them so): ``profiler`` → ``config`` and
+``validation`` → ``families`` → ``adapters`` and ``dataset`` (:class:`ValidationSet`) → ``base``.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from cascadeserve.models.adapters import (
 )
 from cascadeserve.models.base import MissingExtraError, Model, ModelLoadError, require
 from cascadeserve.models.config import ModelsConfig, ModelSpec, Preprocess, build_model, load_models_config
+from cascadeserve.models.dataset import ValidationDataError, ValidationSet
 from cascadeserve.models.profiler import DEFAULT_BATCH_SIZES, MeasureOptions, ModelRecord, measure
-from cascadeserve.models.validation import ValidationDataError, ValidationSet, load_validation
+from cascadeserve.models.validation import load_validation
 
 __all__ = [
     "DEFAULT_BATCH_SIZES",

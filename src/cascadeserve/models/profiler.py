@@ -35,7 +35,7 @@ import numpy as np
 from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import ModelLoadError
 from cascadeserve.models.config import ModelsConfig
-from cascadeserve.models.validation import ValidationSet
+from cascadeserve.models.dataset import ValidationSet
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, certainty_function, load_profile, save_profile
 
 __all__ = ["DEFAULT_BATCH_SIZES", "MeasureOptions", "ModelRecord", "measure"]

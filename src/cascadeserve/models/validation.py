@@ -13,70 +13,23 @@ Labels are non-negative class indices. Every problem names the file and the row 
 so a user can find it: a row with the wrong number of fields, a label that is not a class index, inputs and
 labels of different lengths. The profiler adds one more check once it knows a model's classes: a label outside
 them is rejected naming its row (:meth:`ValidationSet.where`).
+
+:class:`ValidationSet` and :class:`ValidationDataError` live in :mod:`cascadeserve.models.dataset` (re-exported
+here), below the families that build them; this module imports a family only inside :func:`load_validation`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cascadeserve.errors import CascadeServeError
+from cascadeserve.models.dataset import ValidationDataError, ValidationSet
 
 __all__ = ["ValidationDataError", "ValidationSet", "load_validation"]
-
-
-class ValidationDataError(CascadeServeError):
-    """The validation data is malformed; the message names the file and row."""
-
-
-@dataclass(frozen=True, eq=False)
-class ValidationSet:
-    """``inputs`` (an array ``[n, ...]`` or a list of ``n`` strings), ``labels`` ``[n]`` and ``sample_ids``."""
-
-    inputs: Any
-    labels: np.ndarray
-    sample_ids: np.ndarray
-    source: str
-    lines: tuple[int, ...] | None = None  # CSV line of each row, for messages
-
-    def __post_init__(self) -> None:
-        if len(self.inputs) != len(self.labels) or len(self.sample_ids) != len(self.labels):
-            raise ValidationDataError(
-                f"{self.source}: {len(self.inputs)} inputs, {len(self.labels)} labels and "
-                f"{len(self.sample_ids)} sample ids; they must have one row each"
-            )
-        if len(self.labels) == 0:
-            raise ValidationDataError(f"{self.source}: no validation rows")
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def where(self, i: int) -> str:
-        """Where row ``i`` lives, for messages: ``file, line 17`` or ``file, row 16``."""
-        if self.lines is not None:
-            return f"{self.source}, line {self.lines[i]}"
-        return f"{self.source}, row {i} (sample_id {self.sample_ids[i]})"
-
-    def take(self, idx: np.ndarray) -> Any:
-        """The inputs at positions ``idx`` (works for arrays and lists of strings)."""
-        if isinstance(self.inputs, np.ndarray):
-            return self.inputs[idx]
-        return [self.inputs[int(i)] for i in idx]
-
-    def check_classes(self, n_classes: int, model: str) -> None:
-        """Reject the first label outside ``0..n_classes-1``, naming its row."""
-        bad = np.flatnonzero((self.labels < 0) | (self.labels >= n_classes))
-        if len(bad):
-            i = int(bad[0])
-            raise ValidationDataError(
-                f"{self.where(i)}, column label: label {int(self.labels[i])} is outside model {model!r}'s classes "
-                f"0..{n_classes - 1} ({len(bad)} such row(s))"
-            )
 
 
 def _label(text: str, where: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from cascadeserve.plan import SLO, Gear, GearPlan, Replica, ReplicaGear
+from cascadeserve.plan import SLO, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.planner.problem import Problem, RepKey
 from cascadeserve.planner.solution import Solution, weighted_acc
 
@@ -38,10 +38,12 @@ def _gear(
         qps_high=qps_high,
         models=c.models,
         thresholds=c.cascade.thresholds,
-        replicas={
-            f"{m}@{problem.devices[d].name}": ReplicaGear(min_queue=mq.get((m, d), 1), share=shares.get((m, d), 0.0))
+        replicas=tuple(
+            GearReplica(
+                model=m, device=problem.devices[d].name, min_queue=mq.get((m, d), 1), share=shares.get((m, d), 0.0)
+            )
             for m, d in reps
-        },
+        ),
         predicted_p95_ms=predicted_p95_ms,
         predicted_accuracy=predicted_accuracy,
     )

@@ -75,14 +75,10 @@ class PlanTables:
                 if k < len(rows) - 1:
                     self.threshold[g, m] = gear.thresholds[k]
                     self.next_row[g, m] = rows[k + 1]
-            for rid, rg in gear.replicas.items():
-                self._min_queue[g, plan.replica_index[rid]] = rg.min_queue
+            for gr in gear.replicas:
+                self._min_queue[g, plan.replica_index[gr.id]] = gr.min_queue
             for name, m in zip(gear.models, rows, strict=True):
-                reps = [
-                    (plan.replica_index[rid], rg.share)
-                    for rid, rg in gear.replicas.items()
-                    if rid.split("@", 1)[0] == name and rg.share > 0
-                ]
+                reps = [(plan.replica_index[gr.id], gr.share) for gr in gear.replicas_of(name) if gr.share > 0]
                 self._routes[(g, m)] = Route(tuple(r for r, _ in reps), tuple(s for _, s in reps))
         self.triggers: tuple[tuple[BatchTrigger, ...], ...] = tuple(
             tuple(BatchTrigger(int(q), max_wait_s, plan.max_batch) for q in self._min_queue[g]) for g in range(g_count)

@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 from cascadeserve.models.base import require
-from cascadeserve.models.validation import ValidationSet
+from cascadeserve.models.dataset import ValidationSet
 
 __all__ = [
     "ARCHS",

@@ -34,8 +34,8 @@ import numpy as np
 import yaml
 
 from cascadeserve.models.base import ModelLoadError, require
+from cascadeserve.models.dataset import ValidationDataError, ValidationSet
 from cascadeserve.models.families.digits import cache_dir
-from cascadeserve.models.validation import ValidationDataError, ValidationSet
 
 __all__ = [
     "N_TRAIN",

@@ -38,13 +38,13 @@ import httpx
 import numpy as np
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.http.loadgen import LoadReport, run_load
+from cascadeserve.eval.loadgen import LoadReport, run_load
 from cascadeserve.plan import Device, fixed_plan, load_plan
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import SimResult, simulate
 from cascadeserve.traces import poisson
 
-__all__ = ["FidelityRow", "Overheads", "calibrate", "fidelity", "mean_qps"]
+__all__ = ["CALIBRATION_REQUESTS", "FidelityRow", "Overheads", "calibrate", "fidelity", "mean_qps"]
 
 CALIBRATION_QPS = 20.0
 CALIBRATION_S = 10.0  # at least this long ...

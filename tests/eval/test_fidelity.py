@@ -10,7 +10,7 @@ from tests.cli_json import stdout_json
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli import run
-from cascadeserve.http.fidelity import Overheads
+from cascadeserve.eval.fidelity import Overheads
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.profile import Profile, save_profile
 from cascadeserve.simulate import SimResult
