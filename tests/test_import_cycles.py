@@ -4,8 +4,8 @@ The graph comes from grimp (import-linter's engine), so it counts every import a
 function (a lazy import is still a dependency) and under ``TYPE_CHECKING``. A cycle is a strongly connected component
 of more than one module; the test prints one concrete cycle from each, with the line of every import in it.
 
-``KNOWN_CYCLES`` lists the cycles that are being fixed elsewhere. A known cycle may shrink or vanish (the test then
-still passes, and the entry should be deleted); a module joining it, or any other cycle, turns the test red.
+``KNOWN_CYCLES`` would list cycles being fixed elsewhere (a known cycle may shrink or vanish; a module joining it,
+or any other cycle, turns the test red). It is empty: the package has no import cycle.
 """
 
 from __future__ import annotations
@@ -16,19 +16,7 @@ from collections import deque
 import grimp
 import pytest
 
-KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    # The runtime's request / generation / consumer modules (with observer and queue, which they pass around) import
-    # each other. Another engineer is untangling them; remove this entry when that lands.
-    frozenset(
-        {
-            "cascadeserve.runtime.consumer",
-            "cascadeserve.runtime.generation",
-            "cascadeserve.runtime.observer",
-            "cascadeserve.runtime.queue",
-            "cascadeserve.runtime.request",
-        }
-    ),
-)
+KNOWN_CYCLES: tuple[frozenset[str], ...] = ()  # none left: the runtime's request/generation/consumer cycle is gone
 
 
 def strongly_connected_components(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -28,8 +28,10 @@ from cascadeserve.runtime.request import (
     Request,
     RuntimeStopped,
     ServingError,
+    TooLarge,
 )
 from cascadeserve.runtime.server import Runtime, RuntimeOptions, answer_early, arm_deadline
+from cascadeserve.runtime.transport import LocalTransport, Transport
 
 __all__ = [
     "Answer",
@@ -46,6 +48,7 @@ __all__ = [
     "InputSpec",
     "LocalBackend",
     "LocalPlacement",
+    "LocalTransport",
     "ModelConfig",
     "ModelFailed",
     "ModelFn",
@@ -62,6 +65,8 @@ __all__ = [
     "ServingError",
     "ThreadDevice",
     "TickEvent",
+    "TooLarge",
+    "Transport",
     "answer_early",
     "arm_deadline",
     "call_later",
