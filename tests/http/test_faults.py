@@ -75,6 +75,20 @@ def test_overload_sheds_with_503_and_loses_nothing(toy_profile: Profile, backend
         assert metric(text, "cascadeserve_in_flight") == 0
 
 
+def test_a_call_larger_than_the_admission_capacity_gets_413_without_retry_after(
+    toy_profile: Profile, backend: Backend
+) -> None:
+    """Shedding it with 503 and Retry-After would send an obedient client into retrying forever."""
+    with serving(toy_profile, max_in_flight=4, backend=backend) as server:
+        r = httpx.post(f"{server.url}/v2/models/toy/infer", json=_body(list(range(5))), timeout=10)
+        assert r.status_code == 413
+        assert "retry-after" not in r.headers
+        assert "5 rows exceeds the admission capacity of 4" in r.json()["error"]
+        ok = httpx.post(f"{server.url}/v2/models/toy/infer", json=_body(list(range(4))), timeout=10)
+        assert ok.status_code == 200  # a call that fits is served, and nothing leaked
+        assert metric(httpx.get(f"{server.url}/metrics").text, "cascadeserve_in_flight") == 0
+
+
 def _slow_second_stage_profile(base: Profile) -> Profile:
     models = (
         ModelProfile("m0", 100.0, RuntimeCurve((1,), (2.0,))),

@@ -3,7 +3,7 @@
 A :class:`Backend` builds a :class:`~cascadeserve.runtime.Runtime` for a plan, either on emulated devices
 (profiled runtimes, recorded answers) or on real models. :class:`LocalBackend`, the default, builds the embedded
 runtime of this package (one asyncio loop, a worker thread per device). ``cascadeserve.backends.ray`` provides
-another, whose runtime is a :class:`Runtime` subclass that places replicas on Ray actors; the HTTP layer only
+another: a plain :class:`Runtime` composed with a Ray placement that puts replicas on Ray actors; the HTTP layer only
 ever sees the :class:`Runtime` interface, so it imports no backend.
 """
 

@@ -1,17 +1,23 @@
 """The discrete-event simulator of a cascadeserve deployment (paper appendix C).
 
-It replays an arrival trace against a gear plan and a profile:
+It replays an arrival trace against a gear plan and a profile, applying the decisions of
+:mod:`cascadeserve.policy` exactly as the runtime does (only the clock differs) and deciding nothing itself:
 
-* Every ``tick`` (100 ms) the producer measures QPS and picks the gear with :class:`~cascadeserve.policy.GearSelector`
-  (hysteresis on the first stage's queue). The arrivals of the next tick are admitted under that gear and routed
-  to first-stage replicas by the gear's shares (:class:`~cascadeserve.policy.SmoothWeightedRoundRobin`).
-* Each device runs one batch at a time. A free device fires the replica that the
-  :class:`~cascadeserve.policy.BatchTrigger` says is ready first (ties: :func:`~cascadeserve.policy.choose_replica`);
-  the batch takes ``runtime(model, batch size)`` from the profile.
-* When a batch ends, samples whose recorded certainty reaches their stage's threshold are answered
-  (:func:`~cascadeserve.policy.sure_mask`); the others are routed to the next model's replicas.
+* Every ``tick`` (100 ms, at ``k·tick`` exactly) the producer measures QPS and applies the plan's
+  :class:`~cascadeserve.policy.GearPolicy` (the selector with α·Q0 hysteresis, or a gear schedule). The arrivals
+  of the tick are admitted under that gear and routed to first-stage replicas by
+  :class:`~cascadeserve.policy.Routers` (the gear's shares).
+* Each device runs one batch at a time. When it is free, :func:`~cascadeserve.policy.next_batch` says which of its
+  replicas fires and when (the triggers' minimum queue and max wait, the one tie-break rule), and
+  :func:`~cascadeserve.policy.batch_size` how many samples it takes; the batch lasts ``runtime(model, batch
+  size)`` from the profile (plus the plan's ``batch_overhead_ms``).
+* When a batch ends, :meth:`~cascadeserve.policy.PlanTables.exits` says which samples are answered there (the last
+  stage answers all); the others go to the next model's replicas that the routers pick.
 * Request ``i`` uses validation sample ``i mod n``, so certainty and correctness are the recorded ones.
-* After the last arrival, queues drain with a minimum queue length of 1, so that every request completes.
+* At one instant the order is: the producer's tick, then the arrivals, then device events (the runtime on a fake
+  clock replays it so, see ``FakeClock.advance_to``).
+* After the last arrival's tick window, queues drain (the policy's drain trigger), as a server does when it stops.
+  A request that never completes is reported unanswered (``SimResult.unanswered``), never as completed.
 
 Two optional policy hooks serve the baselines (:mod:`cascadeserve.baselines`); both default to off and cost one
 ``is None`` test per batch or tick when off:
@@ -22,8 +28,8 @@ Two optional policy hooks serve the baselines (:mod:`cascadeserve.baselines`); b
   (an autoscaler given the future load, Cocktail+), in place of the measured-QPS selector.
 
 Speed comes from working at the granularity of *batches*, not requests: arrivals of a tick are routed with one
-vectorised call, a replica's first-stage queue is a slice of its routed arrivals, and forwarding is a handful of
-numpy operations per batch. The policy objects are the same ones the runtime uses; only the clock differs.
+vectorised call, a replica's first-stage queue is a slice of its routed arrivals, and exits and forwarding are a
+handful of numpy operations per batch (a per-sample path on the same policy calls serves batches of ≤ 16).
 """
 
 from __future__ import annotations
