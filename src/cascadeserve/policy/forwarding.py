@@ -7,8 +7,10 @@ end of its cascade, where nothing would ever answer it. The last stage is encode
 
 Thresholds come per sample (each request keeps the cascade of the gear it was admitted under), so
 :func:`sure_mask` takes an array of thresholds as readily as a scalar. :func:`is_sure` is the same rule for one
-sample, for the engines' per-sample paths (small batches), and the two agree on every input (a property test
-checks it). Which replica each unsure sample goes to is :meth:`~cascadeserve.policy.Routers.split`'s decision.
+sample, and :func:`sure_list` for a short Python list (the engines' per-sample paths on small batches, where a
+dozen numpy calls on 1-16 elements cost more than a loop); all three agree on every input, NaN included (a
+property test checks it). Which replica each unsure sample goes to is
+:meth:`~cascadeserve.policy.Routers.split`'s decision.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import math
 
 import numpy as np
 
-__all__ = ["LAST_STAGE", "is_sure", "sure_mask"]
+__all__ = ["LAST_STAGE", "is_sure", "sure_list", "sure_mask"]
 
 LAST_STAGE = -math.inf
 
@@ -36,3 +38,12 @@ def sure_mask(certainty: np.ndarray, threshold: float | np.ndarray) -> np.ndarra
 def is_sure(certainty: float, threshold: float) -> bool:
     """The same rule for one sample."""
     return threshold == LAST_STAGE or certainty >= threshold
+
+
+def sure_list(certainty: list[float], threshold: float | list[float]) -> list[bool]:
+    """:func:`sure_mask` for a short Python list of certainties (``threshold`` one, or one per sample)."""
+    if isinstance(threshold, list):
+        return [t == LAST_STAGE or c >= t for c, t in zip(certainty, threshold, strict=True)]
+    if threshold == LAST_STAGE:
+        return [True] * len(certainty)
+    return [c >= threshold for c in certainty]

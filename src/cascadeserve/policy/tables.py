@@ -24,7 +24,7 @@ import numpy as np
 
 from cascadeserve.plan import DEFAULT_MAX_WAIT_MS, GearPlan
 from cascadeserve.policy.batching import BatchTrigger, drain_trigger
-from cascadeserve.policy.forwarding import LAST_STAGE, is_sure, sure_mask
+from cascadeserve.policy.forwarding import LAST_STAGE, is_sure, sure_list, sure_mask
 from cascadeserve.policy.gears import GearPolicy, GearSelector
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
 from cascadeserve.policy.schedule import GearSchedule
@@ -60,6 +60,7 @@ class PlanTables:
         self.threshold = np.full((g_count, n_rows), LAST_STAGE)
         self.next_row = np.full((g_count, n_rows), -1, dtype=np.int64)
         self.stage = np.full((g_count, n_rows), -1, dtype=np.int64)
+        self.n_gears = g_count
         self.first_row = np.empty(g_count, dtype=np.int64)
         self._routes: dict[tuple[int, int], Route] = {}
         self._min_queue = np.ones((g_count, self.n_replicas), dtype=np.int64)
@@ -87,9 +88,6 @@ class PlanTables:
         self.selector = GearSelector([g.qps_high for g in plan.gears], alpha=plan.alpha, qps_scale=plan.qps_scale)
         self._thr_lists: list[list[float]] = self.threshold.tolist()
 
-    @property
-    def n_gears(self) -> int:
-        return len(self.plan.gears)
 
     def route(self, gear: int, row: int) -> Route:
         return self._routes[(gear, row)]
@@ -114,8 +112,15 @@ class PlanTables:
         return sure_mask(certainty, self.threshold[gears, row])
 
     def exits_one(self, row: int, certainty: float, gear: int) -> bool:
-        """:meth:`exits` for one sample (the engines' per-sample paths on small batches)."""
+        """:meth:`exits` for one sample."""
         return is_sure(certainty, self._thr_lists[gear][row])
+
+    def exits_list(self, row: int, certainty: list[float], gears: list[int] | None) -> list[bool]:
+        """:meth:`exits` for a short Python list (the engines' per-sample paths on small batches)."""
+        thr = self._thr_lists
+        if gears is None or self.n_gears == 1:
+            return sure_list(certainty, thr[0][row])
+        return sure_list(certainty, [thr[g][row] for g in gears])
 
     def triggers_for(self, gear: int, *, draining: bool = False) -> tuple[BatchTrigger, ...]:
         """Every replica's trigger in ``gear``, or the drain trigger when the queues are draining."""

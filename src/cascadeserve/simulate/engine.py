@@ -44,6 +44,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.policy import (
     AimdBatchLimit,
     BatchTrigger,
+    Candidate,
     GearSchedule,
     PlanTables,
     QpsMeter,
@@ -58,6 +59,7 @@ __all__ = ["Simulator", "simulate", "tick_windows"]
 
 _TABLE_BATCH = 4096
 _SMALL_BATCH = 16
+_NO_BATCH: Candidate = (math.inf, math.inf, -1, -1)
 _EMPTY_I = np.empty(0, dtype=np.int64)
 _EMPTY_F = np.empty(0, dtype=np.float64)
 
@@ -159,9 +161,10 @@ class Simulator:
         busy: list[tuple[int, np.ndarray, float] | None] = [None] * d_count
         busy_until = [math.inf] * d_count
         free_at = [0.0] * d_count
-        ready: list[tuple[float, int]] = [(math.inf, -1)] * d_count
+        ready: list[Candidate] = [_NO_BATCH] * d_count
         dirty = [True] * d_count
         routers: Routers = tb.new_routers()
+        split, split_list = routers.split, routers.split_list
         meter = QpsMeter(tick)
         limiter = self.batch_limit
         gear_policy = self.gear_policy
@@ -196,7 +199,7 @@ class Simulator:
             rep_t[r] = trig.fire_time(-math.inf, first, mth)
             rep_first[r] = first
 
-        def compute_ready(d: int) -> tuple[float, int]:
+        def compute_ready(d: int) -> Candidate:
             now = max(clock, free_at[d])
             cands: list[tuple[float, float, int, int]] = []
             for r in device_replicas[d]:
@@ -206,7 +209,7 @@ class Simulator:
                 if t < math.inf:
                     cands.append((now if t < now else t, rep_first[r], 0, r))
             decision = next_batch(cands)
-            return (math.inf, -1) if decision is None else (decision.at, decision.replica)
+            return _NO_BATCH if decision is None else decision
 
         def start(d: int, t: float, r: int) -> None:
             rep_dirty[r] = True
@@ -282,14 +285,14 @@ class Simulator:
                 g0 = int(gs[0])
                 groups = [(g0, fw)] if gs.min() == gs.max() else [(int(g), fw[gs == g]) for g in np.unique(gs)]
             for g, ids_g in groups:
-                for rr, sub in routers.split(g, int(tb.next_row[g, row]), ids_g):
+                for rr, sub in split(g, int(tb.next_row[g, row]), ids_g):
                     fwd[rr].push(sub, t)
                     rep_dirty[rr] = True
                     dirty[replica_device[rr]] = True
 
         cert_lists = [c.tolist() for c in cert]
         next_lists = tb.next_row.tolist()
-        exits_one = tb.exits_one
+        exits_list = tb.exits_list
 
         def complete_small(d: int, t: float, r: int, ids: np.ndarray, t0: float, row: int) -> None:
             # The same decisions as the vectorised path, one sample at a time: for the small batches of low load,
@@ -297,20 +300,20 @@ class Simulator:
             il = ids.tolist()
             crow = cert_lists[row]
             gl = None if single_gear else gear_of[ids].tolist()
+            sure = exits_list(row, [crow[i % n_samples] for i in il], gl)
             n_ans = 0
             groups: dict[int, list[int]] = {}
             for k, i in enumerate(il):
-                g = 0 if gl is None else gl[k]
-                if exits_one(row, crow[i % n_samples], g):
+                if sure[k]:
                     finish[i] = t
                     answer_row[i] = row
                     n_ans += 1
                 else:
-                    groups.setdefault(g, []).append(i)
+                    groups.setdefault(0 if gl is None else gl[k], []).append(i)
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(il), n_ans))
             for g, lst in groups.items():
-                for rr, sub in routers.split_list(g, next_lists[g][row], lst):
+                for rr, sub in split_list(g, next_lists[g][row], lst):
                     fwd[rr].push(np.array(sub, dtype=np.int64), t)
                     rep_dirty[rr] = True
                     dirty[replica_device[rr]] = True
@@ -340,7 +343,7 @@ class Simulator:
                 if busy[best_d] is not None:
                     complete(best_d, best_t)
                 else:
-                    start(best_d, best_t, ready[best_d][1])
+                    start(best_d, best_t, ready[best_d][3])
 
         for w in range(n_ticks):
             t_w = w * tick
