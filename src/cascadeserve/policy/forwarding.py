@@ -27,7 +27,7 @@ LAST_STAGE = -math.inf
 def sure_mask(certainty: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
     """Boolean mask of the samples this stage answers (``threshold`` a scalar, or one per sample)."""
     c = np.asarray(certainty, dtype=np.float64)
-    if np.ndim(threshold) == 0:
+    if isinstance(threshold, (float, int)):  # numpy's float64 is a float; one scalar for the whole batch
         if threshold == LAST_STAGE:
             return np.ones(c.shape, dtype=bool)
         return np.asarray(c >= threshold, dtype=bool)

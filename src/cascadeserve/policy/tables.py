@@ -85,6 +85,7 @@ class PlanTables:
             tuple(BatchTrigger(int(q), max_wait_s, plan.max_batch) for q in self._min_queue[g]) for g in range(g_count)
         )
         self.drain = drain_trigger(plan.max_batch)
+        self._first_stage = [self._routes[(g, int(self.first_row[g]))].replicas for g in range(g_count)]
         self.selector = GearSelector([g.qps_high for g in plan.gears], alpha=plan.alpha, qps_scale=plan.qps_scale)
         self._thr_lists: list[list[float]] = self.threshold.tolist()
 
@@ -93,7 +94,7 @@ class PlanTables:
         return self._routes[(gear, row)]
 
     def first_stage_replicas(self, gear: int) -> tuple[int, ...]:
-        return self.route(gear, int(self.first_row[gear])).replicas
+        return self._first_stage[gear]
 
     def gear_policy(self, schedule: GearSchedule | None = None) -> GearPolicy:
         """The producer's gear decision for this plan (raises ``ValueError`` when ``schedule`` names a gear the
@@ -102,7 +103,7 @@ class PlanTables:
 
     def q0(self, gear: int, queue_length: Callable[[int], int]) -> int:
         """The hysteresis input: the first stage's queue length in ``gear``, summed over its replicas."""
-        return sum(queue_length(r) for r in self.first_stage_replicas(gear))
+        return sum([queue_length(r) for r in self._first_stage[gear]])
 
     def exits(self, row: int, certainty: np.ndarray, gears: np.ndarray | None) -> np.ndarray:
         """Which samples of a batch of model ``row`` exit (are answered) there: ``gears`` holds each sample's gear,
@@ -147,13 +148,16 @@ class Routers:
     smooth weighted round-robin over the route's replicas by their shares. :meth:`pick` routes one sample,
     :meth:`split` many at once; both walk the same sequence, so the engines make identical choices."""
 
-    __slots__ = ("_routers", "tables")
+    __slots__ = ("_first", "_next", "_routers", "tables")
 
     def __init__(self, tables: PlanTables) -> None:
         self.tables = tables
         self._routers: dict[tuple[int, int], tuple[tuple[int, ...], SmoothWeightedRoundRobin]] = {
             key: (route.replicas, route.router()) for key, route in tables._routes.items()
         }
+        # Plain lists: the runtime routes every request through these, and numpy scalar indexing costs more.
+        self._first: list[int] = tables.first_row.tolist()
+        self._next: list[list[int]] = tables.next_row.tolist()
 
     def pick(self, gear: int, row: int) -> int:
         """The replica of model ``row`` that the next sample in ``gear`` goes to."""
@@ -162,11 +166,11 @@ class Routers:
 
     def admit(self, gear: int) -> int:
         """The first-stage replica for a new request admitted under ``gear``."""
-        return self.pick(gear, int(self.tables.first_row[gear]))
+        return self.pick(gear, self._first[gear])
 
     def forward(self, gear: int, row: int) -> int:
         """The next stage's replica for a sample that model ``row`` was unsure of, in ``gear``'s cascade."""
-        return self.pick(gear, int(self.tables.next_row[gear, row]))
+        return self.pick(gear, self._next[gear][row])
 
     def split(self, gear: int, row: int, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """Route the samples ``ids`` to model ``row``'s replicas in ``gear``; the non-empty groups, in route order."""
@@ -184,7 +188,7 @@ class Routers:
 
     def admit_split(self, gear: int, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """:meth:`admit` for many new requests at once (the simulator's arrivals of one tick)."""
-        return self.split(gear, int(self.tables.first_row[gear]), ids)
+        return self.split(gear, self._first[gear], ids)
 
     def split_list(self, gear: int, row: int, ids: list[int]) -> list[tuple[int, list[int]]]:
         """:meth:`split` for a short Python list (the simulator's per-sample path)."""

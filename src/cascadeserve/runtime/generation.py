@@ -106,7 +106,7 @@ class Generation:
         """Called exactly once per request when it is answered or failed."""
         self.in_flight -= 1
         self.live.discard(req)
-        self.admission.give_back(1)
+        self.admission.in_flight -= 1
         self.observer.answered(req, answer, error, answer.finished if answer is not None else self.clock.now())
         if self.draining:
             self._maybe_drained()
