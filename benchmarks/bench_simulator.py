@@ -5,7 +5,7 @@ Scenario (issue 2): a 4-model cascade on 4 devices, the Twitter trace's first 20
 per-batch cost plus a per-sample cost that grows ~3x per model) and 10,000 validation samples, so that the four
 devices can carry the peak. Prints one JSON line per run and a summary with the median.
 
-Usage: python benchmarks/bench_simulator.py [--runs 5] [--trace PATH-TO-tweets_per_second.txt]
+Usage: python benchmarks/bench_simulator.py [--runs 5] [--trace PATH-TO-tweets_per_second.txt] [--max-wait-ms MS]
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--trace", type=Path, default=TWITTER)
     ap.add_argument("--min-queue", type=int, default=8)
+    ap.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=None,
+        help="the plan's max wait (default: none, so DEFAULT_MAX_WAIT_MS applies); 1e9 never fires, as plans "
+        "without a max wait behaved before the default existed",
+    )
     args = ap.parse_args()
     prof = bert_like_profile()
     plan = fixed_plan(
@@ -53,6 +60,7 @@ def main() -> None:
         Cascade(tuple(prof.model_names), (0.3, 0.3, 0.3)),
         [Device(name=f"gpu{i}", memory_mb=16_000) for i in range(4)],
         min_queue=args.min_queue,
+        max_wait_ms=args.max_wait_ms,
     )
     trace = build_trace(str(args.trace), fmt="per-second", window="0:1200", max_qps=7600, seed=0)
     rates = []

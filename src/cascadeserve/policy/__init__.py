@@ -5,7 +5,7 @@ scheduler's shape: decide, then a separate step applies):
 
 * gear: :class:`GearPolicy` (the QPS-driven :class:`GearSelector` with α·Q0 hysteresis, or a fixed
   :class:`GearSchedule`) returns a :class:`GearDecision` every producer tick;
-* batch: :func:`next_batch` returns a :class:`BatchDecision` (which replica of a free device fires, and when),
+* batch: :func:`next_batch` returns the :class:`BatchDecision` (which replica of a free device fires, and when),
   :func:`batch_size` how many samples it takes (minimum queue, max wait, drain, the plan's cap and an adaptive cap
   such as :class:`AimdBatchLimit`); one tie-break rule orders replicas everywhere;
 * forward: :meth:`PlanTables.exits` says which samples exit at a stage (the last stage always answers, NaN

@@ -6,12 +6,13 @@ A replica's queue is ready to fire when its device is free and either
 * its oldest sample has waited ``max_wait_s``, so that a queue at low load cannot starve (a plan with no
   ``max_wait_ms`` gets :data:`~cascadeserve.plan.DEFAULT_MAX_WAIT_MS`, see :class:`~cascadeserve.policy.PlanTables`).
 
-Both engines ask the same question, :func:`next_batch`, with one :class:`Candidate` per queue of a free device:
+Both engines ask the same question, :func:`next_batch`, with one :data:`Candidate` per queue of a free device:
 the time its trigger fires (:meth:`BatchTrigger.fire_time`) and the time its head sample entered. The simulator
-knows future arrivals, so a fire time may lie ahead; the runtime (:meth:`BatchTrigger.fire_time_known`) knows only
-the queue as it is, so a fire time ahead of ``now`` is the max-wait deadline, for which it arms a timer. The answer is a
-:class:`BatchDecision`: fire now, or wait until ``at``. Its size comes from :func:`batch_size`: the whole queue,
-oldest first, up to the plan's ``max_batch`` and an adaptive cap (AIMD) when one is set.
+knows future arrivals, so a fire time may lie ahead; the runtime (:meth:`BatchTrigger.fire_time_known`) knows
+only the queue as it is, so a fire time ahead of ``now`` is the max-wait deadline, for which it arms a timer. The
+answer is a :class:`BatchDecision` ``(at, oldest, generation, replica)``: fire now, or wait until ``at``. Its size
+comes from :func:`batch_size`: the whole queue, oldest first, up to the plan's ``max_batch`` and an adaptive cap
+(AIMD) when one is set.
 
 **The tie-break rule** (:func:`next_batch` on :data:`Candidate` tuples), for every choice between replicas on
 one device, in both engines: the earliest fire time, then the oldest head sample, then the older plan generation,
