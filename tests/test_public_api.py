@@ -99,7 +99,7 @@ EXPECTED: dict[str, list[str]] = {
         "drain_trigger",
         "next_batch",
     ],
-    "cascadeserve.policy.forwarding": ["LAST_STAGE", "is_sure", "sure_mask"],
+    "cascadeserve.policy.forwarding": ["LAST_STAGE", "is_sure", "sure_list", "sure_mask"],
     "cascadeserve.policy.gears": ["GearDecision", "GearPolicy", "GearSelector"],
     "cascadeserve.policy.qps": ["QpsMeter"],
     "cascadeserve.policy.routing": ["SmoothWeightedRoundRobin", "swrr_sequence"],

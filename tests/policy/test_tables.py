@@ -18,6 +18,7 @@ from cascadeserve.policy import (
     is_sure,
     sure_mask,
 )
+from cascadeserve.policy.forwarding import sure_list
 
 # Model rows as a profile might number them: "x" is in the profile but in no gear.
 ROWS = {"x": 0, "a": 1, "b": 2, "c": 3}
@@ -176,5 +177,7 @@ def test_sure_mask_and_is_sure_agree_and_the_last_stage_always_answers(cert: lis
     t = np.array(thr[: len(cert)])
     mask = sure_mask(c, t)
     assert mask.tolist() == [is_sure(a, b) for a, b in zip(cert, t.tolist(), strict=True)]
+    assert mask.tolist() == sure_list(cert, t.tolist())
+    assert sure_mask(c, float(t[0])).tolist() == sure_list(cert, float(t[0]))
     assert mask[t == LAST_STAGE].all()
     assert sure_mask(c, LAST_STAGE).all()
