@@ -133,8 +133,8 @@ def test_exits_use_each_samples_gear_and_the_last_stage_answers_nan() -> None:
     cert = np.array([0.8, 0.8, np.nan, 0.1])
     np.testing.assert_array_equal(t.exits(1, cert, np.array([0, 1, 0, 0])), [True, False, False, False])
     np.testing.assert_array_equal(t.exits(3, cert, np.array([0, 1, 0, 1])), [True] * 4)  # c is last everywhere
-    assert t.exits_one(3, math.nan, 0) and not t.exits_one(1, math.nan, 0)
-    assert t.exits_one(1, 0.7, 0) and not t.exits_one(1, 0.7, 1)
+    assert t.exits_list(3, [math.nan], [0]) == [True] and t.exits_list(1, [math.nan], [0]) == [False]
+    assert t.exits_list(1, [0.7, 0.7], [0, 1]) == [True, False]
 
 
 def test_a_plan_without_max_wait_gets_the_default_so_no_queue_starves() -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from cascadeserve.plan import DEFAULT_MAX_WAIT_MS, GearPlan
 from cascadeserve.policy.batching import BatchTrigger, drain_trigger
-from cascadeserve.policy.forwarding import LAST_STAGE, is_sure, sure_list, sure_mask
+from cascadeserve.policy.forwarding import LAST_STAGE, sure_list, sure_mask
 from cascadeserve.policy.gears import GearPolicy, GearSelector
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
 from cascadeserve.policy.schedule import GearSchedule
@@ -112,10 +112,6 @@ class PlanTables:
             return sure_mask(certainty, float(self.threshold[0, row]))
         return sure_mask(certainty, self.threshold[gears, row])
 
-    def exits_one(self, row: int, certainty: float, gear: int) -> bool:
-        """:meth:`exits` for one sample."""
-        return is_sure(certainty, self._thr_lists[gear][row])
-
     def exits_list(self, row: int, certainty: list[float], gears: list[int] | None) -> list[bool]:
         """:meth:`exits` for a short Python list (the engines' per-sample paths on small batches)."""
         thr = self._thr_lists
@@ -177,13 +173,10 @@ class Routers:
         reps, router = self._routers[(gear, row)]
         if len(reps) == 1:
             return [(reps[0], ids)]
-        picks = router.pick_many(len(ids))
         if len(ids) <= 32:
             # Small groups (most forwarded batches): a Python pass beats one boolean mask per replica.
-            buckets: list[list[int]] = [[] for _ in reps]
-            for i, j in zip(ids.tolist(), picks.tolist(), strict=True):
-                buckets[j].append(i)
-            return [(reps[j], np.array(b, dtype=np.int64)) for j, b in enumerate(buckets) if b]
+            return [(r, np.array(b, dtype=np.int64)) for r, b in self.split_list(gear, row, ids.tolist())]
+        picks = router.pick_many(len(ids))
         return [(rr, sub) for j, rr in enumerate(reps) if len(sub := ids[picks == j])]
 
     def admit_split(self, gear: int, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:

@@ -67,6 +67,3 @@ class Admission:
 
     def add(self, n: int = 1) -> None:
         self.in_flight += n
-
-    def give_back(self, n: int = 1) -> None:
-        self.in_flight -= n
