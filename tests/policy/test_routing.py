@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cascadeserve.policy import SmoothWeightedRoundRobin, swrr_sequence
@@ -71,14 +71,17 @@ def test_pick_many_equals_repeated_pick(shares: list[float], chunks: list[int]) 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 12), min_size=1, max_size=6).filter(lambda w: sum(w) > 0), st.integers(1, 300))
-def test_realised_counts_stay_within_one_of_share_times_n(weights: list[int], n: int) -> None:
+@example(weights=[1, 1, 1, 5, 5, 5], n=11)
+def test_realised_counts_stay_within_two_of_share_times_n(weights: list[int], n: int) -> None:
     total = sum(weights)
     shares = [w / total for w in weights]
     picks = SmoothWeightedRoundRobin(shares, resolution=total).pick_many(n)
     counts = np.zeros(len(weights))
     for k, i in enumerate(picks.tolist(), start=1):  # every prefix
         counts[i] += 1
-        assert np.all(np.abs(counts - np.asarray(shares) * k) < 1.0 + 1e-9)
+        # Within one request almost always, but not always: weights 1,1,1,5,5,5 drift by 1.06 after 11 picks
+        # (hypothesis found it; an exhaustive search over weights up to 6 finds nothing worse).
+        assert np.all(np.abs(counts - np.asarray(shares) * k) < 2.0)
     for i, w in enumerate(weights):
         if w == 0:
             assert counts[i] == 0

@@ -2,7 +2,8 @@
 
 Each pick adds every replica's weight to its running credit, picks the replica with the most credit, and takes
 the total weight from it. The sequence is periodic with period ``sum(weights)``, spreads each replica's picks
-evenly, and never lets the realised split drift from the shares by more than one request.
+evenly, and keeps the realised split within two requests of the shares (within one almost always: weights
+1,1,1,5,5,5 drift by 1.06 after 11 picks).
 
 Shares are floats; we round them to integer weights at a fixed resolution (1/1000 by default), reduce by their
 gcd, and precompute one period. :meth:`SmoothWeightedRoundRobin.pick` and the vectorised
