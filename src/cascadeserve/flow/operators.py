@@ -1,0 +1,553 @@
+"""The operators of the paper's Table 1, each a pure function from input tables to one output table.
+
+Every operator is built against its input schema(s), so its output schema is known (and checked) when the flow
+is written; ``apply`` runs it and checks every produced value against the declared output types, naming the
+operator, the column and the row id on a mismatch.
+
+Semantics (also the README's reference), on small tables and in order:
+
+* ``Map``: one output row per input row, same row id; replaces the columns with the function's outputs.
+* ``Filter``: keeps the rows for which the function returns ``True`` (it must return a ``bool``).
+* ``GroupBy(column)``: marks an ungrouped table as grouped by ``column`` or ``rowID``; rows are unchanged.
+* ``Agg(fn, column)``: ``count``, ``sum``, ``min``, ``max``, ``avg`` (``max``, ``min``, ``sum``, ``len`` are
+  accepted for the first four). Ungrouped: one row (id 0) holding the aggregate; ``min``, ``max`` and ``avg`` of
+  no rows are ``None``. Grouped: one row per group, in order of each group's first row, holding the group value
+  and the aggregate; grouped by ``rowID`` the group *is* the row id (the output has the aggregate only, under
+  that id), otherwise the output rows get ids ``0..g-1``. The aggregate column keeps the aggregated column's name
+  (``count`` for a count).
+* ``Join(key=rowID, how="inner"|"left"|"outer")``: both sides ungrouped; for every left row in order, every
+  matching right row in order (left id kept); ``left`` adds unmatched left rows with ``None`` on the right,
+  ``outer`` also unmatched right rows (their id and key kept) at the end. Right columns whose names clash get
+  the suffix ``_right`` (then ``_right2``, …); a side that may be missing becomes ``T | None``. On a key column,
+  the key appears once.
+* ``Union``: the rows of every input, in input order (schemas and grouping must match).
+* ``AnyOf``: one of its inputs, whole; the executor takes whichever finishes first (run in order, the first).
+* ``Lookup(key or col(name))``: appends a column with the store's value under the constant key, or under each
+  row's value of a column (a missing key is an error, or ``default=``).
+* ``Fuse``: a chain of operators run as one task (the optimiser makes these).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cascadeserve.flow.functions import Bindable, Bound, check_inputs, fn_name, input_types, output_columns
+from cascadeserve.flow.schema import (
+    Column,
+    FlowError,
+    FlowTypeError,
+    Schema,
+    accepts,
+    check_value,
+    optional,
+    type_name,
+)
+from cascadeserve.flow.table import Grouping, Table, _RowId, rowID
+
+__all__ = [
+    "AGGREGATES",
+    "Agg",
+    "AnyOf",
+    "Col",
+    "Context",
+    "Filter",
+    "Fuse",
+    "GroupBy",
+    "Join",
+    "Lookup",
+    "Map",
+    "Operator",
+    "Union",
+    "col",
+]
+
+RESOURCE_CLASSES = ("cpu", "gpu")
+
+
+class Context(Protocol):
+    """What an operator may ask of the executor running it: a value from the key-value store."""
+
+    def get(self, key: str) -> Any:
+        """The store's value under ``key``; raises ``KeyError`` when there is none."""
+        ...
+
+
+class NoStore:
+    """The context of a flow deployed without a store: any lookup fails, naming the key."""
+
+    def get(self, key: str) -> Any:
+        raise KeyError(key)
+
+
+class Operator:
+    """A node's computation. ``out``/``grouping`` are the output schema and grouping, known at build time."""
+
+    kind = "op"
+    arity = 1  # number of input tables (-1: any number ≥ 1)
+    row_wise = False  # output row i depends on input row origin(i) only (map, filter, lookup): batchable
+    resources = "cpu"
+    batch = False  # batch-aware: can take the rows of several execute calls in one invocation
+    high_variance = False
+
+    def __init__(self, out: Schema, grouping: Grouping, label: str) -> None:
+        self.out = out
+        self.grouping = grouping
+        self.label = label
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        raise NotImplementedError
+
+    def apply_rows(self, table: Table, ctx: Context) -> tuple[Table, list[int]]:
+        """Row-wise operators: the output and, per output row, the index of the input row it came from."""
+        raise NotImplementedError(f"{self.label} is not row-wise")
+
+    def __repr__(self) -> str:
+        return self.label
+
+
+def _check_out(label: str, out: Schema, rid: int, values: tuple[Any, ...]) -> None:
+    for c, v in zip(out, values, strict=True):
+        if not check_value(v, c.type):
+            raise FlowTypeError(
+                f"{label}: column {c.name!r} of row {rid} is {type(v).__name__} {v!r:.60}, declared {type_name(c.type)}"
+            )
+
+
+def _columns(table: Table) -> list[list[Any]]:
+    return [list(c) for c in zip(*table.rows_, strict=True)] if table.rows_ else [[] for _ in table.schema]
+
+
+class Map(Operator):
+    kind = "map"
+    row_wise = True
+
+    def __init__(
+        self,
+        fn: Callable[..., Any] | Bindable,
+        schema: Schema,
+        grouping: Grouping,
+        *,
+        names: Sequence[str] | None = None,
+        batch: bool | None = None,
+        resources: str | None = None,
+        high_variance: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.high_variance = high_variance
+        self.bound: Bound | None = None
+        if isinstance(fn, Bindable) and not isinstance(fn, type):
+            label = f"map({fn_name(fn)})"
+            bound = fn.bind(schema, label)
+            if bound.out is None:
+                raise FlowError(f"{label}: {bound.name} is a filter predicate, not a map function")
+            out = bound.out
+            if names is not None:
+                if len(names) != len(out):
+                    raise FlowTypeError(f"{label}: names {list(names)} for the {len(out)} output columns")
+                out = Schema([(n, c.type) for n, c in zip(names, out, strict=True)])
+            self.bound = bound
+            self.batch = bound.batch if batch is None else batch
+            self.resources = resources or bound.resources
+            self.multi = True
+        else:
+            label = f"map({fn_name(fn)})"
+            self.batch = bool(batch)
+            check_inputs(fn, schema, label, self.batch)
+            out, self.multi = output_columns(fn, label, names, self.batch)
+            self.resources = resources or "cpu"
+        if self.resources not in RESOURCE_CLASSES:
+            raise FlowError(f"{label}: resources must be one of {', '.join(RESOURCE_CLASSES)}, not {self.resources!r}")
+        super().__init__(out, grouping, label)
+
+    def _outputs(self, table: Table) -> list[Any]:
+        if self.bound is not None:
+            return self.bound.call(*_columns(table))
+        fn: Callable[..., Any] = self.fn  # type: ignore[assignment]
+        if self.batch:
+            outs = fn(*_columns(table))
+            if not isinstance(outs, (list, tuple)) or len(outs) != len(table):
+                raise FlowTypeError(f"{self.label}: a batch-aware function must return one output per row")
+            return list(outs)
+        return [fn(*r) for r in table.rows_]
+
+    def apply_rows(self, table: Table, ctx: Context) -> tuple[Table, list[int]]:
+        outs = self._outputs(table)
+        data: list[tuple[Any, ...]] = []
+        width = len(self.out)
+        for rid, o in zip(table.ids, outs, strict=True):
+            if self.multi:
+                if not isinstance(o, tuple) or len(o) != width:
+                    raise FlowTypeError(f"{self.label}: row {rid} returned {o!r:.60}, not a tuple of {width} values")
+                values = tuple(o)
+            else:
+                values = (o,)
+            _check_out(self.label, self.out, rid, values)
+            data.append(values)
+        return Table.of(self.out, data, list(table.ids), table.grouping), list(range(len(table)))
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        return self.apply_rows(tables[0], ctx)[0]
+
+
+class Filter(Operator):
+    kind = "filter"
+    row_wise = True
+
+    def __init__(
+        self,
+        fn: Callable[..., Any] | Bindable,
+        schema: Schema,
+        grouping: Grouping,
+        *,
+        batch: bool | None = None,
+        high_variance: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.high_variance = high_variance
+        self.bound = None
+        label = f"filter({fn_name(fn)})"
+        if isinstance(fn, Bindable) and not isinstance(fn, type):
+            self.bound = fn.bind(schema, label)
+            if self.bound.out is not None:
+                raise FlowError(f"{label}: {self.bound.name} is a map function, not a predicate")
+            self.batch = self.bound.batch if batch is None else batch
+        else:
+            self.batch = bool(batch)
+            check_inputs(fn, schema, label, self.batch)
+            hints = output_columns(fn, label, None, self.batch)[0]
+            if hints[0].type is not bool:
+                raise FlowTypeError(f"{label}: a filter function returns bool, not {type_name(hints[0].type)}")
+        super().__init__(schema, grouping, label)
+
+    def apply_rows(self, table: Table, ctx: Context) -> tuple[Table, list[int]]:
+        if self.bound is not None:
+            keep = self.bound.call(*_columns(table))
+        elif self.batch:
+            keep = list(self.fn(*_columns(table)))  # type: ignore[operator]
+        else:
+            keep = [self.fn(*r) for r in table.rows_]  # type: ignore[operator]
+        if len(keep) != len(table):
+            raise FlowTypeError(f"{self.label}: a batch-aware predicate must return one bool per row")
+        idx: list[int] = []
+        for i, (rid, k) in enumerate(zip(table.ids, keep, strict=True)):
+            if not check_value(k, bool):
+                raise FlowTypeError(f"{self.label}: row {rid} returned {type(k).__name__} {k!r:.60}, not bool")
+            if k:
+                idx.append(i)
+        data = [table.rows_[i] for i in idx]
+        return Table.of(self.out, data, [table.ids[i] for i in idx], table.grouping), idx
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        return self.apply_rows(tables[0], ctx)[0]
+
+
+class GroupBy(Operator):
+    kind = "groupby"
+    row_wise = True
+
+    def __init__(self, column: str | _RowId, schema: Schema, grouping: Grouping) -> None:
+        label = f"groupby({column!r})"
+        if grouping is not None:
+            raise FlowError(f"{label}: the table is already grouped by {grouping!r}")
+        if not isinstance(column, _RowId) and not schema.has(column):
+            raise FlowError(f"{label}: no column {column!r} in {schema}")
+        self.column = column
+        super().__init__(schema, column, label)
+
+    def apply_rows(self, table: Table, ctx: Context) -> tuple[Table, list[int]]:
+        return Table.of(self.out, table.rows_, table.ids, self.column), list(range(len(table)))
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        return self.apply_rows(tables[0], ctx)[0]
+
+
+AGGREGATES = ("count", "sum", "min", "max", "avg")
+_BUILTIN_AGGS: dict[Any, str] = {max: "max", min: "min", sum: "sum", len: "count"}
+_NUMERIC = (int, float)
+
+
+def _aggregate(fn: str, values: list[Any]) -> Any:
+    if fn == "count":
+        return len(values)
+    if fn == "sum":
+        return sum(values) if values else 0
+    if not values:
+        return None
+    if fn == "min":
+        return min(values)
+    if fn == "max":
+        return max(values)
+    return math.fsum(values) / len(values)
+
+
+class Agg(Operator):
+    kind = "agg"
+
+    def __init__(self, fn: str | Callable[..., Any], column: str | None, schema: Schema, grouping: Grouping) -> None:
+        name = _BUILTIN_AGGS.get(fn, fn) if not isinstance(fn, str) else fn
+        name = {"mean": "avg", "len": "count"}.get(str(name), str(name))
+        label = f"agg({name}, {column!r})"
+        if name not in AGGREGATES:
+            raise FlowError(f"{label}: the aggregate is one of {', '.join(AGGREGATES)} (or max, min, sum, len)")
+        if column is None and name != "count":
+            raise FlowError(f"{label}: name the column to aggregate")
+        ctype: Any = int
+        if column is not None:
+            ctype = schema.column(column).type
+            if name in ("sum", "avg") and not any(accepts(t, ctype) for t in _NUMERIC):
+                raise FlowTypeError(f"{label}: column {column!r} is {type_name(ctype)}, not a number")
+        self.fn, self.column = name, column
+        out_type = {"count": int, "avg": float}.get(name, ctype)
+        if grouping is None and name in ("min", "max", "avg"):
+            out_type = optional(out_type)  # of no rows: None
+        out_name = "count" if name == "count" else str(column)
+        cols: list[Column] = []
+        if grouping is not None and not isinstance(grouping, _RowId):
+            cols.append(schema.column(grouping))
+            if out_name == grouping:
+                out_name = f"{name}_{out_name}"
+        cols.append(Column(out_name, out_type))
+        self.group_index = None if grouping is None or isinstance(grouping, _RowId) else schema.index(grouping)
+        self.in_grouping = grouping
+        self.col_index = None if column is None else schema.index(column)
+        super().__init__(Schema(cols), None, label)
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        t = tables[0]
+        k = self.col_index
+        vals = [r[k] if k is not None else None for r in t.rows_]
+        if t.grouping is None:
+            return Table.of(self.out, [(_aggregate(self.fn, vals),)], [0])
+        groups: dict[Any, list[Any]] = {}
+        for i, r in enumerate(t.rows_):
+            g = t.ids[i] if isinstance(t.grouping, _RowId) else r[t.schema.index(t.grouping)]
+            groups.setdefault(g, []).append(vals[i])
+        if isinstance(t.grouping, _RowId):
+            return Table.of(self.out, [(_aggregate(self.fn, v),) for v in groups.values()], list(groups))
+        data: list[tuple[Any, ...]] = [(g, _aggregate(self.fn, v)) for g, v in groups.items()]
+        return Table.of(self.out, data, list(range(len(data))))
+
+
+def _dedupe(name: str, taken: set[str], suffix: str) -> str:
+    if name not in taken:
+        return name
+    k = 1
+    while True:
+        cand = f"{name}{suffix}" if k == 1 else f"{name}{suffix}{k}"
+        if cand not in taken:
+            return cand
+        k += 1
+
+
+class Join(Operator):
+    kind = "join"
+    arity = 2
+
+    def __init__(
+        self,
+        left: tuple[Schema, Grouping],
+        right: tuple[Schema, Grouping],
+        key: str | _RowId = rowID,
+        how: str = "inner",
+        suffix: str = "_right",
+    ) -> None:
+        label = f"join(key={key!r}, how={how!r})"
+        if how not in ("inner", "left", "outer"):
+            raise FlowError(f"{label}: how is 'inner', 'left' or 'outer'")
+        (ls, lg), (rs, rg) = left, right
+        if lg is not None or rg is not None:
+            raise FlowError(f"{label}: both sides must be ungrouped (aggregate a grouped table first)")
+        self.key, self.how = key, how
+        self.lk = self.rk = None
+        if not isinstance(key, _RowId):
+            if not ls.has(key) or not rs.has(key):
+                raise FlowError(f"{label}: key column {key!r} must be on both sides ({ls} and {rs})")
+            self.lk, self.rk = ls.index(key), rs.index(key)
+            lt, rt = ls.column(key).type, rs.column(key).type
+            if not (accepts(lt, rt) or accepts(rt, lt)):
+                raise FlowTypeError(f"{label}: key {key!r} is {type_name(lt)} on the left, {type_name(rt)} on the right")
+        lopt, ropt = how == "outer", how in ("left", "outer")
+        cols = [Column(c.name, optional(c.type) if lopt and i != self.lk else c.type) for i, c in enumerate(ls)]
+        taken = set(ls.names)
+        self.right_keep = [i for i in range(len(rs)) if i != self.rk]
+        for i in self.right_keep:
+            c = rs[i]
+            name = _dedupe(c.name, taken, suffix)
+            taken.add(name)
+            cols.append(Column(name, optional(c.type) if ropt else c.type))
+        self.n_left, self.n_right = len(ls), len(rs)
+        super().__init__(Schema(cols), None, label)
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        lt, rt = tables
+        index: dict[Any, list[int]] = {}
+        for j, r in enumerate(rt.rows_):
+            index.setdefault(rt.ids[j] if self.rk is None else r[self.rk], []).append(j)
+        data: list[tuple[Any, ...]] = []
+        ids: list[int] = []
+        matched: set[int] = set()
+        none_right = (None,) * len(self.right_keep)
+        for i, lrow in enumerate(lt.rows_):
+            k = lt.ids[i] if self.lk is None else lrow[self.lk]
+            js = index.get(k, [])
+            for j in js:
+                matched.add(j)
+                data.append(lrow + tuple(rt.rows_[j][c] for c in self.right_keep))
+                ids.append(lt.ids[i])
+            if not js and self.how != "inner":
+                data.append(lrow + none_right)
+                ids.append(lt.ids[i])
+        if self.how == "outer":
+            for j, rrow in enumerate(rt.rows_):
+                if j in matched:
+                    continue
+                left = [None] * self.n_left
+                if self.lk is not None and self.rk is not None:
+                    left[self.lk] = rrow[self.rk]
+                data.append(tuple(left) + tuple(rrow[c] for c in self.right_keep))
+                ids.append(rt.ids[j])
+        return Table.of(self.out, data, ids)
+
+
+def _check_same(label: str, inputs: Sequence[tuple[Schema, Grouping]]) -> None:
+    s0, g0 = inputs[0]
+    for s, g in inputs[1:]:
+        if not s0.same_as(s):
+            raise FlowTypeError(f"{label}: schemas differ: {s0} and {s}")
+        if g != g0:
+            raise FlowError(f"{label}: groupings differ: {g0!r} and {g!r}")
+
+
+class Union(Operator):
+    kind = "union"
+    arity = -1
+
+    def __init__(self, inputs: Sequence[tuple[Schema, Grouping]]) -> None:
+        _check_same("union", inputs)
+        super().__init__(inputs[0][0], inputs[0][1], f"union({len(inputs)})")
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        data = [r for t in tables for r in t.rows_]
+        ids = [i for t in tables for i in t.ids]
+        return Table.of(self.out, data, ids, self.grouping)
+
+
+class AnyOf(Operator):
+    kind = "anyof"
+    arity = -1
+
+    def __init__(self, inputs: Sequence[tuple[Schema, Grouping]]) -> None:
+        _check_same("anyof", inputs)
+        super().__init__(inputs[0][0], inputs[0][1], f"anyof({len(inputs)})")
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        return tables[0]  # the executor hands over the table of whichever input finished first
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column reference: ``lookup(col("user"))`` looks up each row's value of ``user``."""
+
+    name: str
+
+
+def col(name: str) -> Col:
+    return Col(name)
+
+
+class Lookup(Operator):
+    kind = "lookup"
+    row_wise = True
+
+    def __init__(
+        self,
+        key: str | Col,
+        schema: Schema,
+        grouping: Grouping,
+        *,
+        name: str | None = None,
+        type: Any = Any,
+        default: Any = ...,
+    ) -> None:
+        label = f"lookup({key!r})"
+        self.key = key
+        self.col_index = None
+        if isinstance(key, Col):
+            self.col_index = schema.index(key.name)
+            kt = schema.column(key.name).type
+            if not accepts(str, kt) and not accepts(int, kt):
+                raise FlowTypeError(f"{label}: key column {key.name!r} is {type_name(kt)}, not str or int")
+            out_name = name or f"{key.name}_value"
+        elif isinstance(key, str):
+            out_name = name or key
+        else:
+            raise FlowError(f"{label}: the key is a str or col(name)")
+        if schema.has(out_name):
+            raise FlowError(f"{label}: the input already has a column {out_name!r}; pass name=")
+        self.default = default
+        self.value_type = optional(type) if default is None else type
+        super().__init__(Schema([*schema, Column(out_name, self.value_type)]), grouping, label)
+
+    def key_of(self, values: tuple[Any, ...]) -> str:
+        return self.key if isinstance(self.key, str) else str(values[self.col_index])  # type: ignore[index]
+
+    def keys(self, table: Table) -> list[str]:
+        return [self.key_of(r) for r in table.rows_]
+
+    def apply_rows(self, table: Table, ctx: Context) -> tuple[Table, list[int]]:
+        data: list[tuple[Any, ...]] = []
+        for rid, r in zip(table.ids, table.rows_, strict=True):
+            k = self.key_of(r)
+            try:
+                v = ctx.get(k)
+            except KeyError:
+                if self.default is ...:
+                    raise FlowError(f"{self.label}: key {k!r} (row {rid}) is not in the store") from None
+                v = self.default
+            values = (*r, v)
+            _check_out(self.label, self.out, rid, values)
+            data.append(values)
+        return Table.of(self.out, data, list(table.ids), table.grouping), list(range(len(table)))
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        return self.apply_rows(tables[0], ctx)[0]
+
+
+class Fuse(Operator):
+    """A chain of operators run as one task: the first may take several inputs, the rest one each."""
+
+    kind = "fuse"
+
+    def __init__(self, ops: Sequence[Operator]) -> None:
+        self.ops = tuple(ops)
+        self.arity = ops[0].arity
+        self.row_wise = all(o.row_wise for o in ops)
+        self.batch = self.row_wise and any(o.batch for o in ops)
+        self.resources = "gpu" if any(o.resources == "gpu" for o in ops) else "cpu"
+        self.high_variance = any(o.high_variance for o in ops)
+        super().__init__(ops[-1].out, ops[-1].grouping, "fuse(" + ", ".join(o.label for o in ops) + ")")
+
+    def apply(self, tables: Sequence[Table], ctx: Context) -> Table:
+        t = self.ops[0].apply(tables, ctx)
+        for o in self.ops[1:]:
+            t = o.apply([t], ctx)
+        return t
+
+    def apply_rows(self, table: Table, ctx: Context) -> tuple[Table, list[int]]:
+        origin = list(range(len(table)))
+        for o in self.ops:
+            table, idx = o.apply_rows(table, ctx)
+            origin = [origin[i] for i in idx]
+        return table, origin
+
+
+def describe(fn: Callable[..., Any]) -> str:
+    """``name(param: type, ...)`` for messages."""
+    try:
+        params = input_types(fn, "describe")
+    except FlowTypeError:
+        return fn_name(fn)
+    return f"{fn_name(fn)}(" + ", ".join(f"{n}: {type_name(t)}" for n, t in params) + ")"
