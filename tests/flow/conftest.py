@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.backends.backend_fixtures import ray_session
 
 from cascadeserve.flow import RedisStore
-from tests.backends.backend_fixtures import ray_session
 
 __all__ = ["ray_session", "redis_server", "redis_store"]
 

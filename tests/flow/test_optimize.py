@@ -80,7 +80,9 @@ def build(program: list[tuple[int, int, int]]) -> Dataflow:
         elif kind == 7:
             nodes.append(x.anyof(x))
     last = nodes[-1]
-    fl.output = last.groupby("k").agg("sum", "v") if program and program[-1][0] == 0 and program[-1][1] % 3 == 0 else last
+    fl.output = (
+        last.groupby("k").agg("sum", "v") if program and program[-1][0] == 0 and program[-1][1] % 3 == 0 else last
+    )
     return fl
 
 
@@ -90,7 +92,9 @@ tables = st.lists(st.tuples(st.integers(0, 9), st.integers(-20, 20)), min_size=0
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs, st.lists(tables, min_size=1, max_size=4))
-def test_the_optimiser_never_changes_an_answer(program: list[tuple[int, int, int]], inputs: list[list[tuple[int, int]]]) -> None:
+def test_the_optimiser_never_changes_an_answer(
+    program: list[tuple[int, int, int]], inputs: list[list[tuple[int, int]]]
+) -> None:
     fl = build(program)
     plain = fl.deploy(optimize=NONE, store=STORE)
     want = [plain.execute(Table(S, rows)).result(timeout=30) for rows in inputs]

@@ -101,7 +101,9 @@ class Dataflow:
         )
         return Dataflow._node(self.root, op, [self])
 
-    def filter(self, fn: Callable[..., bool] | Bindable, *, batch: bool | None = None, high_variance: bool = False) -> Dataflow:
+    def filter(
+        self, fn: Callable[..., bool] | Bindable, *, batch: bool | None = None, high_variance: bool = False
+    ) -> Dataflow:
         """Keep the rows for which ``fn`` returns True."""
         return Dataflow._node(
             self.root, Filter(fn, self.schema, self.grouping, batch=batch, high_variance=high_variance), [self]

@@ -121,9 +121,7 @@ def model(
     if not callable(ref):
         raise FlowError(f"model: expected an adapter or a callable, got {type(ref).__name__}")
     nm = name or str(getattr(ref, "name", None) or getattr(ref, "__name__", "model"))
-    return ModelOp(
-        ref, nm, input=input, label=label, conf=conf, certainty=certainty or "margin", resources=resources
-    )
+    return ModelOp(ref, nm, input=input, label=label, conf=conf, certainty=certainty or "margin", resources=resources)
 
 
 class Uncertain:

@@ -22,6 +22,7 @@ The store must reach the actors: a :class:`~cascadeserve.flow.kvs.RedisStore` is
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -183,7 +184,5 @@ class RayExecutor(Executor):
         self._watchers.shutdown(wait=False, cancel_futures=True)
         for pool in self.classes.values():
             for a in pool:
-                try:
+                with contextlib.suppress(Exception):  # already gone (a shared CPU pool is listed twice)
                     ray.kill(a)
-                except Exception:  # already gone (a shared CPU pool is listed twice)
-                    pass

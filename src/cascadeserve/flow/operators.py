@@ -368,7 +368,9 @@ class Join(Operator):
             self.lk, self.rk = ls.index(key), rs.index(key)
             lt, rt = ls.column(key).type, rs.column(key).type
             if not (accepts(lt, rt) or accepts(rt, lt)):
-                raise FlowTypeError(f"{label}: key {key!r} is {type_name(lt)} on the left, {type_name(rt)} on the right")
+                raise FlowTypeError(
+                    f"{label}: key {key!r} is {type_name(lt)} on the left, {type_name(rt)} on the right"
+                )
         lopt, ropt = how == "outer", how in ("left", "outer")
         cols = [Column(c.name, optional(c.type) if lopt and i != self.lk else c.type) for i, c in enumerate(ls)]
         taken = set(ls.names)
