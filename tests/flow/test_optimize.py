@@ -123,6 +123,8 @@ def test_competitive_execution_adds_replicas_under_an_anyof() -> None:
     labels = [n.label for n in g.nodes]
     assert labels == ["input", "map(inc)", "map(swap)", "map(swap)", "map(swap)", "anyof(3)", "map(scale)"]
     assert g.nodes[5].inputs == (2, 3, 4) and isinstance(g.nodes[5].op, AnyOf)
+    fused = fl.compile(Optimizations(replicas=3))  # fusion on: the anyof stays its own task, waiting for any input
+    assert [n.label for n in fused.nodes][-2:] == ["anyof(3)", "map(scale)"] and fused.nodes[-2].any
 
 
 def test_competitive_execution_takes_the_first_replica_to_answer() -> None:
