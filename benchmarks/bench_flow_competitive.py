@@ -90,7 +90,8 @@ def main() -> None:
         rows.append(row)
         print(
             f"theta {theta:g}: 1 replica p50 {row['p50_1']:.1f} p99 {row['p99_1']:.1f} ms | {args.replicas} replicas "
-            f"p50 {row[f'p50_{args.replicas}']:.1f} p99 {row[f'p99_{args.replicas}']:.1f} ms | tail -{row['tail_cut_pct']:.0f}%"
+            f"p50 {row[f'p50_{args.replicas}']:.1f} p99 {row[f'p99_{args.replicas}']:.1f} ms"
+            f" | tail -{row['tail_cut_pct']:.0f}%"
             f" median -{row['median_cut_pct']:.0f}%",
             flush=True,
         )

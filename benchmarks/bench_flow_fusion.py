@@ -84,8 +84,9 @@ def main() -> None:
             row["speedup_p50"] = row["unfused_p50_ms"] / row["fused_p50_ms"]
             rows.append(row)
             print(
-                f"{backend:5s} length {n:2d}: unfused p50 {row['unfused_p50_ms']:7.2f} ms p99 {row['unfused_p99_ms']:7.2f}"
-                f" | fused p50 {row['fused_p50_ms']:7.2f} ms p99 {row['fused_p99_ms']:7.2f} | x{row['speedup_p50']:.2f}",
+                f"{backend:5s} length {n:2d}: unfused p50 {row['unfused_p50_ms']:7.2f} ms"
+                f" p99 {row['unfused_p99_ms']:7.2f} | fused p50 {row['fused_p50_ms']:7.2f} ms"
+                f" p99 {row['fused_p99_ms']:7.2f} | x{row['speedup_p50']:.2f}",
                 flush=True,
             )
     if args.json:

@@ -9,9 +9,9 @@ Passes run in this order on the graph compiled from the user's flow:
    a worker that has the looked-up key cached. A dispatched node always starts a task (nothing upstream is fused
    into it), which is the paper's split of the DAG just before the lookup.
 3. **fusion** (:func:`fuse`): greedy maximal chains (a node whose only consumer has it as only input) become one
-   ``Fuse`` task (an ``anyof`` is never fused: it waits for the first input, a task waits for all). Chains do not cross resource classes (``cpu``/``gpu``) unless ``fuse_across_resources``, and a
-   batch-aware operator is fused only into chains of row-wise operators (map, filter, lookup), so batching
-   still applies to the fused task.
+   ``Fuse`` task (an ``anyof`` is never fused: it waits for its first input, a task for all). Chains do not cross
+   resource classes (``cpu``/``gpu``) unless ``fuse_across_resources``, and a batch-aware operator is fused only
+   into chains of row-wise operators (map, filter, lookup), so batching still applies to the fused task.
 4. **batching** (:func:`mark_batching`): a batch-aware node takes the rows of up to ``max_batch`` queued
    ``execute`` calls in one invocation, and its results are split back to their calls.
 
