@@ -122,3 +122,37 @@ def test_other_shapes_are_not_cascades(family: dict[str, Any]) -> None:
     flow.output = s.join(s.map(model(m2)), how="left").map(cascade_answer)
     with pytest.raises(NotACascade, match="stage 2 must read filter\\(uncertain\\(t\\)\\) of stage 1"):
         recognise(flow.graph())
+
+
+def test_a_model_operator_from_a_models_yaml_entry(family: dict[str, Any], tmp_path: Any) -> None:
+    import yaml
+
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "certainty": "margin",
+                "threads": 1,
+                "input": {"name": "pixels", "datatype": "FP32", "shape": [-1, 64]},
+                "models": [
+                    {
+                        "name": "logreg",
+                        "adapter": "torch",
+                        "ref": "cascadeserve.models.families.digits:load",
+                        "kwargs": {"arch": "logreg", "seed": 0, "quick": True},
+                        "preprocess": {"dtype": "float32"},
+                    }
+                ],
+            }
+        )
+    )
+    fl = Dataflow([("pixels", np.ndarray)])
+    fl.output = fl.map(model("logreg", config=cfg))
+    ex = fl.deploy()
+    out = ex.execute(Table([("pixels", np.ndarray)], list(family["x"][:50]))).result(60)
+    ex.close()
+    want = family["profile"].predictions[0][:50]
+    assert out.schema.names == ("pixels", "label", "conf") and out.column("label") == want.tolist()
+    np.testing.assert_allclose(out.column("conf"), family["profile"].certainties[0][:50], atol=1e-6)
+    with pytest.raises(FlowError, match="model 'nope' is not in"):
+        model("nope", config=cfg)
