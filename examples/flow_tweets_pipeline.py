@@ -1,7 +1,7 @@
 """End-to-end dataflow 2: tweets -> cleaning -> lookup of per-user features -> a cascade -> label names.
 
-    PYTHONPATH=src .venv/bin/python examples/flow_tweets_pipeline.py [--data ../shared/data/datasets/tweeteval_sentiment]
-        [--redis] [--n 300]
+    PYTHONPATH=src .venv/bin/python examples/flow_tweets_pipeline.py [--redis] [--n 300]
+        [--data ../shared/data/datasets/tweeteval_sentiment]
 
 Two scikit-learn models of rising cost (naive Bayes on word counts; logistic regression on word and character
 n-gram TF-IDF) are trained on 6,000 tweets of TweetEval's test split (a few seconds). Each request is a
