@@ -68,6 +68,7 @@ def main() -> None:
     backends = args.backends.split(",")
     if "ray" in backends:
         start_ray()
+        measure(chain(2), "ray", True, payload, 20)  # warm Ray's worker pool before the first measured deployment
     rows = []
     for backend in backends:
         for n in lengths:
