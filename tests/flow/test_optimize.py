@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cascadeserve.flow import ALL, NONE, Dataflow, MemoryStore, Optimizations, Table, col
-from cascadeserve.flow.operators import AnyOf, Fuse
+from cascadeserve.flow.combine import AnyOf
+from cascadeserve.flow.operators import Fuse
 
 S = [("k", int), ("v", int)]
 

@@ -15,13 +15,14 @@ execution on an embedded executor, on Ray, or, for a cascade, on the gear runtim
 
 from __future__ import annotations
 
+from cascadeserve.flow.combine import AGGREGATES
 from cascadeserve.flow.dataflow import Dataflow
 from cascadeserve.flow.executor import Executor
 from cascadeserve.flow.graph import Graph, Node
 from cascadeserve.flow.kvs import KVStore, MemoryStore, RedisStore
 from cascadeserve.flow.local import LocalExecutor
 from cascadeserve.flow.models import ModelOp, cascade_answer, model, uncertain
-from cascadeserve.flow.operators import AGGREGATES, Col, col
+from cascadeserve.flow.operators import Col, col
 from cascadeserve.flow.optimize import ALL, NONE, Optimizations
 from cascadeserve.flow.schema import FlowError, FlowTypeError, Schema
 from cascadeserve.flow.table import ROW_ID, Row, Table, rowID

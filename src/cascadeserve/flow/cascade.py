@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from cascadeserve.cascade import Cascade
+from cascadeserve.flow.combine import Join
 from cascadeserve.flow.executor import Executor, check_input
 from cascadeserve.flow.graph import Graph
 from cascadeserve.flow.kvs import KVStore, WorkerCache
 from cascadeserve.flow.models import CascadeAnswer, ModelOp, Uncertain
-from cascadeserve.flow.operators import Filter, Join, Lookup, Map, Operator
+from cascadeserve.flow.operators import Filter, Lookup, Map, Operator
 from cascadeserve.flow.schema import FlowError, Schema
 from cascadeserve.flow.table import Table, _RowId
 from cascadeserve.plan import SLO, Device, GearPlan, fixed_plan

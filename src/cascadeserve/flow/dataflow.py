@@ -24,21 +24,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from cascadeserve.flow.combine import Agg, AnyOf, Join, Union
 from cascadeserve.flow.functions import Bindable
 from cascadeserve.flow.graph import Graph, Node
 from cascadeserve.flow.kvs import KVStore
-from cascadeserve.flow.operators import (
-    Agg,
-    AnyOf,
-    Col,
-    Filter,
-    GroupBy,
-    Join,
-    Lookup,
-    Map,
-    Operator,
-    Union,
-)
+from cascadeserve.flow.operators import Col, Filter, GroupBy, Lookup, Map, Operator
 from cascadeserve.flow.optimize import ALL, Optimizations, optimize
 from cascadeserve.flow.schema import Column, FlowError, FlowTypeError, Schema, accepts
 from cascadeserve.flow.table import Grouping, Table, _RowId, rowID

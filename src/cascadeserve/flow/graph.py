@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from cascadeserve.flow.operators import AnyOf, Lookup, Operator
+from cascadeserve.flow.combine import AnyOf
+from cascadeserve.flow.operators import Lookup, Operator
 from cascadeserve.flow.schema import Schema
 
 __all__ = ["Graph", "Node"]

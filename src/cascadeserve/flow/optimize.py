@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cascadeserve.flow.combine import AnyOf
 from cascadeserve.flow.graph import Graph, Node
-from cascadeserve.flow.operators import AnyOf, Fuse, Lookup, Operator
+from cascadeserve.flow.operators import Fuse, Lookup, Operator
 from cascadeserve.flow.schema import FlowError
 
 __all__ = ["ALL", "NONE", "Optimizations", "compete", "fuse", "localize", "mark_batching", "optimize"]
