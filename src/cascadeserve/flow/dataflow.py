@@ -198,7 +198,10 @@ class Dataflow:
 
             executor: Executor = GearExecutor(graph, store=store, **options)
         elif backend == "ray":
-            from cascadeserve.flow.on_ray import RayExecutor  # deferred: ray is an optional extra
+            try:
+                from cascadeserve.flow.on_ray import RayExecutor  # deferred: ray is an optional extra
+            except ImportError as e:
+                raise FlowError(f"deploy(backend='ray') needs Ray ({e}): pip install 'cascadeserve[ray]'") from None
 
             executor = RayExecutor(optimize_graph(graph, optimize), store, **options)
         else:
