@@ -156,3 +156,26 @@ def test_a_model_operator_from_a_models_yaml_entry(family: dict[str, Any], tmp_p
     np.testing.assert_allclose(out.column("conf"), family["profile"].certainties[0][:50], atol=1e-6)
     with pytest.raises(FlowError, match="model 'nope' is not in"):
         model("nope", config=cfg)
+
+
+def test_the_gear_planner_plans_a_flow_cascade(family: dict[str, Any]) -> None:
+    from cascadeserve.plan import SLO, Device
+    from cascadeserve.planner import Planner
+
+    flow = cascade_flow(family)
+    gears = flow.deploy(
+        "gears",
+        profile=family["profile"],
+        planner=Planner(n_ranges=2, levels=5, sim_requests=300),
+        devices=[Device(name="d0", memory_mb=64), Device(name="d1", memory_mb=64)],
+        slo=SLO(kind="p95_ms", value=50.0),
+        max_qps=200.0,
+    )
+    try:
+        assert len(gears.plan.gears) == 2  # type: ignore[attr-defined]
+        assert set(gears.plan.models()) <= {"logreg", "cnn-small"}  # type: ignore[attr-defined]
+        out = gears.execute(Table([("pixels", np.ndarray)], list(family["x"][:40]))).result(60)
+    finally:
+        gears.close()
+    assert len(out) == 40 and all(0 <= v <= 9 for v in out.column("label"))
+    assert float(np.mean(np.asarray(out.column("label")) == family["y"][:40])) > 0.85
