@@ -166,7 +166,7 @@ def compare_planner(
     duration_s: float | None = None,
     seed: int = 0,
     max_space: int = 20_000,
-    sim_requests: int = 40_000,
+    sim_requests: int = 20_000,
 ) -> dict[str, Any]:
     """Planner vs exhaustive vs random on the constrained space (see the module docstring)."""
     total_mb = sum(m.memory_mb for m in profile.models)

@@ -14,14 +14,21 @@ costlier batch, and the queue grew faster: p95 of seconds after 20 s at the gear
   Poisson arrivals at that rate (``sqrt(qps / tick)``): the gear is chosen by that noisy measurement, so it also
   serves true rates that much above its top. The top range is checked at its top QPS itself: the user states
   that the load never exceeds it;
-* the simulation lasts :data:`STABLE_S` seconds (or 40 SLO lengths if longer), at most ``max_requests`` requests,
-  never below :data:`MIN_S` (tens of thousands of requests at high QPS);
+* the simulation lasts :data:`STABLE_SLOS` SLO lengths (:data:`STABLE_S` seconds under an accuracy SLO), at most
+  :data:`MAX_S` seconds and ``max_requests`` requests, never below :data:`MIN_S` seconds (tens of thousands of
+  requests at high QPS). Why in SLO lengths: a load a fraction ``ε`` above what the gear carries makes latency
+  grow by ``ε`` seconds per second, so it crosses an SLO ``L`` after ``L / ε``: 100 SLO lengths see a 1 %
+  overload cross the SLO (5 s for a 50 ms SLO, the floor of 1 s for a 3 ms one), and the trend test sees
+  smaller ones before they cross;
 * **keeping up** means, with the requests in arrival order split into quarters: the last quarter's mean latency is
   at most :data:`TREND_FACTOR` times the second quarter's (no extra slack: a growing backlog makes latency grow
   linearly, for which the ratio tends to 7/3), and the reported p95 is the larger of the whole run's and the last
   quarter's, so a backlog that starts late still shows;
 * **early exit**: the first :data:`PROBE_FRACTION` of the arrivals are simulated first, and a clear runaway there
-  (p95 over twice the SLO, or no keeping up) fails the check without the long run, which only passing gears pay.
+  (p95 over twice the SLO, or no keeping up) fails the check without the long run, which only passing gears pay;
+* **a gear that cannot run away** is checked for :data:`MIN_S` only (``safe=True``, decided by SP4): when even the
+  costliest per-sample runtime of any batch the caps allow keeps every device at most :data:`SAFE_UTIL` busy at
+  the check load, no batch size the runtime can form builds a backlog, and only the p95 is in question.
 
 Device utilisation is not a criterion (it is reported as ``busy_max``): with a minimum queue length of 1 batching
 is work-conserving up to the batch cap, so a device near saturation is busy almost all the time while latency
@@ -44,9 +51,12 @@ from cascadeserve.simulate import simulate
 from cascadeserve.traces import poisson
 
 __all__ = [
+    "MAX_S",
     "MIN_S",
     "PROBE_FRACTION",
+    "SAFE_UTIL",
     "STABLE_S",
+    "STABLE_SLOS",
     "TREND_FACTOR",
     "LoadCheck",
     "check_load",
@@ -57,9 +67,12 @@ __all__ = [
 ]
 
 TREND_FACTOR = 1.5
-STABLE_S = 10.0
-MIN_S = 3.0
+STABLE_SLOS = 100.0
+STABLE_S = 5.0
+MIN_S = 1.0
+MAX_S = 20.0
 PROBE_FRACTION = 0.25
+SAFE_UTIL = 0.5
 _MIN_QUARTER = 5
 
 
@@ -79,9 +92,11 @@ def check_qps(qps_high: float, tick_s: float, *, top: bool = False) -> float:
     return qps_high + math.sqrt(qps_high / tick_s)
 
 
-def sim_duration(qps: float, slo_ms: float | None, max_requests: int) -> float:
+def sim_duration(qps: float, slo_ms: float | None, max_requests: int, *, safe: bool = False) -> float:
     """Seconds of simulated load at ``qps`` (see the module docstring)."""
-    want = max(STABLE_S, 0.04 * slo_ms if slo_ms else 0.0)
+    if safe:
+        return MIN_S
+    want = min(MAX_S, STABLE_SLOS * slo_ms / 1000.0) if slo_ms else STABLE_S
     return float(max(MIN_S, min(want, max_requests / max(qps, 1e-9))))
 
 

@@ -200,7 +200,7 @@ class Planner:
         levels: int = 20,
         max_batch: int = 256,
         batch_caps: Mapping[str, int] | None = None,
-        sim_requests: int = 40_000,
+        sim_requests: int = 20_000,
         max_iterations: int = 5000,
         search_method: str = "auto",
         check_duration_s: float | None = None,

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from cascadeserve.planner.batching import check_load, check_qps, check_seed, sim_duration
+from cascadeserve.planner.batching import SAFE_UTIL, check_load, check_qps, check_seed, sim_duration
 from cascadeserve.planner.build import check_plan
 from cascadeserve.planner.loop import Step
 from cascadeserve.planner.problem import Problem, RepKey
@@ -81,6 +81,18 @@ def bottleneck(problem: Problem, sol: Solution, r: int, base: int) -> tuple[str,
     return (max(c.models, key=lambda m: per.get((d_star, m), 0.0)),)
 
 
+def _worst_util(problem: Problem, sol: Solution, r: int, qps: float) -> float:
+    """The busiest device's utilisation in range ``r`` at ``qps`` if every sample cost the most per sample that any
+    batch within its model's cap costs (SP4's test for a gear that cannot run away)."""
+    c = sol.cand(r)
+    reach = dict(zip(c.models, c.reach, strict=True))
+    worst = {m: max(problem.t(m, b) for b in range(1, problem.cap(m) + 1)) for m in c.models}
+    util = np.zeros(problem.n_dev)
+    for (m, d), s in sol.shares[r].items():
+        util[d] += s * qps * reach[m] * worst[m]
+    return float(util.max()) if len(util) else 0.0
+
+
 def _sim(problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps: float) -> tuple[bool, float]:
     """(keeps up, p95 ms) of range ``r``'s check plan at ``qps``, memoised."""
     key = (
@@ -93,7 +105,8 @@ def _sim(problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps:
     hit = memo.sims.get(key)
     if hit is None:
         opts = problem.options
-        dur = opts.check_duration_s or sim_duration(qps, problem.latency_ms, opts.sim_requests)
+        safe = _worst_util(problem, sol, r, qps) <= SAFE_UTIL
+        dur = opts.check_duration_s or sim_duration(qps, problem.latency_ms, opts.sim_requests, safe=safe)
         plan = check_plan(problem, sol, r, mq)
         chk = check_load(problem.profile, plan, qps, dur, seed=check_seed(opts.seed, r), slo_ms=problem.latency_ms)
         memo.sim_requests += chk.requests
