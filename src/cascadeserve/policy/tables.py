@@ -11,9 +11,9 @@ The tables also answer the plan's stateless questions for both engines: each sta
 (:meth:`PlanTables.exits`, per-sample gears or one gear), Q0 for the hysteresis (:meth:`PlanTables.q0`), the
 batch trigger of every replica in every gear (its minimum queue; its batch cap, the smaller of the replica's own
 ``max_batch`` and the plan-wide one, which also bounds a draining queue; and
-:data:`~cascadeserve.plan.DEFAULT_MAX_WAIT_MS` when the plan sets no max wait, so that no queue can starve), and the replica that takes over from a lost one
-(:meth:`PlanTables.failover`). The stateful replica choice (smooth weighted round-robin by the gear's shares) is
-:class:`Routers`, one per run or plan generation.
+:data:`~cascadeserve.plan.DEFAULT_MAX_WAIT_MS` when the plan sets no max wait, so that no queue can starve), and
+the replica that takes over from a lost one (:meth:`PlanTables.failover`). The stateful replica choice (smooth
+weighted round-robin by the gear's shares) is :class:`Routers`, one per run or plan generation.
 """
 
 from __future__ import annotations
