@@ -132,7 +132,7 @@ class _Scorer:
             plan = fixed_plan(self.profile, c, self.devices, max_qps=1e9, min_queue=1, batch_caps=self.caps)
             plan = plan.model_copy(update={"batch_overhead_ms": self.profile.batch_overhead_ms})
             res = simulate(self.profile, plan, self.arrivals)
-            ok, p95 = keeps_up(res.latency_s)
+            ok, p95 = keeps_up(res.latency_s)  # no SLO: the noise allowance scales with the point's own p95
             acc = float(evaluate(self.profile, c.models, np.asarray([c.thresholds]).reshape(1, -1)).accuracy[0])
             hit = self.cache[c] = Point(c, p95, acc, ok)
         return hit
@@ -152,7 +152,10 @@ def _space(profile: Profile, levels: int) -> list[Cascade]:
 def _slo_sweep(lat: np.ndarray, n_slos: int) -> np.ndarray:
     """``n_slos`` geometric latency SLOs over ``lat``'s range, each rounded *up* to 1 µs (never below the minimum)."""
     lo, hi = max(float(lat.min()), 1e-3), max(float(lat.max()), 1e-3)
-    return np.unique(np.ceil(np.geomspace(lo, hi, n_slos) * 1000.0 - 1e-9) / 1000.0)
+    raw = np.geomspace(lo, hi, n_slos)
+    raw[0], raw[-1] = lo, hi  # exactly the ends (geomspace may land a hair below the minimum)
+    up = np.ceil(raw * 1000.0) / 1000.0
+    return np.unique(np.where(up < raw, up + 0.001, up))
 
 
 def compare_planner(
