@@ -97,7 +97,7 @@ def run(name: str, hold_s: float, check: bool) -> list[dict[str, Any]]:
         t0 = time.perf_counter()
         try:
             pl.fit(prof, devs, slo, peak, check_arrivals=twitter.arrivals if check else None)
-        except Exception as e:  # noqa: BLE001 - report and go on
+        except Exception as e:
             rows.append({"profile": name, "slo_ms": slo_ms, "error": str(e)})
             continue
         plan_s = time.perf_counter() - t0
@@ -116,8 +116,12 @@ def run(name: str, hold_s: float, check: bool) -> list[dict[str, Any]]:
         for tname, tr in (("twitter", twitter), ("azure", azure)):
             res = simulate(prof, plan, tr.arrivals)
             p95 = res.percentile_ms(95)
-            row[tname] = {"requests": len(tr), "p95_ms": round(p95, 2), "accuracy": round(res.accuracy, 4),
-                          "holds": bool(p95 <= slo_ms)}
+            row[tname] = {
+                "requests": len(tr),
+                "p95_ms": round(p95, 2),
+                "accuracy": round(res.accuracy, 4),
+                "holds": bool(p95 <= slo_ms),
+            }
         worst, held = 0.0, True
         for i, g in enumerate(plan.gears):
             res = simulate(prof, _one_gear(plan, g), poisson(g.qps_high, hold_s, seed=100 + i).arrivals)

@@ -321,12 +321,14 @@ def fixed_plan(
     max_wait_ms: float | None = None,
     max_batch: int | None = None,
     batch_caps: Mapping[str, int] | None = None,
+    batch_overhead_ms: float | None = None,
 ) -> GearPlan:
     """A one-gear plan: every cascade model on every device where it still fits, load split evenly.
 
     Models are placed in cascade order, so when memory is short the earlier (cheaper) stages win the space.
     This is the hand-made plan for tests and baselines; the planner does better. ``batch_caps`` sets each named
     model's per-replica batch cap (e.g. :func:`cascadeserve.planner.default_batch_caps`, the planner's rule).
+    ``batch_overhead_ms`` defaults to the profile's recorded per-batch overhead.
     """
     for m in cascade.models:
         profile.index(m)  # unknown model -> KeyError with the list of known ones
@@ -366,4 +368,5 @@ def fixed_plan(
         slo=slo,
         max_wait_ms=max_wait_ms,
         max_batch=max_batch,
+        batch_overhead_ms=profile.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms,
     )
