@@ -29,7 +29,7 @@ from cascadeserve.errors import ProfileError
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 
-__all__ = ["load_profile", "save_profile"]
+__all__ = ["load_profile", "record_batch_overhead", "save_profile"]
 
 PROFILE_FILE = "profile.yaml"
 LABELS_FILE = "labels.csv"
@@ -337,3 +337,26 @@ def save_profile(profile: Profile, directory: str | Path) -> Path:
                 )
             )
     return d
+
+
+def record_batch_overhead(directory: str | Path, overhead_ms: float) -> Path:
+    """Set ``batch_overhead_ms`` in a profile directory's ``profile.yaml`` (the rest of the file is kept; comments
+    are not). ``profile measure`` and ``serve --emulate`` record the runtime's measured per-batch cost this way."""
+    if not (math.isfinite(overhead_ms) and overhead_ms >= 0):
+        raise ValueError(f"batch_overhead_ms must be a finite number ≥ 0, got {overhead_ms!r}")
+    path = Path(directory) / PROFILE_FILE
+    doc = yaml.safe_load(_read_text(path))
+    if not isinstance(doc, dict):
+        raise ProfileError("the profile must be a mapping", path=path)
+    out: dict[str, Any] = {}
+    for k, v in doc.items():  # keep the key order, with the overhead after the metadata
+        if k == "models" and "batch_overhead_ms" not in out:
+            out["batch_overhead_ms"] = round(float(overhead_ms), 6)
+        if k != "batch_overhead_ms":
+            out[k] = v
+    out.setdefault("batch_overhead_ms", round(float(overhead_ms), 6))
+    try:
+        path.write_text(yaml.safe_dump(out, sort_keys=False), encoding="utf-8")
+    except OSError as e:
+        raise ProfileError(f"cannot record batch_overhead_ms: {e.strerror or e}", path=path) from None
+    return path
