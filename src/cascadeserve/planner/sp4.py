@@ -38,7 +38,7 @@ __all__ = ["bottleneck", "sp4"]
 
 _UTIL_TARGET = 0.95  # SP4 starts where amortised utilisation first drops to this; below it a range cannot keep up
 _MAX_SIMS = 24
-_PATIENCE = 4
+_PATIENCE = 2
 
 
 def _mq_for(sol: Solution, r: int, base: int) -> dict[RepKey, int]:
