@@ -103,7 +103,7 @@ def base_v1() -> dict[str, Any]:
 
 def test_plan_fields_and_derived_views() -> None:
     plan = GearPlan.model_validate(base())
-    assert plan.schema_version == SCHEMA_VERSION == 2
+    assert plan.schema_version == SCHEMA_VERSION == 3
     assert plan.devices[0] == Device(name="d0", memory_mb=1000.0, kind="gpu")
     assert plan.devices[1].kind == "cpu"
     assert [r.id for r in plan.replicas] == ["a@d0", "b@d0", "a@d1", "b@d1"]
@@ -220,8 +220,8 @@ def test_gear_replica_for_a_model_outside_the_cascade() -> None:
 
 
 def test_bad_schema_version() -> None:
-    with pytest.raises(PlanError, match=r"unsupported schema_version 3; this cascadeserve reads versions 1, 2"):
-        GearPlan.from_json(json.dumps({**base(), "schema_version": 3}))
+    with pytest.raises(PlanError, match=r"unsupported schema_version 4; this cascadeserve reads versions 1, 2, 3"):
+        GearPlan.from_json(json.dumps({**base(), "schema_version": 4}))
     with pytest.raises(PlanError, match=r"unsupported schema_version '1'"):
         GearPlan.from_json(json.dumps({**base(), "schema_version": "1"}))
 
@@ -232,20 +232,42 @@ def test_a_schema_1_file_loads_as_the_structured_plan(tmp_path: Path) -> None:
     path.write_text(json.dumps(base_v1()), encoding="utf-8")
     plan = load_plan(path, abc_profile())
     assert plan == GearPlan.model_validate(base())
-    assert plan.schema_version == 2
+    assert plan.schema_version == 3
     assert plan.gears[0].replica("a", "d1") == GearReplica(model="a", device="d1", min_queue=2, share=0.5)
     assert GearPlan.model_validate(base_v1()) == plan  # model validation reads schema 1 too
 
 
-def test_a_schema_1_plan_is_written_back_as_schema_2(tmp_path: Path) -> None:
+def test_a_schema_1_plan_is_written_back_as_schema_3(tmp_path: Path) -> None:
     plan = GearPlan.from_json(json.dumps(base_v1()))
-    written = json.loads(plan.save(tmp_path / "v2.json").read_text(encoding="utf-8"))
-    assert written["schema_version"] == 2
+    written = json.loads(plan.save(tmp_path / "v3.json").read_text(encoding="utf-8"))
+    assert written["schema_version"] == 3
     assert written["gears"][1]["replicas"] == [
-        {"model": "a", "device": "d0", "min_queue": 4, "share": 0.25},
-        {"model": "a", "device": "d1", "min_queue": 8, "share": 0.75},
+        {"model": "a", "device": "d0", "min_queue": 4, "share": 0.25, "max_batch": None},
+        {"model": "a", "device": "d1", "min_queue": 8, "share": 0.75, "max_batch": None},
     ]
-    assert load_plan(tmp_path / "v2.json") == plan
+    assert load_plan(tmp_path / "v3.json") == plan
+
+
+# -- schema 2 and 3: per-replica batch caps ---------------------------------------------------------------------
+def test_a_schema_2_plan_loads_with_no_per_replica_cap(tmp_path: Path) -> None:
+    raw = {**base(), "schema_version": 2}
+    plan = GearPlan.from_json(json.dumps(raw))
+    assert plan.schema_version == 3 and plan == GearPlan.model_validate(base())
+    assert all(gr.max_batch is None for g in plan.gears for gr in g.replicas)
+    assert plan.gears[0].replicas[0].cap(plan.max_batch) == 32  # only the plan-wide cap applies
+
+
+def test_a_per_replica_cap_round_trips_and_the_smaller_cap_applies(tmp_path: Path) -> None:
+    raw = base()
+    raw["gears"][1]["replicas"][0]["max_batch"] = 8
+    raw["gears"][1]["replicas"][1]["max_batch"] = 64
+    plan = GearPlan.model_validate(raw)
+    assert load_plan(plan.save(tmp_path / "p.json")) == plan
+    a0, a1 = plan.gears[1].replicas[0], plan.gears[1].replicas[1]
+    assert (a0.cap(plan.max_batch), a1.cap(plan.max_batch), a1.cap(None)) == (8, 32, 64)
+    raw["gears"][1]["replicas"][0]["max_batch"] = 0
+    with pytest.raises(PlanError, match="max_batch"):
+        GearPlan.from_json(json.dumps(raw))
 
 
 def test_a_plan_without_schema_version_is_read_by_its_shape() -> None:

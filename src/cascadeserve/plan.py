@@ -13,9 +13,12 @@ A :class:`GearPlan` is frozen data with a JSON round trip and a schema version:
   ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs);
 * ``batch_overhead_ms``: a deployment's fixed cost per batch beyond the model's runtime, for the simulator.
 
-Schema versions: version 2 (written today) lists each gear's replicas as objects with ``model`` and ``device``
-fields. Version 1 keyed them by ``"model@device"`` strings; such files still load (the keys are split into
-structured entries, and a key that is not ``model@device`` is an error naming the gear and the key).
+Schema versions: version 3 (written today) adds an optional batch cap per replica in each gear
+(``GearReplica.max_batch``: the most samples one batch of that replica takes; the planner sets it per model, see
+:mod:`cascadeserve.planner.problem`). Version 2 lists each gear's replicas as objects with ``model`` and ``device``
+fields and has no per-replica cap; such files load unchanged (no cap beyond the plan-wide ``max_batch``). Version 1
+keyed them by ``"model@device"`` strings; such files still load (the keys are split into structured entries, and a
+key that is not ``model@device`` is an error naming the gear and the key).
 
 Validation happens twice: :class:`GearPlan` checks itself (ranges contiguous, shares sum to one per model,
 replicas exist), and :meth:`GearPlan.check_against` checks it against a profile (models exist, memory fits,
@@ -25,7 +28,7 @@ naming the device that overflows).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -49,8 +52,8 @@ __all__ = [
     "load_plan",
 ]
 
-SCHEMA_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
 DEFAULT_MAX_WAIT_MS = 100.0
 """The max wait of a plan that sets none: a queue holding fewer samples than its gear's minimum queue length fires
 once its oldest sample has waited this long (one producer tick at the default ``tick_ms``). Without it a lone
@@ -82,10 +85,18 @@ class Replica(_Frozen):
 
 
 class GearReplica(Replica):
-    """A placed replica's settings inside one gear: its batch trigger and its share of its model's load."""
+    """A placed replica's settings inside one gear: its batch trigger, its share of its model's load, and its batch
+    cap (``max_batch``: the most samples one batch takes; ``None``: only the plan-wide ``max_batch`` applies)."""
 
     min_queue: int = Field(default=1, ge=1)
     share: float = Field(ge=0.0, le=1.0)
+    max_batch: int | None = Field(default=None, ge=1)
+
+    def cap(self, plan_max_batch: int | None) -> int | None:
+        """The batch cap that applies to this replica: the smaller of its own and the plan-wide one."""
+        if self.max_batch is None:
+            return plan_max_batch
+        return self.max_batch if plan_max_batch is None else min(self.max_batch, plan_max_batch)
 
 
 class SLO(_Frozen):
@@ -158,7 +169,7 @@ def _upgrade_v1_gear(gear: object, index: int) -> object:
 
 
 class GearPlan(_Frozen):
-    schema_version: Literal[2] = 2
+    schema_version: Literal[3] = 3
     profile: str
     devices: tuple[Device, ...] = Field(min_length=1)
     replicas: tuple[Replica, ...] = Field(min_length=1)
@@ -177,13 +188,19 @@ class GearPlan(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, data: object) -> object:
-        """Read schema-1 data (replicas keyed by ``"model@device"``) as schema 2."""
-        if not isinstance(data, dict) or data.get("schema_version", 1) != 1:
+        """Read schema-1 data (replicas keyed by ``"model@device"``) and schema-2 data (no per-replica batch cap)
+        as schema 3."""
+        if not isinstance(data, dict):
             return data
-        gears = data.get("gears")
-        if isinstance(gears, list | tuple):
-            data = {**data, "gears": [_upgrade_v1_gear(g, i) for i, g in enumerate(gears)]}
-        return {**data, "schema_version": 2}
+        version = data.get("schema_version", 1)
+        if version == 1:
+            gears = data.get("gears")
+            if isinstance(gears, list | tuple):
+                data = {**data, "gears": [_upgrade_v1_gear(g, i) for i, g in enumerate(gears)]}
+            return {**data, "schema_version": 3}
+        if version == 2:
+            return {**data, "schema_version": 3}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> GearPlan:
@@ -303,11 +320,15 @@ def fixed_plan(
     slo: SLO | None = None,
     max_wait_ms: float | None = None,
     max_batch: int | None = None,
+    batch_caps: Mapping[str, int] | None = None,
+    batch_overhead_ms: float | None = None,
 ) -> GearPlan:
     """A one-gear plan: every cascade model on every device where it still fits, load split evenly.
 
     Models are placed in cascade order, so when memory is short the earlier (cheaper) stages win the space.
-    This is the hand-made plan for tests and baselines; the planner does better.
+    This is the hand-made plan for tests and baselines; the planner does better. ``batch_caps`` sets each named
+    model's per-replica batch cap (e.g. :func:`cascadeserve.planner.default_batch_caps`, the planner's rule).
+    ``batch_overhead_ms`` defaults to the profile's recorded per-batch overhead.
     """
     for m in cascade.models:
         profile.index(m)  # unknown model -> KeyError with the list of known ones
@@ -329,7 +350,13 @@ def fixed_plan(
         models=cascade.models,
         thresholds=cascade.thresholds,
         replicas=tuple(
-            GearReplica(model=r.model, device=r.device, min_queue=min_queue, share=1.0 / per_model[r.model])
+            GearReplica(
+                model=r.model,
+                device=r.device,
+                min_queue=min_queue,
+                share=1.0 / per_model[r.model],
+                max_batch=None if batch_caps is None else batch_caps.get(r.model),
+            )
             for r in replicas
         ),
     )
@@ -341,4 +368,5 @@ def fixed_plan(
         slo=slo,
         max_wait_ms=max_wait_ms,
         max_batch=max_batch,
+        batch_overhead_ms=profile.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms,
     )

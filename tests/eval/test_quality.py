@@ -33,6 +33,28 @@ def test_compare_planner_scores_all_three_methods(toy_profile: Profile) -> None:
     assert res["space_size"] == 3 + 3 * 3 + 1 * 9  # singles, pairs at 3 levels, the triple at 3 × 3 levels
     assert 0 < res["hypervolume_fraction"] <= 1.0 + 1e-9
     assert res["frontiers"]["exhaustive"] and res["planner_s"] > 0
+    assert res["load"] == "300 QPS (given)" and res["batch_caps"] == {"m0": 64, "m1": 64, "m2": 64}
+    # the sweep starts at the true minimum p95, rounded up, so the fastest point meets the tightest SLO
+    fastest = min(p["p95_ms"] for p in res["frontiers"]["exhaustive"])
+    assert fastest <= res["slos_ms"][0] < fastest + 0.001
+
+
+def test_the_harness_marks_a_backlogged_point_infeasible_for_every_method(toy_profile: Profile) -> None:
+    # one device: m2 alone carries about 64 / 30 ms = 2,100 QPS, so at 3,000 QPS its queue grows without bound
+    dev = [Device(name="d", memory_mb=1000.0)]
+    res = compare_planner(toy_profile, dev, 3000.0, levels=3, n_slos=3, duration_s=1.0)
+    assert res["infeasible_points"] > 0
+    for method in ("exhaustive", "planner", "random"):
+        front = res["frontiers"][method]
+        assert all(p["feasible"] for p in front)
+        assert ["m2"] not in [p["models"] for p in front]
+    assert res["reference"]["p95_ms"] < 1000.0  # no backlog sets the reference point
+
+
+def test_the_default_load_is_stated(toy_profile: Profile) -> None:
+    dev = [Device(name="d", memory_mb=1000.0)]
+    res = compare_planner(toy_profile, dev, levels=2, n_slos=2, duration_s=0.3)
+    assert res["max_qps"] > 0 and res["load"].startswith(f"{res['max_qps']:,.0f} QPS (default: what 1 device(s)")
 
 
 def test_compare_planner_needs_every_model_on_every_device(toy_profile: Profile) -> None:

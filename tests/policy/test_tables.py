@@ -15,6 +15,7 @@ from cascadeserve.policy import (
     PlanTables,
     Route,
     SmoothWeightedRoundRobin,
+    batch_size,
     is_sure,
     sure_mask,
 )
@@ -181,3 +182,18 @@ def test_sure_mask_and_is_sure_agree_and_the_last_stage_always_answers(cert: lis
     assert sure_mask(c, float(t[0])).tolist() == sure_list(cert, float(t[0]))
     assert mask[t == LAST_STAGE].all()
     assert sure_mask(c, LAST_STAGE).all()
+
+
+def test_a_replica_cap_bounds_its_trigger_and_its_drain_below_the_plan_wide_one() -> None:
+    plan = three_stage_plan()
+    g0 = plan.gears[0]
+    capped = tuple(gr.model_copy(update={"max_batch": {"a": 4, "c": 64}.get(gr.model)}) for gr in g0.replicas)
+    plan = plan.model_copy(update={"gears": (g0.model_copy(update={"replicas": capped}), plan.gears[1])})
+    t = PlanTables(plan, ROWS)
+    # replicas: a@d0, b@d0, a@d1, c@d1, b@d1; the plan-wide cap is 16
+    assert [trig.max_batch for trig in t.triggers[0]] == [4, 16, 4, 16, 16]
+    assert [trig.max_batch for trig in t.triggers_for(0, draining=True)] == [4, 16, 4, 16, 16]
+    assert t.triggers_for(0, draining=True)[0] == BatchTrigger(1, None, 4)
+    assert [trig.max_batch for trig in t.triggers[1]] == [16] * 5  # gear 1 sets no replica cap
+    assert t.batch_cap(0, 0) == 4 and t.batch_cap(1, 2) == 16
+    assert batch_size(t.triggers[0][0], 100) == 4 and batch_size(t.triggers[0][0], 100, 2) == 2

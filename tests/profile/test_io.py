@@ -364,3 +364,22 @@ def test_blank_lines_in_csv_are_skipped(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as info:
         load_profile(d)
     assert (info.value.line, info.value.column) == (5, "label")
+
+
+def test_a_declared_max_batch_and_batch_overhead_load_and_round_trip(tmp_path: Path) -> None:
+    text = PROFILE_YAML.replace("source: hand-made\n", "source: hand-made\nbatch_overhead_ms: 0.4\n").replace(
+        "      8: 4.0\n", "      8: 4.0\n    max_batch: 32\n"
+    )
+    prof = load_profile(write_profile(tmp_path / "in", yaml_text=text))
+    assert prof.batch_overhead_ms == 0.4
+    assert (prof.model("a").max_batch, prof.model("a").batch_limit) == (32, 32)
+    assert (prof.model("b").max_batch, prof.model("b").batch_limit) == (None, 8)  # the largest profiled batch
+    again = load_profile(save_profile(prof, tmp_path / "out"))
+    assert again.batch_overhead_ms == 0.4 and again.model("a").max_batch == 32 and again.model("b").max_batch is None
+
+
+@pytest.mark.parametrize("value", ["0", "2.5", "-1", "x"])
+def test_a_bad_max_batch_is_named(tmp_path: Path, value: str) -> None:
+    text = PROFILE_YAML.replace("      8: 4.0\n", f"      8: 4.0\n    max_batch: {value}\n")
+    with pytest.raises(ProfileError, match=r"line 11, column 16: model 'a': max_batch must be a (positive|number)"):
+        load_profile(write_profile(tmp_path, yaml_text=text))

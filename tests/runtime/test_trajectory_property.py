@@ -26,9 +26,9 @@ MODELS = ("m0", "m1", "m2")
 THRESHOLDS = (0.0, 0.2, 0.4, 0.6, 1.0)
 
 
-def _gear_replicas(entries: list[tuple[str, str, int, float]]) -> tuple[GearReplica, ...]:
-    """The plan format's per-gear replica settings from ``(model, device, min_queue, share)``."""
-    return tuple(GearReplica(model=m, device=d, min_queue=q, share=s) for m, d, q, s in entries)
+def _gear_replicas(entries: list[tuple[str, str, int, float, int | None]]) -> tuple[GearReplica, ...]:
+    """The plan format's per-gear replica settings from ``(model, device, min_queue, share, max_batch)``."""
+    return tuple(GearReplica(model=m, device=d, min_queue=q, share=s, max_batch=c) for m, d, q, s, c in entries)
 
 
 @st.composite
@@ -52,7 +52,8 @@ def plans(draw: st.DrawFn) -> GearPlan:
             if sum(weights) == 0:
                 weights[0] = 1
             for d, w in zip(devs, weights, strict=True):
-                entries.append((m, f"d{d}", draw(st.integers(1, 4)), w / sum(weights)))
+                cap = draw(st.none() | st.integers(1, 5))  # schema 3: a per-replica batch cap
+                entries.append((m, f"d{d}", draw(st.integers(1, 4)), w / sum(weights), cap))
         gears.append(
             Gear(
                 qps_low=float(edges[g]),

@@ -214,6 +214,7 @@ def sub_profile(profile: Profile, models: Sequence[str], *, name: str | None = N
         task=profile.task,
         device=profile.device,
         source=profile.source,
+        batch_overhead_ms=profile.batch_overhead_ms,
     )
 
 
@@ -235,8 +236,9 @@ def batch_ms(model: ModelProfile, batch: int, overhead_ms: float = 0.0) -> float
     return float(model.runtime.ms_at(batch)) + overhead_ms
 
 
-def batch_for_latency(model: ModelProfile, budget_ms: float, cap: int = 4096, overhead_ms: float = 0.0) -> int:
-    """The largest batch whose runtime plus ``overhead_ms`` fits ``budget_ms`` (at least 1)."""
-    sizes = np.arange(1, cap + 1)
+def batch_for_latency(model: ModelProfile, budget_ms: float, cap: int | None = None, overhead_ms: float = 0.0) -> int:
+    """The largest batch whose runtime plus ``overhead_ms`` fits ``budget_ms`` (at least 1), at most ``cap`` (default:
+    the model's ``batch_limit``, so no estimate rests on runtimes extrapolated past the profiled batch sizes)."""
+    sizes = np.arange(1, (model.batch_limit if cap is None else cap) + 1)
     ok = np.flatnonzero(model.runtime.ms_at(sizes) + overhead_ms <= budget_ms)
     return int(sizes[ok[-1]]) if len(ok) else 1

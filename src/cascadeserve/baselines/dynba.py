@@ -2,7 +2,8 @@
 
 For each model whose accuracy can reach some accuracy target of the grid, DynBa places one replica of it on every
 device and splits the load evenly. Its batching is cascadeserve's own (the paper's improvement): either
-work-conserving (``min_queue=1``: a free device takes its whole queue), or the planner's per-QPS-range minimum
+work-conserving (``min_queue=1``: a free device takes its whole queue up to the model's batch cap, the planner's
+rule without a latency bound, :func:`~cascadeserve.planner.default_batch_caps`), or the planner's per-QPS-range minimum
 queue lengths, obtained by running the gear planner on the one-model profile under each latency SLO (with one
 model the planner can only place, balance and batch; it replays its plan on the workload's trace and tightens the
 batching while the replay misses the SLO, as it does for cascadeserve). Both are grid-searched; the best setting
@@ -15,7 +16,7 @@ from cascadeserve.baselines.common import ACCURACY_TOL, Config, Deployment, Syst
 from cascadeserve.cascade import Cascade
 from cascadeserve.errors import InfeasibleError, PlanError
 from cascadeserve.plan import SLO, fixed_plan
-from cascadeserve.planner import Planner
+from cascadeserve.planner import Planner, default_batch_caps
 
 __all__ = ["DynBa"]
 
@@ -37,7 +38,8 @@ class DynBa(System):
         model = str(config["model"])
         if config["batching"] == "min_queue=1":
             try:
-                plan = fixed_plan(w.profile, Cascade((model,), ()), w.devices(devices), min_queue=1)
+                caps = default_batch_caps(w.profile, None, overhead_ms=w.batch_overhead_ms, models=(model,))
+                plan = fixed_plan(w.profile, Cascade((model,), ()), w.devices(devices), min_queue=1, batch_caps=caps)
             except PlanError:
                 return None
             plan = w.carry(plan)

@@ -7,7 +7,10 @@
   (its trace check, :mod:`cascadeserve.planner.tracecheck`); DynBa's planner batching gets the same check.
 * :class:`NoSwitching`: one static cascade serves the whole trace. The candidates are SP1's frontier cascades
   that can reach an accuracy target (up to :data:`STATIC_CANDIDATES`, spread over the frontier), each placed on
-  every device where it fits with work-conserving batching (a free device takes its whole queue); grid-searched.
+  every device where it fits with work-conserving batching (a free device takes its whole queue up to each
+  model's batch cap, the planner's rule without a latency bound); and every one-model cascade that can reach a
+  target with the planner's batching (the planner on the one-model profile per latency SLO, as DynBa does), so
+  the ablation's space contains DynBa's and it is never the weaker of the two; grid-searched.
   (The planner with ``n_ranges=1`` is not used: it would search the same space through SP3/SP4's placement and
   per-range checks instead of replaying the trace, which is what this ablation isolates. Since SP4 dropped its
   busy ≤ 97 % cap, the planner with one range is feasible wherever a work-conserving static cascade holds the
@@ -24,11 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from cascadeserve.baselines.common import ACCURACY_TOL, Config, Deployment, System, Workload
+from cascadeserve.baselines.common import ACCURACY_TOL, Config, Deployment, System, Workload, sub_profile
 from cascadeserve.cascade import Cascade
 from cascadeserve.errors import InfeasibleError, PlanError
 from cascadeserve.plan import SLO, fixed_plan
-from cascadeserve.planner import Planner, search_cascades
+from cascadeserve.planner import Planner, default_batch_caps, search_cascades
 from cascadeserve.profile import Profile
 
 __all__ = ["STATIC_CANDIDATES", "CascadeServe", "NoCascade", "NoSwitching", "without_cascades"]
@@ -48,6 +51,7 @@ def without_cascades(profile: Profile) -> Profile:
         task=profile.task,
         device=profile.device,
         source=profile.source,
+        batch_overhead_ms=profile.batch_overhead_ms,
     )
 
 
@@ -102,15 +106,43 @@ class NoSwitching(System):
         return hit
 
     def configs(self, w: Workload, devices: int) -> list[Config]:
-        return [{"models": list(c.models), "thresholds": list(c.thresholds)} for c in self.candidates(w)]
+        out: list[Config] = [{"models": list(c.models), "thresholds": list(c.thresholds)} for c in self.candidates(w)]
+        low = min(w.accuracy_targets) - ACCURACY_TOL if w.accuracy_targets else 0.0
+        for i, m in enumerate(w.profile.models):
+            if float(w.profile.accuracies[i]) >= low:
+                out.extend(
+                    {"models": [m.name], "thresholds": [], "batching": "planner", "slo_ms": v}
+                    for v in w.latency_slos_ms
+                )
+        return out
 
     def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
         c = Cascade(tuple(config["models"]), tuple(config["thresholds"]))
+        if config.get("batching") == "planner":
+            return self._planned(w, devices, config, c.models[0])
+        caps = default_batch_caps(w.profile, None, overhead_ms=w.batch_overhead_ms, models=c.models)
         try:
-            plan = fixed_plan(w.profile, c, w.devices(devices), min_queue=1)
+            plan = fixed_plan(w.profile, c, w.devices(devices), min_queue=1, batch_caps=caps)
         except PlanError:
             return None
         return Deployment(self.name, dict(config), w.profile, w.carry(plan))
+
+    def _planned(self, w: Workload, devices: int, config: Config, model: str) -> Deployment | None:
+        """One model, statically on every device, batched by the planner for one latency SLO (DynBa's setting)."""
+        one = sub_profile(w.profile, [model])
+        planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed, batch_overhead_ms=w.batch_overhead_ms)
+        try:
+            planner.fit(
+                one,
+                w.devices(devices),
+                SLO(kind="p95_ms", value=float(config["slo_ms"])),
+                w.max_qps,
+                check_arrivals=w.trace.arrivals,
+            )
+        except InfeasibleError:
+            return None
+        assert planner.plan_ is not None
+        return Deployment(self.name, dict(config), one, planner.plan_)
 
 
 class NoCascade(CascadeServe):

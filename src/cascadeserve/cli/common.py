@@ -14,6 +14,7 @@ from cascadeserve.traces import TRACE_SPEC_HELP, Trace, build_trace
 
 __all__ = [
     "BatchOverheadOpt",
+    "ProfileOverheadOpt",
     "TraceOptions",
     "devices_from",
     "parse_floats",
@@ -38,6 +39,15 @@ BatchOverheadOpt = Annotated[
         min=0.0,
         help="Fixed cost per batch beyond the profiled runtime, e.g. from `eval fidelity --calibrate`; plans and "
         "simulations include it",
+    ),
+]
+ProfileOverheadOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--batch-overhead-ms",
+        min=0.0,
+        help="Fixed cost per batch beyond the profiled runtime, e.g. from `eval fidelity --calibrate`; plans and "
+        "simulations include it (default: the profile's recorded batch_overhead_ms, 0 when it has none)",
     ),
 ]
 

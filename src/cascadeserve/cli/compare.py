@@ -5,9 +5,11 @@
 * ``report``: one full run per profile (cost grid, fixed-device curves, degradation timeline, ablations) written
   as a markdown page with PNGs, the command and the versions (:func:`cascadeserve.eval.write_report`).
 
-``--batch-overhead-ms`` (both) charges every system a fixed cost per batch beyond the profiled runtime: it goes into
-the :class:`~cascadeserve.baselines.Workload`, so every system's plans and estimates include it. The trace scaling of
-``report`` (``family_max_qps``) does not.
+``--batch-overhead-ms`` (both; default: the profile's recorded ``batch_overhead_ms``) charges every system a fixed
+cost per batch beyond the profiled runtime: it goes into the :class:`~cascadeserve.baselines.Workload`, so every
+system's plans and estimates include it. The trace scaling (``family_max_qps``) does not. Without ``--max-qps`` both
+scale the trace's peak to what ``--capacity-devices`` devices serve with the most accurate model alone in batches
+within half the middle latency SLO (``eval planner`` uses the same rule), and say so (``scaling``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from rich.table import Table
 from cascadeserve.baselines import LoadTime, System, Workload, all_systems
 from cascadeserve.cli.common import (
     ArrivalOpt,
-    BatchOverheadOpt,
     DropZeroOpt,
     MaxQpsOpt,
+    ProfileOverheadOpt,
     SeedOpt,
     TraceFormatOpt,
     TraceOpt,
@@ -51,6 +53,14 @@ MemOpt = Annotated[float, typer.Option("--device-memory-mb", help="Memory per de
 JobsOpt = Annotated[int, typer.Option("--jobs", help="Systems evaluated in parallel processes.")]
 SystemsOpt = Annotated[str, typer.Option("--systems", help="Comma-separated subset of the systems (default: all).")]
 LoadOpt = Annotated[float, typer.Option("--cocktail-load-s", help="Cocktail+: fixed model load time in seconds.")]
+CapDevOpt = Annotated[
+    int,
+    typer.Option(
+        "--capacity-devices",
+        help="Without --max-qps: scale the peak to what this many devices serve with the best model.",
+        min=1,
+    ),
+]
 
 
 def _systems(names: str, load_s: float) -> list[System]:
@@ -103,7 +113,8 @@ def compare_cmd(
     jobs: JobsOpt = 2,
     systems: SystemsOpt = "",
     cocktail_load_s: LoadOpt = 1.0,
-    batch_overhead_ms: BatchOverheadOpt = 0.0,
+    batch_overhead_ms: ProfileOverheadOpt = None,
+    capacity_devices: CapDevOpt = 4,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     plots: Annotated[Path | None, typer.Option("--plots", help="Write the heatmaps and ablation bars here.")] = None,
 ) -> None:
@@ -113,16 +124,19 @@ def compare_cmd(
     lats = parse_floats(latency_slos, "--latency-slos")
     if not lats:
         raise CascadeServeError("--latency-slos: give at least one value")
-    tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
+    peak, scaling = _peak(prof, max_qps, capacity_devices, lats)
+    overhead = prof.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms
+    tr = trace_options(trace, trace_format, peak, window, drop_zero, arrival, seed).build()
     dist = _qps_dist(trace, trace_format, window)
-    w = Workload(prof, tr, lats, accs, device_memory_mb, dist, seed, batch_overhead_ms)
+    w = Workload(prof, tr, lats, accs, device_memory_mb, dist, seed, overhead)
     if not json_out:
         err_console.print(f"comparing {len(_systems(systems, cocktail_load_s))} systems on {tr!r}")
     res = run_compare(
         w, _systems(systems, cocktail_load_s), max_devices, jobs=jobs, progress=_progress(prof.name)
     ).to_dict()
     res["command"] = invocation()
-    res["batch_overhead_ms"] = batch_overhead_ms
+    res["batch_overhead_ms"] = overhead
+    res["scaling"] = scaling
     if plots is not None:
         plots.mkdir(parents=True, exist_ok=True)
         plot_heatmaps(res, plots / f"{prof.name}-cost-grid.png")
@@ -141,10 +155,24 @@ def compare_cmd(
             "—" if c["savings"] is None else f"{c['savings']:.2f}×",
         )
     console.print(t)
-    overhead = f"; every batch costs {batch_overhead_ms:g} ms more" if batch_overhead_ms else ""
+    extra = f"; every batch costs {overhead:g} ms more" if overhead else ""
     console.print(
-        f"median savings {res['median_savings']}, min high-accuracy savings {res['min_high_accuracy_savings']}"
-        + overhead
+        f"median savings {res['median_savings']}, min high-accuracy savings {res['min_high_accuracy_savings']}" + extra
+    )
+    console.print(scaling, highlight=False)
+
+
+def _peak(prof: Profile, max_qps: float | None, capacity_devices: int, lats: tuple[float, ...]) -> tuple[float, str]:
+    """The trace's peak QPS and a sentence saying where it came from: ``--max-qps``, or (``compare`` and ``report``
+    alike, and ``eval planner`` by the same rule) what ``capacity_devices`` devices serve with the most accurate
+    model alone in batches within half the middle latency SLO."""
+    if max_qps is not None:
+        return max_qps, f"--max-qps {max_qps:g} given"
+    mid = sorted(lats)[len(lats) // 2]
+    peak = float(round(family_max_qps(prof, capacity_devices, mid)))
+    return peak, (
+        f"peak scaled to {peak:g} QPS = what {capacity_devices} devices serve with the most accurate model "
+        f"in batches within {mid:g}/2 ms"
     )
 
 
@@ -163,9 +191,7 @@ def report_cmd(
     accuracy_targets: AccOpt = "",
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
-    capacity_devices: Annotated[
-        int, typer.Option(help="Without --max-qps: scale the peak to what this many devices serve with the best model.")
-    ] = 4,
+    capacity_devices: CapDevOpt = 4,
     window: WindowOpt = None,
     drop_zero: DropZeroOpt = False,
     arrival: ArrivalOpt = "poisson",
@@ -175,7 +201,7 @@ def report_cmd(
     jobs: JobsOpt = 2,
     systems: SystemsOpt = "",
     cocktail_load_s: LoadOpt = 1.0,
-    batch_overhead_ms: BatchOverheadOpt = 0.0,
+    batch_overhead_ms: ProfileOverheadOpt = None,
     curve_devices: Annotated[str, typer.Option(help="Device counts for the trade-off curves.")] = "1,2",
     timeline_devices: Annotated[int, typer.Option(help="Devices for each fixed-device system in the timeline.")] = 2,
     real: Annotated[
@@ -190,14 +216,15 @@ def report_cmd(
         prof = load_profile(pdir)
         accs = parse_floats(accuracy_targets, "--accuracy-targets") or _default_targets(prof)
         mid = sorted(lats)[len(lats) // 2]
-        peak = max_qps if max_qps is not None else round(family_max_qps(prof, capacity_devices, mid))
+        peak, scaling = _peak(prof, max_qps, capacity_devices, lats)
+        overhead = prof.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms
         tr = trace_options(trace, trace_format, peak, window, drop_zero, arrival, seed).build()
         dist = _qps_dist(trace, trace_format, window)
-        w = Workload(prof, tr, lats, accs, device_memory_mb, dist, seed, batch_overhead_ms)
+        w = Workload(prof, tr, lats, accs, device_memory_mb, dist, seed, overhead)
         spike = build_trace(
             f"synthetic:spike:base={peak * 0.3:.0f},peak={peak:.0f},at=20,width=10,duration=60", seed=seed
         )
-        tw = Workload(prof, spike, lats, accs, device_memory_mb, "zipf", seed, batch_overhead_ms)
+        tw = Workload(prof, spike, lats, accs, device_memory_mb, "zipf", seed, overhead)
         sys_list = _systems(systems, cocktail_load_s)
         tl_dev = {s.name: (max_devices if s.autoscaled else timeline_devices) for s in sys_list}
         err_console.print(f"{prof.name}: {tr!r}")
@@ -214,15 +241,10 @@ def report_cmd(
             progress=_progress(prof.name),
         )
         d = res.to_dict()
-        d["scaling"] = (
-            f"--max-qps {max_qps:g} given"
-            if max_qps is not None
-            else f"peak scaled to {peak:g} QPS = what {capacity_devices} devices serve with the most accurate model "
-            f"in batches within {mid:g}/2 ms"
-        )
-        if batch_overhead_ms:
+        d["scaling"] = scaling
+        if overhead:
             d["scaling"] += (
-                f"; every system's plans and simulations charge {batch_overhead_ms:g} ms per batch beyond the "
+                f"; every system's plans and simulations charge {overhead:g} ms per batch beyond the "
                 "profiled runtime (the peak scaling does not)"
             )
         results.append((d, curves, tl))

@@ -6,8 +6,9 @@ row per gear (QPS range, cascade, thresholds, batch triggers, predicted p95 and 
 device. ``--json`` prints a
 summary object instead (``feasible``, ``gears``, ``planner_s``, the report). An unreachable SLO prints the reason
 and exits with code 2 (with ``--json``, after printing ``{"feasible": false, ...}``). ``--batch-overhead-ms`` plans
-with a fixed cost per batch beyond the profiled runtime (``eval fidelity --calibrate`` measures it); the plan file
-carries it, so ``simulate`` charges it too.
+with a fixed cost per batch beyond the profiled runtime (``eval fidelity --calibrate`` measures it; by default the
+profile's recorded ``batch_overhead_ms``); the plan file carries it, so ``simulate`` charges it too. Every plan caps
+each model's batch (the batch column shows ``model ≤cap``); ``plan fixed --no-caps`` makes an uncapped one.
 
 The group runs the planner when no subcommand is given (``invoke_without_command``), so ``plan fixed`` and
 ``plan explain`` keep their own options.
@@ -22,11 +23,11 @@ import typer
 from rich.table import Table
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.cli.common import BatchOverheadOpt, devices_from, parse_floats, slo_from
+from cascadeserve.cli.common import ProfileOverheadOpt, devices_from, parse_floats, slo_from
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError, InfeasibleError
 from cascadeserve.plan import GearPlan, fixed_plan, load_plan
-from cascadeserve.planner import SUBMODULES, Planner, PlannerReport, QpsDistribution
+from cascadeserve.planner import SUBMODULES, Planner, PlannerReport, QpsDistribution, default_batch_caps
 from cascadeserve.profile import load_profile
 
 __all__ = ["plan_app", "plan_summary", "print_plan"]
@@ -46,10 +47,14 @@ def _triggers(plan: GearPlan, gi: int) -> str:
     g = plan.gears[gi]
     first = g.models[0]
     mqs = [gr.min_queue for gr in g.replicas_of(first) if gr.share > 0]
+    caps = {m: {gr.cap(plan.max_batch) for gr in g.replicas_of(m)} for m in g.models}
+    capped = ", ".join(f"{m} ≤{max(c)}" for m, c in caps.items() if None not in c and c)  # type: ignore[type-var]
     if not mqs:
-        return "1"
-    lo, hi = min(mqs), max(mqs)
-    return f"{first}: {lo}" if lo == hi else f"{first}: {lo}-{hi}"
+        head = "1"
+    else:
+        lo, hi = min(mqs), max(mqs)
+        head = f"{first}: {lo}" if lo == hi else f"{first}: {lo}-{hi}"
+    return f"{head}; batch {capped}" if capped else head
 
 
 def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path | None = None) -> dict[str, Any]:
@@ -63,6 +68,7 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
                 "models": list(g.models),
                 "thresholds": list(g.thresholds),
                 "min_queue": {gr.id: gr.min_queue for gr in g.replicas},
+                "max_batch": {gr.id: gr.cap(plan.max_batch) for gr in g.replicas},
                 "shares": {gr.id: round(gr.share, 6) for gr in g.replicas},
                 "triggers": _triggers(plan, i),
                 "predicted_p95_ms": g.predicted_p95_ms,
@@ -143,7 +149,7 @@ def plan(
     ] = "zipf",
     seed: Annotated[int, typer.Option(help="Random seed (cascade sampling, simulated arrivals).")] = 0,
     alpha: Annotated[float, typer.Option(help="Hysteresis factor α written into the plan.")] = 8.0,
-    batch_overhead_ms: BatchOverheadOpt = 0.0,
+    batch_overhead_ms: ProfileOverheadOpt = None,
     trace_rounds: Annotated[
         int,
         typer.Option(
@@ -266,6 +272,14 @@ def fixed(
         ),
     ] = None,
     max_batch: Annotated[int | None, typer.Option(help="Largest batch (default: the whole queue).", min=1)] = None,
+    caps: Annotated[
+        bool,
+        typer.Option(
+            "--caps/--no-caps",
+            help="Cap each model's batch by the planner's rule (the cheapest batch per sample up to the profile's "
+            "batch limit); --no-caps takes the whole queue, up to --max-batch.",
+        ),
+    ] = True,
 ) -> None:
     """A one-gear plan: every model on every device where it fits, even split, one trigger for all replicas."""
     prof = load_profile(profile)
@@ -281,6 +295,7 @@ def fixed(
         min_queue=min_queue,
         max_wait_ms=max_wait_ms,
         max_batch=max_batch,
+        batch_caps=default_batch_caps(prof, None, overhead_ms=prof.batch_overhead_ms) if caps else None,
     )
     plan.save(out)
     console.print(f"wrote {out}: {casc} on {len(plan.replicas)} replica(s) over {len(plan.devices)} device(s)")

@@ -1,7 +1,9 @@
 """``cascadeserve profile``: inspect a profile directory (per-model facts, the cascade frontier), or measure one.
 
 ``profile measure`` runs real models (``cascadeserve.models``); its imports are deferred so that ``show`` and
-``frontier`` stay fast and need no framework.
+``frontier`` stay fast and need no framework. After timing the models it measures the runtime's own per-batch
+overhead on this machine (:mod:`cascadeserve.eval.overhead`, about a second) and records it in ``profile.yaml``
+(``batch_overhead_ms``), so plans and simulations of the profile include it by default.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from rich.table import Table
 from cascadeserve.cascade import enumerate_frontier
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.profile import load_profile
+from cascadeserve.profile import load_profile, record_batch_overhead
 
 __all__ = ["frontier", "measure_cmd", "profile_app", "show"]
 
@@ -149,6 +151,13 @@ def measure_cmd(
             bar.update(tasks[model], completed=done, total=total, step=label)
 
         prof, records = measure(cfg, data, out, name=name, options=opts, progress=progress, resume=not fresh)
+    # The runtime's own cost per batch on this machine, recorded with the profile so plans and simulations
+    # include it by default (cascadeserve.eval.overhead).
+    from cascadeserve.eval.overhead import measure_batch_overhead
+
+    overhead = measure_batch_overhead(prof)
+    record_batch_overhead(out, overhead.median_ms)
+    prof = load_profile(out)
     if as_json:
         print_json({"out": str(out), "name": prof.name, "device": prof.device, "models": prof.summary()})
         return

@@ -2,6 +2,10 @@
 
 ``--backend local`` (the default) runs every device in this process; ``--backend ray`` runs one inference-server
 actor per device on a Ray cluster (``--address``), with the same HTTP API (see :mod:`cascadeserve.backends.ray`).
+
+With ``--emulate``, when neither the profile nor the plan records the runtime's per-batch overhead, ``serve``
+measures it at start-up (:mod:`cascadeserve.eval.overhead`, about a second) and records it in the profile, so that
+``plan`` and ``simulate`` of that profile include it without any flag (``--no-measure-overhead`` skips this).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from cascadeserve.cli.root import app, err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.plan import load_plan
-from cascadeserve.profile import load_profile
+from cascadeserve.profile import load_profile, record_batch_overhead
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 
 __all__ = ["serve"]
@@ -47,10 +51,32 @@ def serve(
             help="Ray cluster for --backend ray: 'auto', 'ray://host:port' or host:port (default: a new local one)."
         ),
     ] = None,
+    measure_overhead: Annotated[
+        bool,
+        typer.Option(
+            "--measure-overhead/--no-measure-overhead",
+            help="With --emulate, when neither the profile nor the plan records the runtime's per-batch overhead: "
+            "measure it at start-up (about a second) and record it in the profile's profile.yaml, so that plan and "
+            "simulate include it.",
+        ),
+    ] = True,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     prof = load_profile(profile)
     gear_plan = load_plan(plan, prof)
+    if emulate and measure_overhead and not prof.batch_overhead_ms and not gear_plan.batch_overhead_ms:
+        from cascadeserve.eval.overhead import measure_batch_overhead
+
+        measured = measure_batch_overhead(prof)
+        try:
+            record_batch_overhead(profile, measured.median_ms)
+            where = f"recorded in {profile / 'profile.yaml'}"
+        except CascadeServeError as e:
+            where = f"not recorded: {e}"
+        err_console.print(
+            f"runtime per-batch overhead {measured.median_ms:.3f} ms (median of {measured.samples}; {where})",
+            highlight=False,
+        )
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]

@@ -4,7 +4,8 @@
 :class:`~cascadeserve.plan.GearPlan`) and ``report_`` (a :class:`PlannerReport`), or raises
 :class:`~cascadeserve.errors.InfeasibleError` with a message in the user's terms. ``Planner(batch_overhead_ms=…)``
 plans with a fixed cost per batch beyond the profiled runtime (every batch duration and capacity estimate includes
-it, and the plan carries it for the simulator). The parts are usable alone:
+it, and the plan carries it for the simulator; by default the profile's recorded ``batch_overhead_ms``). Every plan
+caps each model's batch (:func:`default_batch_caps`, schema 3's ``GearReplica.max_batch``). The parts are usable alone:
 :func:`search_cascades` (SP1), :class:`QpsDistribution` (SP2's weights), :func:`place_replicas` and
 :func:`balance` (SP3), :func:`check_load` (SP4's simulation check) and :func:`run_loop` (Algorithm 1's control
 flow). ``fit(check_arrivals=…)`` replays the finished plan on a trace and re-plans against a tighter internal SLO
@@ -19,6 +20,7 @@ from cascadeserve.planner.loop import LoopInfeasible, LoopResult, Step, run_loop
 from cascadeserve.planner.lp import Balance, balance
 from cascadeserve.planner.placement import Load, PlacementError, place_replicas
 from cascadeserve.planner.planner import SUBMODULES, Planner, PlannerReport, qps_scale_for
+from cascadeserve.planner.problem import default_batch_caps
 from cascadeserve.planner.search import Candidate, Frontier, search_cascades
 from cascadeserve.planner.tracecheck import TraceCheck
 from cascadeserve.planner.workload import ZIPF_EXPONENT, QpsDistribution, qps_ranges
@@ -41,6 +43,7 @@ __all__ = [
     "TraceCheck",
     "balance",
     "check_load",
+    "default_batch_caps",
     "place_replicas",
     "qps_ranges",
     "qps_scale_for",

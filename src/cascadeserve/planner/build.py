@@ -40,7 +40,11 @@ def _gear(
         thresholds=c.cascade.thresholds,
         replicas=tuple(
             GearReplica(
-                model=m, device=problem.devices[d].name, min_queue=mq.get((m, d), 1), share=shares.get((m, d), 0.0)
+                model=m,
+                device=problem.devices[d].name,
+                min_queue=mq.get((m, d), 1),
+                share=shares.get((m, d), 0.0),
+                max_batch=problem.cap(m),
             )
             for m, d in reps
         ),

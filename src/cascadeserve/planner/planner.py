@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -172,12 +172,16 @@ class Planner:
       :class:`QpsDistribution`; it weights the ranges for the plan's time-weighted accuracy.
     * ``alpha``: the runtime's hysteresis factor, copied into the plan.
     * ``seed``: seeds random cascade sampling and the simulated arrivals.
-    * ``levels``: threshold levels per stage; ``max_batch``: the largest minimum queue length SP4 may choose
-      (1 = no batching); ``sim_requests``: the most requests one SP4 simulation replays; ``max_iterations``:
-      Algorithm 1's hard cap on submodule calls; ``search_method``: auto, exact or random.
-    * ``batch_overhead_ms`` (≥ 0, default 0): a deployment's fixed cost per batch beyond the profiled runtime (e.g.
-      from ``eval fidelity --calibrate``). Every batch the planner reasons about costs ``runtime(b) + overhead``:
-      SP3's amortised per-sample runtimes (LP and placement), SP4's largest batch and amortised utilisation, and
+    * ``levels``: threshold levels per stage; ``max_batch``: the largest batch cap any model may get (1 = no
+      batching); ``batch_caps``: fixed per-model batch caps in place of the default rule (the cheapest batch per
+      sample within half the latency SLO, :func:`~cascadeserve.planner.problem.default_batch_caps`); the caps go
+      into the plan, and the capacity model prices the batch they allow; ``sim_requests``: the most requests one
+      SP4 stability check replays; ``max_iterations``: Algorithm 1's hard cap on submodule calls;
+      ``search_method``: auto, exact or random.
+    * ``batch_overhead_ms`` (≥ 0; default ``None``: the profile's recorded ``batch_overhead_ms``, 0 when it has
+      none): a deployment's fixed cost per batch beyond the profiled runtime (e.g. measured by ``profile measure``
+      or ``eval fidelity --calibrate``). Every batch the planner reasons about costs ``runtime(b) + overhead``:
+      SP3's amortised per-sample runtimes (LP and placement), the batch caps, SP4's amortised utilisation, and
       SP4's simulations (the plan under check carries it). The plan carries it too, so ``simulate`` charges it.
       With 0 the planner behaves exactly as without it.
     * ``trace_rounds`` (default 4) and ``trace_loosen`` (default True): with ``fit(check_arrivals=…)``, how many
@@ -195,31 +199,35 @@ class Planner:
         *,
         levels: int = 20,
         max_batch: int = 256,
-        sim_requests: int = 2000,
+        batch_caps: Mapping[str, int] | None = None,
+        sim_requests: int = 20_000,
         max_iterations: int = 5000,
         search_method: str = "auto",
         check_duration_s: float | None = None,
-        batch_overhead_ms: float = 0.0,
+        batch_overhead_ms: float | None = None,
         trace_rounds: int = 4,
         trace_loosen: bool = True,
     ) -> None:
         if trace_rounds < 0:
             raise ValueError(f"trace_rounds must be ≥ 0, got {trace_rounds!r}")
-        if not (batch_overhead_ms >= 0 and math.isfinite(batch_overhead_ms)):
+        if batch_overhead_ms is not None and not (batch_overhead_ms >= 0 and math.isfinite(batch_overhead_ms)):
             raise ValueError(f"batch_overhead_ms must be a finite number ≥ 0, got {batch_overhead_ms!r}")
+        if batch_caps is not None and any(int(v) < 1 for v in batch_caps.values()):
+            raise ValueError(f"batch caps must be positive integers, got {dict(batch_caps)!r}")
         self.n_ranges = n_ranges
         self.qps_dist = qps_dist
         self.alpha = alpha
         self.seed = seed
         self.levels = levels
         self.max_batch = max_batch
+        self.batch_caps = None if batch_caps is None else {str(k): int(v) for k, v in batch_caps.items()}
         self.sim_requests = sim_requests
         self.max_iterations = max_iterations
         self.search_method = search_method
         # SP4 simulates each range for a duration chosen from its QPS and the SLO; a fixed one is for experiments
         # that score plans on one known trace (the quality harness).
         self.check_duration_s = check_duration_s
-        self.batch_overhead_ms = float(batch_overhead_ms)
+        self.batch_overhead_ms = None if batch_overhead_ms is None else float(batch_overhead_ms)
         self.trace_rounds = trace_rounds
         self.trace_loosen = trace_loosen
         self.plan_: GearPlan | None = None
@@ -296,7 +304,7 @@ class Planner:
         t0 = time.perf_counter()
         if not hardware:
             raise InfeasibleError("no devices: give at least one")
-        problem = make_problem(profile, hardware, slo, max_qps, self._options(), self.n_ranges, self.qps_dist)
+        problem = make_problem(profile, hardware, slo, max_qps, self._options(profile), self.n_ranges, self.qps_dist)
         cycle = _Cycle(problem)
         submodules: tuple[Submodule, ...] = (sp1, sp2, sp3, sp4)
         modules = [cycle.module(sm) for sm in submodules]
@@ -324,8 +332,9 @@ class Planner:
         report.planner_s = time.perf_counter() - t0
         return self
 
-    def _options(self) -> Options:
+    def _options(self, profile: Profile) -> Options:
         """The parameters one fit reads, frozen for its duration."""
+        overhead = profile.batch_overhead_ms if self.batch_overhead_ms is None else self.batch_overhead_ms
         return Options(
             levels=self.levels,
             seed=self.seed,
@@ -334,7 +343,8 @@ class Planner:
             sim_requests=self.sim_requests,
             check_duration_s=self.check_duration_s,
             alpha=self.alpha,
-            batch_overhead_ms=float(self.batch_overhead_ms),
+            batch_overhead_ms=float(overhead),
+            batch_caps=tuple(sorted((self.batch_caps or {}).items())),
         )
 
     @staticmethod

@@ -16,6 +16,18 @@ result is the one that would have been computed), it only saves the work and cou
 
 A per-batch overhead (``Planner(batch_overhead_ms=…)``) is part of every batch duration here (:meth:`batch_ms`), so
 every amortised runtime, ``b_max`` and the capacity estimates include it.
+
+**Batch caps: one meaning for the batch.** Each model gets a batch cap (:meth:`Problem.cap`) that goes into the plan
+(``GearReplica.max_batch``), so the simulator and every runtime never form a larger batch (the policy's
+:func:`~cascadeserve.policy.batch_size` applies it). By default (:func:`default_batch_caps`) it is the batch size
+with the lowest per-sample cost among those whose runtime (overhead included) fits in half the latency SLO (a
+request may wait for the previous batch and then run in its own), never above the model's
+:attr:`~cascadeserve.profile.ModelProfile.batch_limit` (its declared ``max_batch`` or largest profiled batch) nor
+the planner's ``max_batch``. Without a cap, a free replica takes its whole queue; where per-sample cost *grows*
+with batch size (small encoders on a CPU), a longer queue makes a costlier batch and the backlog runs away. The
+capacity model prices exactly the batch the runtime can form: ``t_opt`` (SP2's pre-filter, SP3's placement and LP
+fallback, :meth:`Problem.capacity_qps`) is the per-sample cost at the cap, and the expected batch of every stage
+(:meth:`Problem.stage_batches`) is bounded by its cap.
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ from cascadeserve.planner.search import Candidate
 from cascadeserve.planner.workload import QpsDistribution, qps_ranges
 from cascadeserve.profile import Profile
 
-__all__ = ["Memo", "Options", "Problem", "RepKey", "make_problem"]
+__all__ = ["Memo", "Options", "Problem", "RepKey", "best_batch", "default_batch_caps", "make_problem"]
 
 RepKey = tuple[str, int]  # (model, device index): one replica
 
@@ -50,6 +62,39 @@ class Options:
     check_duration_s: float | None
     alpha: float
     batch_overhead_ms: float
+    batch_caps: tuple[tuple[str, int], ...] = ()  # fixed per-model caps overriding the default rule
+    tick_s: float = 0.1  # the producer's QPS measurement window (SP4 checks above each range's top by its noise)
+
+
+def best_batch(ms: np.ndarray, latency_ms: float | None) -> int:
+    """The batch size (1-based index into ``ms``, the milliseconds of batches 1..n) with the lowest per-sample
+    cost among those that run within half of ``latency_ms`` (all of them without a latency SLO); 1 when none does.
+    Ties go to the smaller batch (same throughput, shorter batches)."""
+    sizes = np.arange(1, len(ms) + 1)
+    ok = sizes if latency_ms is None else sizes[ms <= latency_ms / 2]
+    if not len(ok):
+        return 1
+    per = ms[ok - 1] / ok
+    return int(ok[int(np.argmin(per))])
+
+
+def default_batch_caps(
+    profile: Profile,
+    latency_ms: float | None,
+    *,
+    overhead_ms: float = 0.0,
+    max_batch: int | None = None,
+    models: Sequence[str] | None = None,
+) -> dict[str, int]:
+    """The planner's batch cap of each model (see the module docstring): the cheapest batch per sample that runs
+    within half the latency SLO, at most the model's ``batch_limit`` and ``max_batch``."""
+    out: dict[str, int] = {}
+    for name in profile.model_names if models is None else models:
+        m = profile.model(name)
+        limit = m.batch_limit if max_batch is None else max(1, min(m.batch_limit, max_batch))
+        ms = np.asarray(m.runtime.ms_at(np.arange(1, limit + 1)), dtype=np.float64) + overhead_ms
+        out[name] = best_batch(ms, latency_ms)
+    return out
 
 
 @dataclass
@@ -117,33 +162,41 @@ class Problem:
             v = self._t_cache[key] = float(self.batch_ms(model, b)) / max(float(b), 1.0) / 1000.0
         return v
 
-    def b_max(self, model: str) -> int:
-        """Largest batch SP4 may give ``model``: its batch (overhead included) must run in half the latency SLO (a
-        request may wait for the previous batch and then run in its own), capped by ``max_batch``."""
+    def cap(self, model: str) -> int:
+        """``model``'s batch cap: the most samples one of its batches takes in the plan (module docstring)."""
         hit = self._b_max_cache.get(model)
         if hit is not None:
             return hit
-        cap = max(1, self.options.max_batch)
-        latency = self.latency_ms
-        if latency is None or cap == 1:
-            b = cap
+        fixed = dict(self.options.batch_caps)
+        if model in fixed:
+            b = max(1, min(int(fixed[model]), max(1, self.options.max_batch)))
         else:
-            sizes = np.arange(1, cap + 1)
-            ms = self.batch_ms(model, sizes)
-            ok = np.flatnonzero(ms <= latency / 2)
-            b = int(sizes[ok[-1]]) if len(ok) else 1
+            b = default_batch_caps(
+                self.profile,
+                self.latency_ms,
+                overhead_ms=self.overhead_ms,
+                max_batch=max(1, self.options.max_batch),
+                models=(model,),
+            )[model]
         self._b_max_cache[model] = b
         return b
 
+    def b_max(self, model: str) -> int:
+        """Largest batch the runtime forms for ``model``, hence the largest minimum queue SP4 may give it: its cap."""
+        return self.cap(model)
+
     def t_opt(self, model: str) -> float:
-        """Optimistic seconds per sample: the cheapest amortised cost at any batch up to ``b_max``."""
-        return min(self.t(model, b) for b in range(1, self.b_max(model) + 1))
+        """Optimistic seconds per sample: the amortised cost at the cap, the cheapest batch the runtime forms."""
+        return self.t(model, self.cap(model))
 
     def stage_batches(self, c: Candidate, base: int) -> dict[str, float]:
         """Expected batch per model when the first stage fires batches of ``base``: a later stage receives the
-        uncertain part of each first-stage batch in one chunk (§4.5)."""
+        uncertain part of each first-stage batch in one chunk (§4.5); no batch exceeds its model's cap."""
         pairs = enumerate(zip(c.models, c.reach, strict=True))
-        return {m: (float(base) if k == 0 else max(1.0, base * f)) for k, (m, f) in pairs}
+        return {
+            m: float(min(self.cap(m), base)) if k == 0 else min(float(self.cap(m)), max(1.0, base * f))
+            for k, (m, f) in pairs
+        }
 
     def runtimes_at(self, c: Candidate, base: int) -> dict[str, float]:
         return {m: self.t(m, b) for m, b in self.stage_batches(c, base).items()}

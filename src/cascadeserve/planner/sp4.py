@@ -1,7 +1,10 @@
 """SP4, batching (paper §4.5): the first stage's minimum queue length per range, checked by simulation.
 
 For each range SP4 keeps the current minimum queue length if the simulator says the range holds
-(:func:`~cascadeserve.planner.batching.check_load`: p95 ≤ L and no growing backlog; no utilisation cap).
+(:func:`~cascadeserve.planner.batching.check_load`: simulated for seconds at the range's top QPS plus its 100 ms
+measurement noise, p95 ≤ L, and no growing backlog; no utilisation cap). Every replica's batch cap
+(:meth:`~cascadeserve.planner.problem.Problem.cap`) is in the plan under check, so the simulated batches are the
+ones the runtime forms.
 Otherwise it tries 1 (work-conserving: a free replica takes its whole queue, so batches grow with the load, which
 the amortised estimate at batch 1 cannot see) and then raises it by one from the smallest value whose amortised
 utilisation at that fixed batch is at most :data:`_UTIL_TARGET`, until the range holds. Later stages keep 1: they
@@ -25,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from cascadeserve.planner.batching import check_load, check_seed, sim_duration
+from cascadeserve.planner.batching import SAFE_UTIL, check_load, check_qps, check_seed, sim_duration
 from cascadeserve.planner.build import check_plan
 from cascadeserve.planner.loop import Step
 from cascadeserve.planner.problem import Problem, RepKey
@@ -35,7 +38,7 @@ __all__ = ["bottleneck", "sp4"]
 
 _UTIL_TARGET = 0.95  # SP4 starts where amortised utilisation first drops to this; below it a range cannot keep up
 _MAX_SIMS = 24
-_PATIENCE = 4
+_PATIENCE = 2
 
 
 def _mq_for(sol: Solution, r: int, base: int) -> dict[RepKey, int]:
@@ -78,6 +81,18 @@ def bottleneck(problem: Problem, sol: Solution, r: int, base: int) -> tuple[str,
     return (max(c.models, key=lambda m: per.get((d_star, m), 0.0)),)
 
 
+def _worst_util(problem: Problem, sol: Solution, r: int, qps: float) -> float:
+    """The busiest device's utilisation in range ``r`` at ``qps`` if every sample cost the most per sample that any
+    batch within its model's cap costs (SP4's test for a gear that cannot run away)."""
+    c = sol.cand(r)
+    reach = dict(zip(c.models, c.reach, strict=True))
+    worst = {m: max(problem.t(m, b) for b in range(1, problem.cap(m) + 1)) for m in c.models}
+    util = np.zeros(problem.n_dev)
+    for (m, d), s in sol.shares[r].items():
+        util[d] += s * qps * reach[m] * worst[m]
+    return float(util.max()) if len(util) else 0.0
+
+
 def _sim(problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps: float) -> tuple[bool, float]:
     """(keeps up, p95 ms) of range ``r``'s check plan at ``qps``, memoised."""
     key = (
@@ -90,8 +105,10 @@ def _sim(problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps:
     hit = memo.sims.get(key)
     if hit is None:
         opts = problem.options
-        dur = opts.check_duration_s or sim_duration(qps, problem.latency_ms, opts.sim_requests)
-        chk = check_load(problem.profile, check_plan(problem, sol, r, mq), qps, dur, seed=check_seed(opts.seed, r))
+        safe = _worst_util(problem, sol, r, qps) <= SAFE_UTIL
+        dur = opts.check_duration_s or sim_duration(qps, problem.latency_ms, opts.sim_requests, safe=safe)
+        plan = check_plan(problem, sol, r, mq)
+        chk = check_load(problem.profile, plan, qps, dur, seed=check_seed(opts.seed, r), slo_ms=problem.latency_ms)
         memo.sim_requests += chk.requests
         hit = memo.sims[key] = (chk.keep_up, chk.p95_ms)
     return hit
@@ -105,7 +122,8 @@ def _holds(problem: Problem, sol: Solution, r: int, base: int) -> tuple[bool, bo
     lo, hi = problem.ranges[r]
     latency = problem.latency_ms
     mq = _mq_for(sol, r, base)
-    keep, p95 = _sim(problem, sol, r, mq, hi)
+    top = check_qps(hi, problem.options.tick_s, top=r == problem.n_ranges - 1)
+    keep, p95 = _sim(problem, sol, r, mq, top)
     ok = keep and (latency is None or p95 <= latency)
     if ok and lo > 0 and max(mq.values(), default=1) > 1:
         keep_lo, p95_lo = _sim(problem, sol, r, mq, lo)

@@ -9,10 +9,11 @@ emulation, the runtime's own model registry otherwise.
 
 The tables also answer the plan's stateless questions for both engines: each stage's exit decision for a batch
 (:meth:`PlanTables.exits`, per-sample gears or one gear), Q0 for the hysteresis (:meth:`PlanTables.q0`), the
-batch trigger of every replica in every gear (with :data:`~cascadeserve.plan.DEFAULT_MAX_WAIT_MS` when the plan
-sets no max wait, so that no queue can starve), and the replica that takes over from a lost one
-(:meth:`PlanTables.failover`). The stateful replica choice (smooth weighted round-robin by the gear's shares) is
-:class:`Routers`, one per run or plan generation.
+batch trigger of every replica in every gear (its minimum queue; its batch cap, the smaller of the replica's own
+``max_batch`` and the plan-wide one, which also bounds a draining queue; and
+:data:`~cascadeserve.plan.DEFAULT_MAX_WAIT_MS` when the plan sets no max wait, so that no queue can starve), and
+the replica that takes over from a lost one (:meth:`PlanTables.failover`). The stateful replica choice (smooth
+weighted round-robin by the gear's shares) is :class:`Routers`, one per run or plan generation.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class PlanTables:
         self.first_row = np.empty(g_count, dtype=np.int64)
         self._routes: dict[tuple[int, int], Route] = {}
         self._min_queue = np.ones((g_count, self.n_replicas), dtype=np.int64)
+        # The batch cap of every replica in every gear (schema 3: per replica, bounded by the plan-wide one).
+        caps: list[list[int | None]] = [[plan.max_batch] * self.n_replicas for _ in range(g_count)]
         # A queue short of its minimum must not wait forever for samples that may never come (a lone request at
         # low load): without a max wait in the plan, the documented default applies. It changes nothing where the
         # minimum queue length is 1, which fires on any sample.
@@ -77,18 +80,23 @@ class PlanTables:
                     self.threshold[g, m] = gear.thresholds[k]
                     self.next_row[g, m] = rows[k + 1]
             for gr in gear.replicas:
-                self._min_queue[g, plan.replica_index[gr.id]] = gr.min_queue
+                i = plan.replica_index[gr.id]
+                self._min_queue[g, i] = gr.min_queue
+                caps[g][i] = gr.cap(plan.max_batch)
             for name, m in zip(gear.models, rows, strict=True):
                 reps = [(plan.replica_index[gr.id], gr.share) for gr in gear.replicas_of(name) if gr.share > 0]
                 self._routes[(g, m)] = Route(tuple(r for r, _ in reps), tuple(s for _, s in reps))
         self.triggers: tuple[tuple[BatchTrigger, ...], ...] = tuple(
-            tuple(BatchTrigger(int(q), max_wait_s, plan.max_batch) for q in self._min_queue[g]) for g in range(g_count)
+            tuple(BatchTrigger(int(q), max_wait_s, c) for q, c in zip(self._min_queue[g], caps[g], strict=True))
+            for g in range(g_count)
         )
-        self.drain = drain_trigger(plan.max_batch)
+        # A draining queue still respects its replica's cap: the cap is a limit of the server, not of the gear.
+        self._drain: tuple[tuple[BatchTrigger, ...], ...] = tuple(
+            tuple(drain_trigger(c) for c in caps[g]) for g in range(g_count)
+        )
         self._first_stage = [self._routes[(g, int(self.first_row[g]))].replicas for g in range(g_count)]
         self.selector = GearSelector([g.qps_high for g in plan.gears], alpha=plan.alpha, qps_scale=plan.qps_scale)
         self._thr_lists: list[list[float]] = self.threshold.tolist()
-
 
     def route(self, gear: int, row: int) -> Route:
         return self._routes[(gear, row)]
@@ -121,7 +129,11 @@ class PlanTables:
 
     def triggers_for(self, gear: int, *, draining: bool = False) -> tuple[BatchTrigger, ...]:
         """Every replica's trigger in ``gear``, or the drain trigger when the queues are draining."""
-        return (self.drain,) * self.n_replicas if draining else self.triggers[gear]
+        return self._drain[gear] if draining else self.triggers[gear]
+
+    def batch_cap(self, gear: int, replica: int) -> int | None:
+        """The most samples one batch of ``replica`` takes in ``gear`` (``None``: the whole queue)."""
+        return self.triggers[gear][replica].max_batch
 
     def failover(self, gear: int, replica: int, lost_device: int) -> int:
         """The replica that takes the samples of ``replica`` when its device is lost: the next replica of the same

@@ -10,7 +10,7 @@ from cascadeserve.profile.certainty import (
     max_probability,
     negative_entropy,
 )
-from cascadeserve.profile.io import load_profile, save_profile
+from cascadeserve.profile.io import load_profile, record_batch_overhead, save_profile
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 
@@ -25,5 +25,6 @@ __all__ = [
     "margin",
     "max_probability",
     "negative_entropy",
+    "record_batch_overhead",
     "save_profile",
 ]

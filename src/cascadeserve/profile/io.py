@@ -3,8 +3,9 @@
 ::
 
     PROFILE_DIR/
-      profile.yaml             name, task, device, source, certainty,
-                               models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch}}]
+      profile.yaml             name, task, device, source, certainty, batch_overhead_ms (optional),
+                               models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
+                                         max_batch (optional: the largest batch the model's server forms)}]
       labels.csv               sample_id,label
       predictions/<model>.csv  sample_id,prediction,certainty   (certainty in [0, 1], higher = surer)
 
@@ -28,7 +29,7 @@ from cascadeserve.errors import ProfileError
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 
-__all__ = ["load_profile", "save_profile"]
+__all__ = ["load_profile", "record_batch_overhead", "save_profile"]
 
 PROFILE_FILE = "profile.yaml"
 LABELS_FILE = "labels.csv"
@@ -127,7 +128,13 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
             if b in curve:
                 raise _err(path, v, f"model {name!r}: batch size {b} is given twice")
             curve[b] = _number(path, v, f"model {name!r}: runtime_ms[{b}]", positive=True)
-        models.append((ModelProfile(name, memory, RuntimeCurve.from_mapping(curve)), item))
+        cap: int | None = None
+        if "max_batch" in m and m["max_batch"].tag != _NULL_TAG:
+            value = _number(path, m["max_batch"], f"model {name!r}: max_batch", positive=True)
+            if value != int(value):
+                raise _err(path, m["max_batch"], f"model {name!r}: max_batch must be a positive integer")
+            cap = int(value)
+        models.append((ModelProfile(name, memory, RuntimeCurve.from_mapping(curve), cap), item))
     return top, models
 
 
@@ -277,24 +284,33 @@ def load_profile(directory: str | Path) -> Profile:
         task=meta("task") or "classification",
         device=meta("device"),
         source=meta("source"),
+        batch_overhead_ms=(
+            _number(ypath, top["batch_overhead_ms"], "batch_overhead_ms") if meta("batch_overhead_ms") else 0.0
+        ),
     )
 
 
 def _yaml_doc(profile: Profile) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "name": profile.name,
         "task": profile.task,
         "device": profile.device,
         "source": profile.source,
-        "models": [
-            {
-                "name": m.name,
-                "memory_mb": float(m.memory_mb),
-                "runtime_ms": {int(b): float(v) for b, v in m.runtime.as_mapping().items()},
-            }
-            for m in profile.models
-        ],
     }
+    if profile.batch_overhead_ms:
+        doc["batch_overhead_ms"] = float(profile.batch_overhead_ms)
+    models: list[dict[str, Any]] = []
+    for m in profile.models:
+        entry: dict[str, Any] = {
+            "name": m.name,
+            "memory_mb": float(m.memory_mb),
+            "runtime_ms": {int(b): float(v) for b, v in m.runtime.as_mapping().items()},
+        }
+        if m.max_batch is not None:
+            entry["max_batch"] = int(m.max_batch)
+        models.append(entry)
+    doc["models"] = models
+    return doc
 
 
 def save_profile(profile: Profile, directory: str | Path) -> Path:
@@ -321,3 +337,26 @@ def save_profile(profile: Profile, directory: str | Path) -> Path:
                 )
             )
     return d
+
+
+def record_batch_overhead(directory: str | Path, overhead_ms: float) -> Path:
+    """Set ``batch_overhead_ms`` in a profile directory's ``profile.yaml`` (the rest of the file is kept; comments
+    are not). ``profile measure`` and ``serve --emulate`` record the runtime's measured per-batch cost this way."""
+    if not (math.isfinite(overhead_ms) and overhead_ms >= 0):
+        raise ValueError(f"batch_overhead_ms must be a finite number ≥ 0, got {overhead_ms!r}")
+    path = Path(directory) / PROFILE_FILE
+    doc = yaml.safe_load(_read_text(path))
+    if not isinstance(doc, dict):
+        raise ProfileError("the profile must be a mapping", path=path)
+    out: dict[str, Any] = {}
+    for k, v in doc.items():  # keep the key order, with the overhead after the metadata
+        if k == "models" and "batch_overhead_ms" not in out:
+            out["batch_overhead_ms"] = round(float(overhead_ms), 6)
+        if k != "batch_overhead_ms":
+            out[k] = v
+    out.setdefault("batch_overhead_ms", round(float(overhead_ms), 6))
+    try:
+        path.write_text(yaml.safe_dump(out, sort_keys=False), encoding="utf-8")
+    except OSError as e:
+        raise ProfileError(f"cannot record batch_overhead_ms: {e.strerror or e}", path=path) from None
+    return path

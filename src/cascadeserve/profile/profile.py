@@ -6,6 +6,16 @@ model, the prediction and the certainty. Records are stored as dense numpy array
 
 Models are kept in the order the profile lists them. Cascades name models, and :meth:`Profile.index` maps
 names to rows.
+
+Batch limits: a model may declare ``max_batch``, the largest batch its server can form (memory, the framework's
+maximum). :attr:`ModelProfile.batch_limit` is that, or, when none is declared, the largest profiled batch size:
+past it a runtime would only be a linear extrapolation, which makes batching look free on a flat curve (a batch
+of 4,096 priced at a few ms), so nothing that plans batches goes beyond it unless the profile asks by declaring a
+larger ``max_batch``.
+
+``batch_overhead_ms`` (profile-wide, default 0) is a deployment's fixed cost per batch beyond the models' runtimes
+(dispatch, event loop and thread wake-ups), measured by ``profile measure``; the planner plans with it and puts it
+in the plan, so the simulator charges it.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -29,12 +40,21 @@ class ModelProfile:
     name: str
     memory_mb: float
     runtime: RuntimeCurve
+    max_batch: int | None = None  # declared largest batch; None: the largest profiled batch size
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a model needs a non-empty name")
         if not np.isfinite(self.memory_mb) or self.memory_mb < 0:
             raise ValueError(f"model {self.name!r}: memory_mb must be a non-negative number")
+        if self.max_batch is not None and self.max_batch < 1:
+            raise ValueError(f"model {self.name!r}: max_batch must be a positive integer")
+
+    @property
+    def batch_limit(self) -> int:
+        """The largest batch anything may plan for this model: the declared ``max_batch`` (which may lie past the
+        profiled sizes: the profile asks for extrapolation), else the largest profiled batch size."""
+        return self.max_batch if self.max_batch is not None else self.runtime.batch_sizes[-1]
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +70,7 @@ class Profile:
     task: str = "classification"
     device: str = ""
     source: str = ""
+    batch_overhead_ms: float = 0.0
     _index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -69,6 +90,8 @@ class Profile:
             raise ValueError("sample_ids and labels differ in length")
         if np.any(~np.isfinite(self.certainties)) or np.any(self.certainties < 0) or np.any(self.certainties > 1):
             raise ValueError("certainties must lie in [0, 1]")
+        if not (np.isfinite(self.batch_overhead_ms) and self.batch_overhead_ms >= 0):
+            raise ValueError("batch_overhead_ms must be a finite number ≥ 0")
         object.__setattr__(self, "_index", {m: i for i, m in enumerate(names)})
         for arr in (self.sample_ids, self.labels, self.predictions, self.certainties):
             arr.setflags(write=False)
@@ -84,7 +107,7 @@ class Profile:
         *,
         certainty: str | CertaintyFn = "margin",
         sample_ids: np.ndarray | None = None,
-        **meta: str,
+        **meta: Any,
     ) -> Profile:
         """Build a profile from raw per-class scores ``scores[model] -> [n_samples, n_classes]``."""
         fn = certainty_function(certainty)

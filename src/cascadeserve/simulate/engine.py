@@ -80,6 +80,32 @@ class _Fwd:
         self.chunks.append((ids, t))
         self.n += len(ids)
 
+    def take(self, size: int) -> np.ndarray:
+        """The ``size`` oldest samples (chunks are pushed in time order, so they are the front ones): a capped batch
+        of a queue that only holds forwarded samples costs O(size), not O(queue)."""
+        taken: list[np.ndarray] = []
+        need = size
+        chunks = self.chunks
+        i = 0
+        while need > 0:
+            ids, t = chunks[i]
+            if len(ids) <= need:
+                taken.append(ids)
+                need -= len(ids)
+                i += 1
+            else:
+                taken.append(ids[:need])
+                chunks[i] = (ids[need:], t if isinstance(t, float) else t[need:])
+                need = 0
+        del chunks[:i]
+        self.n -= size
+        if self.n == 0:
+            self.oldest = math.inf
+        else:
+            t0 = chunks[0][1]
+            self.oldest = t0 if isinstance(t0, float) else float(np.min(t0))
+        return taken[0] if len(taken) == 1 else np.concatenate(taken)
+
     def clear(self) -> None:
         self.chunks = []
         self.n = 0
@@ -230,6 +256,8 @@ class Simulator:
                 ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 f.clear()
                 pos[r] = k
+            elif k == p:  # capped batch of forwarded samples only (a later stage): the oldest, front chunks first
+                ids = f.take(size)
             else:  # capped batch: oldest first across forwarded and newly arrived samples
                 all_ids = np.concatenate([c for c, _ in f.chunks] + [pend_ids[r][p:k]])
                 all_t = np.concatenate([np.broadcast_to(ct, (len(c),)) for c, ct in f.chunks] + [pt[p:k]])
