@@ -1,5 +1,9 @@
 """``cascadeserve serve``: serve a gear plan over the Open Inference Protocol V2 (loopback by default).
 
+Clipper's serving layer: ``--cache-size N`` answers repeated inputs from an LRU prediction cache, ``--batching
+aimd|quantile`` sizes each replica's batches adaptively against the latency target (``plan``: the planner's
+queue lengths).
+
 ``--backend local`` (the default) runs every device in this process; ``--backend ray`` runs one inference-server
 actor per device on a Ray cluster (``--address``), with the same HTTP API (see :mod:`cascadeserve.backends.ray`).
 """
@@ -8,14 +12,15 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from cascadeserve.cli.root import app, err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
-from cascadeserve.plan import load_plan
+from cascadeserve.plan import GearPlan, load_plan
+from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
 from cascadeserve.profile import load_profile
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 
@@ -47,10 +52,18 @@ def serve(
             help="Ray cluster for --backend ray: 'auto', 'ray://host:port' or host:port (default: a new local one)."
         ),
     ] = None,
+    cache_size: Annotated[
+        int, typer.Option(help="Prediction cache entries (LRU by input bytes; hits skip every queue); 0: off.")
+    ] = 0,
+    batching: Annotated[
+        str | None,
+        typer.Option(help="Batching policy: plan (planner's queues), aimd or quantile (Clipper); default: the plan's."),
+    ] = None,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     prof = load_profile(profile)
     gear_plan = load_plan(plan, prof)
+    clipper = _clipper_options(cache_size, batching, gear_plan)
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
@@ -61,7 +74,7 @@ def serve(
         models=config,
         emulate=emulate,
         name=name,
-        runtime_options=RuntimeOptions(max_in_flight=max_in_flight),
+        runtime_options=RuntimeOptions(max_in_flight=max_in_flight, **clipper),
         server_options=ServerOptions(max_body_bytes=max_body_bytes, stop_grace_s=grace_s),
         backend=engine,
     )
@@ -80,6 +93,22 @@ def serve(
         # uvicorn logs a bind error and exits through SystemExit before it ever listens: that is a failure.
         raise CascadeServeError(f"could not listen on {host}:{port} (is the port in use?)")
     err_console.print("stopped")
+
+
+def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> dict[str, Any]:
+    """The Clipper serving-layer options as RuntimeOptions fields, checked up front (one line per bad option)."""
+    if cache_size < 0:
+        raise CascadeServeError(f"--cache-size: {cache_size} is negative (0 turns the cache off)")
+    out: dict[str, Any] = {"cache_size": cache_size or None}
+    if batching is not None:
+        if batching not in BATCHING:
+            raise CascadeServeError(f"--batching: {batching!r} is not one of {', '.join(BATCHING)}")
+        out["batching"] = batching
+    try:
+        batch_limit_for(plan, out.get("batching"))
+    except ValueError as e:
+        raise CascadeServeError(f"--batching: {e}") from None
+    return out
 
 
 def _backend(name: str, address: str | None, models: Path | None) -> Backend:

@@ -223,6 +223,7 @@ class _Api:
             "queue_ms": max(a.queue_s for a in answers) * 1000.0,
             "compute_ms": max(a.compute_s for a in answers) * 1000.0,
             "emulated": self.model.emulated,
+            "cached": any(a.cached for a in answers),
         }
         if len(answers) > 1:
             params["gears"] = ",".join(str(a.gear) for a in answers)
