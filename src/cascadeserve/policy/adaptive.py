@@ -46,9 +46,8 @@ def batch_target_s(plan: GearPlan, batching: Batching | None = None) -> float:
     if plan.batch_target_ms is not None:
         return plan.batch_target_ms / 1000.0
     if plan.slo is None or plan.slo.kind != "p95_ms":
-        raise ValueError(
-            f"batching {batching or plan.batching!r} needs a latency target: give the plan a p95_ms SLO or batch_target_ms"
-        )
+        kind = batching or plan.batching
+        raise ValueError(f"batching {kind!r} needs a latency target: give the plan a p95_ms SLO or batch_target_ms")
     stages = max(len(g.models) for g in plan.gears)
     return plan.slo.value / 1000.0 / (2 * stages)
 
