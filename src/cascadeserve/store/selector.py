@@ -64,7 +64,7 @@ class Selector:
             st = SelectionState.uniform(len(self.alternatives))
         return st
 
-    def pick(self, context: str = GLOBAL) -> Pick:
+    def choose(self, context: str = GLOBAL) -> Pick:
         """exp3: the alternative that serves this request."""
         return exp3_pick(self.state(context), self._rng.random(), self.gamma)
 
