@@ -40,3 +40,14 @@ def test_the_plan_field_round_trips(toy_profile: Profile) -> None:
     assert back.batching == "quantile" and back.batch_target_ms == 4.0
     with pytest.raises(Exception, match="batching"):
         GearPlan.model_validate({**plan.model_dump(), "batching": "fastest"})
+
+
+def test_a_queue_never_waits_for_more_than_the_cap() -> None:
+    from cascadeserve.policy.adaptive import capped_trigger
+    from cascadeserve.policy.batching import BatchTrigger
+
+    trig = BatchTrigger(16, 0.005, None)
+    assert capped_trigger(trig, 32) is trig
+    low = capped_trigger(trig, 4)
+    assert (low.min_queue, low.max_wait_s, low.max_batch) == (4, 0.005, None)
+    assert low.ready(4, 0.0, 0.0) and not trig.ready(4, 0.0, 0.0)

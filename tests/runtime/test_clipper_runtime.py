@@ -95,7 +95,7 @@ def test_an_answer_from_before_an_invalidating_swap_is_not_cached(toy_profile: P
 
 @pytest.mark.parametrize("batching", ["aimd", "quantile"])
 def test_adaptive_batching_with_a_slowdown_matches_the_simulator(toy_profile: Profile, batching: str) -> None:
-    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), DEVS, max_wait_ms=2.0)
+    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), DEVS, max_wait_ms=2.0, min_queue=12)
     plan = plan.model_copy(update={"batching": batching, "batch_target_ms": 4.0})
     rng = np.random.default_rng(5)
     arrivals = np.append(np.sort(rng.uniform(0, 0.4, 900)), 0.805)

@@ -8,8 +8,11 @@ A plan (or ``serve --batching``) picks one of three batching policies:
 * ``quantile``: :class:`~cascadeserve.policy.QuantileBatchLimit`, the largest batch whose fitted p99 latency fits
   the target, per replica.
 
-The adaptive cap is the ``cap`` argument of :func:`~cascadeserve.policy.batch_size`, so the triggers (minimum
-queue, max wait: delayed batching) compose with it unchanged. :func:`batch_limit_for` builds a fresh limit for
+The adaptive cap is the ``cap`` argument of :func:`~cascadeserve.policy.batch_size`, and the triggers (minimum
+queue, max wait: delayed batching) compose with it through :func:`capped_trigger`: a queue never waits for more
+samples than one batch may take, so the length rule fires at ``min(min_queue, cap)``. (A planner's minimum queue
+length buys throughput at the load it planned for; once the cap says a batch of that size no longer fits the
+target, waiting to fill it only adds delay.) :func:`batch_limit_for` builds a fresh limit for
 one plan generation; the simulator builds one per run and the runtime one per generation (on the local runtime
 and on every Ray server, from the plan it receives), so a plan hot-swap starts the new plan's replicas afresh
 while the old generation drains with its own.
@@ -21,13 +24,15 @@ own starts, so a batch within SLO / (2·stages) keeps the whole path within the 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal, Protocol
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.aimd import AimdBatchLimit
+from cascadeserve.policy.batching import BatchTrigger
 from cascadeserve.policy.quantile import QuantileBatchLimit
 
-__all__ = ["BATCHING", "BatchLimit", "Batching", "batch_limit_for", "batch_target_s"]
+__all__ = ["BATCHING", "BatchLimit", "Batching", "batch_limit_for", "batch_target_s", "capped_trigger"]
 
 Batching = Literal["plan", "aimd", "quantile"]
 BATCHING: tuple[Batching, ...] = ("plan", "aimd", "quantile")
@@ -39,6 +44,14 @@ class BatchLimit(Protocol):
     def limit(self, replica: int) -> int: ...
 
     def observe(self, replica: int, runtime_s: float, size: int | None = None) -> object: ...
+
+
+@lru_cache(maxsize=4096)
+def capped_trigger(trigger: BatchTrigger, cap: int) -> BatchTrigger:
+    """``trigger`` with its minimum queue length lowered to the adaptive ``cap`` when the cap is smaller."""
+    if trigger.min_queue <= cap:
+        return trigger
+    return BatchTrigger(cap, trigger.max_wait_s, trigger.max_batch)
 
 
 def batch_target_s(plan: GearPlan, batching: Batching | None = None) -> float:

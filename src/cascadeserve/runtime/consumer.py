@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from cascadeserve.policy import batch_size, next_batch
+from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.device import Device
 from cascadeserve.runtime.generation import Generation
@@ -78,7 +79,12 @@ class Consumer:
             n = len(q)
             if n:
                 oldest = q.oldest
-                cands.append((gen.triggers[r].fire_time_known(now, n, oldest), oldest, number, r))
+                trig = (
+                    gen.triggers[r]
+                    if gen.batch_limit is None
+                    else capped_trigger(gen.triggers[r], gen.batch_limit.limit(r))
+                )
+                cands.append((trig.fire_time_known(now, n, oldest), oldest, number, r))
         decision = next_batch(cands)
         if decision is None:
             return

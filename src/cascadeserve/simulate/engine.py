@@ -58,7 +58,7 @@ from cascadeserve.policy import (
     batch_size,
     next_batch,
 )
-from cascadeserve.policy.adaptive import BatchLimit, batch_limit_for
+from cascadeserve.policy.adaptive import BatchLimit, batch_limit_for, capped_trigger
 from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
@@ -212,7 +212,7 @@ class Simulator:
                 rep_t[r] = math.inf
                 return
             first = min(f.oldest, float(pend_t[r][p])) if n_pend else f.oldest
-            trig = triggers[r]
+            trig = triggers[r] if limiter is None else capped_trigger(triggers[r], limiter.limit(r))
             need = trig.min_queue - f.n
             if need <= 0:
                 mth = -math.inf
@@ -286,6 +286,7 @@ class Simulator:
             r, ids, t0 = entry
             if limiter is not None:
                 limiter.observe(r, t - t0, len(ids))
+                rep_dirty[r] = True  # the cap may have moved the trigger
             busy[d] = None
             busy_until[d] = math.inf
             free_at[d] = t
