@@ -183,6 +183,10 @@ class GearPlan(_Frozen):
     # Fixed time every batch costs on top of the model's runtime (dispatch, event-loop and thread wake-ups),
     # measured once per deployment (``eval fidelity --calibrate``); the simulator adds it to each batch.
     batch_overhead_ms: float = Field(default=0.0, ge=0)
+    # Adaptive batching (policy/adaptive.py): "plan" keeps the planner's triggers only; "aimd" and "quantile" add
+    # Clipper's per-replica cap, sized against batch_target_ms (default: derived from the p95 SLO).
+    batching: Literal["plan", "aimd", "quantile"] = "plan"
+    batch_target_ms: float | None = Field(default=None, gt=0)
     notes: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")

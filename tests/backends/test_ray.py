@@ -21,7 +21,7 @@ from tests.runtime.runtime_helpers import two_gear_plan
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
-from cascadeserve.policy import AimdBatchLimit, is_sure
+from cascadeserve.policy import is_sure
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, save_profile
 from cascadeserve.runtime import Answer, Recorder, RuntimeOptions, ServingError
 
@@ -257,8 +257,10 @@ def test_hot_swap_in_the_same_iteration_as_sends_loses_nothing(toy_profile: Prof
     assert gens == [[1], [1]]  # the old generation was dropped on every server once answered
 
 
-def test_ray_refuses_a_batch_limit_before_starting_anything(toy_profile: Profile) -> None:
+def test_ray_refuses_a_non_aimd_batch_limit_before_starting_anything(toy_profile: Profile) -> None:
+    from cascadeserve.policy.quantile import QuantileBatchLimit
+
     plan = fixed_plan(toy_profile, Cascade(("m0",), ()), _devices(1))
-    opts = RuntimeOptions(batch_limit=AimdBatchLimit(0.01))
+    opts = RuntimeOptions(batch_limit=QuantileBatchLimit(0.01))
     with pytest.raises(ValueError, match="batch_limit"):
         RayRuntime(plan, toy_profile.model_names, profile=toy_profile, options=opts)

@@ -64,13 +64,23 @@ def test_inference_server_composes_a_local_placement_for_its_device(toy_profile:
     assert report["gens"] == [0] and set(report["lengths"][0]) == set(mine)  # only d0's replicas queue here
 
 
-def test_ray_runtime_refuses_a_batch_limit_and_wants_one_model_source(toy_profile: Profile) -> None:
+def test_ray_runtime_takes_aimd_as_plan_batching_and_wants_one_model_source(toy_profile: Profile) -> None:
     from cascadeserve.policy import AimdBatchLimit
+    from cascadeserve.policy.quantile import QuantileBatchLimit
 
     plan = fixed_plan(toy_profile, Cascade(("m0",), ()), (Device(name="d0", memory_mb=1000),))
-    with pytest.raises(ValueError, match="batch_limit"):
+    rt = RayRuntime(
+        plan, toy_profile.model_names, profile=toy_profile, options=RuntimeOptions(batch_limit=AimdBatchLimit(0.01))
+    )
+    # the servers build their replicas' AIMD limits from the plan they receive
+    assert rt.options.batch_limit is None
+    assert rt._initial_plan.batching == "aimd" and rt._initial_plan.batch_target_ms == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="batch_limit only as AIMD"):
         RayRuntime(
-            plan, toy_profile.model_names, profile=toy_profile, options=RuntimeOptions(batch_limit=AimdBatchLimit(0.01))
+            plan,
+            toy_profile.model_names,
+            profile=toy_profile,
+            options=RuntimeOptions(batch_limit=QuantileBatchLimit(0.01)),
         )
     with pytest.raises(ValueError, match="not both"):
         RayRuntime(plan, toy_profile.model_names)

@@ -9,6 +9,7 @@ import numpy as np
 
 from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.profile import Profile
+from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.runtime import Answer, FakeClock, Recorder, Request, RuntimeOptions, emulated_runtime
 from cascadeserve.simulate.engine import tick_windows
 
@@ -28,6 +29,7 @@ async def replay(
     arrivals: Sequence[float],
     drain_at: float | None = None,
     options: RuntimeOptions | None = None,
+    slowdowns: Slowdowns | None = None,
 ) -> Replay:
     """Submit request ``i`` (sample ``i mod n``) at ``arrivals[i]``, switch to drain triggers at ``drain_at``.
 
@@ -41,7 +43,7 @@ async def replay(
         drain_at = tick_windows(np.asarray(arrivals), tick) * tick
     clock = FakeClock()
     rec = Recorder()
-    rt = emulated_runtime(profile, plan, clock=clock, observer=rec, options=options)
+    rt = emulated_runtime(profile, plan, clock=clock, observer=rec, options=options, slowdowns=slowdowns)
     await rt.start()
     reqs: list[Request] = []
     drained = False

@@ -98,8 +98,8 @@ class _LoggedLimit(AimdBatchLimit):
         super().__init__(target_s, step=step, backoff=backoff)
         self.log: list[AimdDecision] = []
 
-    def observe(self, replica: int, runtime_s: float) -> AimdDecision:
-        d = super().observe(replica, runtime_s)
+    def observe(self, replica: int, runtime_s: float, size: int | None = None) -> AimdDecision:
+        d = super().observe(replica, runtime_s, size)
         self.log.append(d)
         return d
 
@@ -204,11 +204,28 @@ def test_hooked_runtime_refuses_a_plan_swap(toy_profile: Profile) -> None:
 
     async def main() -> None:
         rt = emulated_runtime(
-            toy_profile, plan, clock=FakeClock(), options=RuntimeOptions(batch_limit=AimdBatchLimit(0.01))
+            toy_profile, plan, clock=FakeClock(), options=RuntimeOptions(gear_schedule=GearSchedule([0, 1]))
         )
         await rt.start()
         with pytest.raises(ValueError, match="cannot swap plans"):
             rt.swap_plan(plan)
+        await rt.stop(grace_s=0.0)
+
+
+def test_aimd_runtime_swaps_plans_with_a_fresh_limit_per_generation(toy_profile: Profile) -> None:
+    """An AIMD batch limit indexes the initial plan's replicas: a swapped-in plan gets its own AIMD limit, with the
+    same target, through the plan's batching fields (as a Ray server builds one)."""
+    plan = two_gear_plan()
+    limit = AimdBatchLimit(0.01)
+
+    async def main() -> None:
+        rt = emulated_runtime(toy_profile, plan, clock=FakeClock(), options=RuntimeOptions(batch_limit=limit))
+        await rt.start()
+        assert rt.current.batch_limit is limit
+        rt.swap_plan(plan)
+        new = rt.current.batch_limit
+        assert isinstance(new, AimdBatchLimit) and new is not limit and new.target_s == pytest.approx(0.01)
+        assert rt.plan.batching == "aimd"
         await rt.stop(grace_s=0.0)
 
     asyncio.run(main())

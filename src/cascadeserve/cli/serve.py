@@ -1,5 +1,11 @@
 """``cascadeserve serve``: serve a gear plan over the Open Inference Protocol V2 (loopback by default).
 
+Clipper's serving layer: ``--cache-size N`` answers repeated inputs from an LRU prediction cache, ``--batching
+aimd|quantile`` sizes each replica's batches adaptively against the latency target (``plan``: the planner's
+queue lengths). ``--alternative NAME=PLAN`` serves more plans beside ``--plan`` and ``--selection exp3|exp4``
+chooses among them from feedback (``POST /v2/models/{m}/feedback``); Clipper's REST API (``/{app}/predict``,
+``/{app}/update``) takes its SLO and default output from ``--slo-ms`` and ``--default-output``.
+
 ``--backend local`` (the default) runs every device in this process; ``--backend ray`` runs one inference-server
 actor per device on a Ray cluster (``--address``), with the same HTTP API (see :mod:`cascadeserve.backends.ray`).
 
@@ -12,15 +18,17 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from cascadeserve.cli.root import app, err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
-from cascadeserve.plan import load_plan
-from cascadeserve.profile import load_profile, record_batch_overhead
+from cascadeserve.http.clipper import ClipperOptions
+from cascadeserve.plan import GearPlan, load_plan
+from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
+from cascadeserve.profile import Profile, load_profile, record_batch_overhead
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 
 __all__ = ["serve"]
@@ -60,6 +68,30 @@ def serve(
             "simulate include it.",
         ),
     ] = True,
+
+    cache_size: Annotated[
+        int, typer.Option(help="Prediction cache entries (LRU by input bytes; hits skip every queue); 0: off.")
+    ] = 0,
+    batching: Annotated[
+        str | None,
+        typer.Option(help="Batching policy: plan (planner's queues), aimd or quantile (Clipper); default: the plan's."),
+    ] = None,
+    alternative: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=PLAN.json: another plan served beside --plan for model selection (repeatable)."),
+    ] = None,
+    selection: Annotated[
+        str, typer.Option(help="With alternatives: exp3 (one per request) or exp4 (weighted ensemble).")
+    ] = "exp3",
+    selection_store: Annotated[
+        Path, typer.Option(help="SQLite file of the selection weights (kept across restarts).")
+    ] = Path("cascadeserve-selection.sqlite"),
+    slo_ms: Annotated[
+        float | None, typer.Option(help="Clipper API latency SLO: the deadline of /{app}/predict requests.")
+    ] = None,
+    default_output: Annotated[
+        int | None, typer.Option(help="Clipper API default output when no stage answered by the SLO.")
+    ] = None,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     prof = load_profile(profile)
@@ -77,6 +109,9 @@ def serve(
             f"runtime per-batch overhead {measured.median_ms:.3f} ms (median of {measured.samples}; {where})",
             highlight=False,
         )
+
+    clipper = _clipper_options(cache_size, batching, gear_plan)
+    layer = _layer_options(alternative or [], selection, selection_store, slo_ms, default_output, prof)
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
@@ -87,9 +122,10 @@ def serve(
         models=config,
         emulate=emulate,
         name=name,
-        runtime_options=RuntimeOptions(max_in_flight=max_in_flight),
+        runtime_options=RuntimeOptions(max_in_flight=max_in_flight, **clipper),
         server_options=ServerOptions(max_body_bytes=max_body_bytes, stop_grace_s=grace_s),
         backend=engine,
+        clipper=layer,
     )
     server = Server(built, host, port, grace_s=grace_s)
     mode = ("emulated devices" if emulate else "devices") + f" on the {engine.name} backend"
@@ -106,6 +142,44 @@ def serve(
         # uvicorn logs a bind error and exits through SystemExit before it ever listens: that is a failure.
         raise CascadeServeError(f"could not listen on {host}:{port} (is the port in use?)")
     err_console.print("stopped")
+
+
+def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> dict[str, Any]:
+    """The Clipper serving-layer options as RuntimeOptions fields, checked up front (one line per bad option)."""
+    if cache_size < 0:
+        raise CascadeServeError(f"--cache-size: {cache_size} is negative (0 turns the cache off)")
+    out: dict[str, Any] = {"cache_size": cache_size or None}
+    if batching is not None:
+        if batching not in BATCHING:
+            raise CascadeServeError(f"--batching: {batching!r} is not one of {', '.join(BATCHING)}")
+        out["batching"] = batching
+    try:
+        batch_limit_for(plan, out.get("batching"))
+    except ValueError as e:
+        raise CascadeServeError(f"--batching: {e}") from None
+    return out
+
+
+def _layer_options(
+    alternatives: list[str], selection: str, store: Path, slo_ms: float | None, default: int | None, prof: Profile
+) -> ClipperOptions:
+    if selection not in ("exp3", "exp4"):
+        raise CascadeServeError(f"--selection: {selection!r} is not one of exp3, exp4")
+    if slo_ms is not None and not slo_ms > 0:
+        raise CascadeServeError(f"--slo-ms: {slo_ms} is not a positive number of milliseconds")
+    alts: list[tuple[str, GearPlan]] = []
+    for spec in alternatives:
+        alt_name, sep, path = spec.partition("=")
+        if not sep or not alt_name or not path:
+            raise CascadeServeError(f"--alternative: {spec!r} is not NAME=PLAN.json")
+        alts.append((alt_name, load_plan(Path(path), prof)))
+    return ClipperOptions(
+        alternatives=tuple(alts),
+        selection="exp4" if selection == "exp4" else "exp3",
+        store_path=store,
+        slo_ms=slo_ms,
+        default_output=default,
+    )
 
 
 def _backend(name: str, address: str | None, models: Path | None) -> Backend:

@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cascadeserve import __version__
 from cascadeserve.errors import CascadeServeError
+from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.v2 import (
     DTYPES,
@@ -82,6 +83,7 @@ class _Api:
         self.opts = opts
         self._dtype = DTYPES[model.input.datatype]
         self._lookup: Callable[[np.ndarray], list[Any]] = self._sample_rows if model.emulated else self._rows
+        self.layer = ClipperLayer(runtime, model.name)  # selection, feedback, Clipper's REST (http/clipper.py)
 
     # -- health and metadata -----------------------------------------------------------------------------------
     async def live(self, request: Request) -> Response:
@@ -195,8 +197,9 @@ class _Api:
             timeout = self._timeout_s(dec.parameters)
         except ProtocolError as e:
             return _error(e.message, e.status)
+        context = context_of(dec.parameters, request.headers)
         try:
-            reqs = self.runtime.submit(payloads, timeout)
+            reqs = self.layer.submit(payloads, timeout, context)
         except Overloaded as e:
             return _error(str(e), 503, {"Retry-After": str(self.opts.retry_after_s)})
         except ServingError as e:
@@ -213,6 +216,7 @@ class _Api:
                 worst = max(errors, key=lambda e: getattr(e, "status", 500))
                 return _error(str(worst), getattr(worst, "status", 500))
             answers = [r for r in results if isinstance(r, Answer)]
+        self.layer.answered(dec.id, reqs, answers, context)
         return self._respond(dec, answers)
 
     def _respond(self, dec: Any, answers: list[Answer]) -> Response:
@@ -223,6 +227,7 @@ class _Api:
             "queue_ms": max(a.queue_s for a in answers) * 1000.0,
             "compute_ms": max(a.compute_s for a in answers) * 1000.0,
             "emulated": self.model.emulated,
+            "cached": any(a.cached for a in answers),
         }
         if len(answers) > 1:
             params["gears"] = ",".join(str(a.gear) for a in answers)
@@ -305,6 +310,7 @@ def create_app(
     *,
     metrics: PrometheusObserver | None = None,
     options: ServerOptions | None = None,
+    clipper: ClipperLayer | None = None,
 ) -> ASGIApp:
     """The ASGI app over ``runtime`` (started and stopped with the app's lifespan).
 
@@ -315,13 +321,17 @@ def create_app(
     obs = metrics or PrometheusObserver()
     obs.attach(runtime)
     api = _Api(runtime, model, obs, opts)
+    if clipper is not None:
+        api.layer = clipper
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await runtime.start()
+        await api.layer.start()
         try:
             yield
         finally:
+            await api.layer.stop(opts.stop_grace_s)
             await runtime.stop(opts.stop_grace_s)
 
     routes = [
@@ -338,6 +348,7 @@ def create_app(
             Route(base + "/ready", api.model_ready, methods=["GET"]),
             Route(base + "/infer", api.infer, methods=["POST"]),
         ]
+    routes += api.layer.routes(api)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,

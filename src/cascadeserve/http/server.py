@@ -22,6 +22,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from cascadeserve.http.app import ServedModel, ServerOptions, create_app
+from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
@@ -62,6 +63,7 @@ def build_app(
     server_options: ServerOptions | None = None,
     observer: Observer | None = None,
     backend: Backend | None = None,
+    clipper: ClipperOptions | None = None,
 ) -> App:
     """A served cascade: emulated devices (answers from ``profile``) or ``models`` on the ``backend``'s devices
     (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process)."""
@@ -73,16 +75,26 @@ def build_app(
     def check(p: GearPlan) -> None:
         p.check_against(profile)
 
+    if not emulate and models is None:
+        raise ValueError("give models (a models config) or emulate=True")
+
+    def make(p: GearPlan) -> Runtime:
+        p.check_against(profile)
+        if emulate:
+            return engine.emulated_runtime(profile, p, clock=clock, observer=obs, options=runtime_options)
+        assert models is not None
+        return engine.local_runtime(p, models, clock=clock, observer=obs, options=runtime_options)
+
+    runtime = make(plan)
     if emulate:
-        runtime = engine.emulated_runtime(profile, plan, clock=clock, observer=obs, options=runtime_options)
         index: Mapping[int, int] = {int(s): i for i, s in enumerate(profile.sample_ids.tolist())}
         served = ServedModel(name or profile.name, InputSpec(), True, index, check)
     else:
-        if models is None:
-            raise ValueError("give models (a models config) or emulate=True")
-        runtime = engine.local_runtime(plan, models, clock=clock, observer=obs, options=runtime_options)
+        assert models is not None
         served = ServedModel(name or profile.name, models.input, False, None, check)
-    asgi = create_app(runtime, served, metrics=metrics, options=server_options)
+    # Clipper's layer: alternatives (one runtime each, same backend), selection, SLO and default output
+    layer = None if clipper is None else clipper.layer(runtime, served.name, make)
+    asgi = create_app(runtime, served, metrics=metrics, options=server_options, clipper=layer)
     return App(asgi, runtime, metrics, served)
 
 

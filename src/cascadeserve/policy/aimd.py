@@ -5,12 +5,12 @@ compares the batch's processing time with the latency objective: while the batch
 a constant ``step``; when it ran over, the cap shrinks by a factor ``backoff`` (Clipper uses 10 %). The cap
 therefore settles near the largest batch whose runtime fits the objective, and follows changes in the runtime.
 
-This is the MS+ baseline's batching (paper §6.2). It is a pure decision: :meth:`AimdBatchLimit.observe` takes the
-replica and the measured batch runtime, returns an :class:`AimdDecision`, and :meth:`AimdBatchLimit.limit` says
-how large the replica's next batch may be. The simulator calls both around every batch (``simulate(...,
-batch_limit=AimdBatchLimit(...))``), and so does the runtime's consumer (``RuntimeOptions.batch_limit``):
-``limit(r)`` when it takes a batch from a replica's queue, ``observe(r, seconds)`` when the device hands the batch
-back. No clock is read here.
+This is the MS+ baseline's batching (paper §6.2), and the ``aimd`` serving policy a plan or ``serve --batching
+aimd`` selects (:func:`~cascadeserve.policy.adaptive.batch_limit_for` builds one per plan generation). It is a
+pure decision: :meth:`AimdBatchLimit.observe` takes the replica and the measured batch runtime, returns an
+:class:`AimdDecision`, and :meth:`AimdBatchLimit.limit` says how large the replica's next batch may be. The
+simulator calls both around every batch, and so does the runtime's consumer: ``limit(r)`` when it takes a batch
+from a replica's queue, ``observe(r, seconds, size)`` when the device hands the batch back. No clock is read here.
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ class AimdBatchLimit:
         """The largest batch ``replica`` may take now."""
         return self._caps.get(replica, self.start)
 
-    def observe(self, replica: int, runtime_s: float) -> AimdDecision:
-        """Update ``replica``'s cap after a batch that took ``runtime_s`` seconds to run."""
+    def observe(self, replica: int, runtime_s: float, size: int | None = None) -> AimdDecision:
+        """Update ``replica``'s cap after a batch (of ``size`` samples; AIMD needs only the time) that took
+        ``runtime_s`` seconds to run."""
         cap = self._caps.get(replica, self.start)
         ok = runtime_s <= self.target_s
         new = min(self.ceiling, cap + self.step) if ok else max(1, math.floor(cap * self.backoff))

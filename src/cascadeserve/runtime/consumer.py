@@ -15,9 +15,9 @@ answered and who is forwarded, and the generation's routers pick the next replic
 two plan generations during a hot-swap; it still runs one batch at a time, and the policy's tie-break (which
 orders generations too) chooses between them.
 
-With a generation's :class:`~cascadeserve.policy.AimdBatchLimit` (MS+'s Clipper-style batching), a batch is also
+With a generation's adaptive batch limit (AIMD or the p99 fit, Clipper's batching), a batch is also
 capped at ``limit(replica)``, oldest requests first, and when the device hands the batch back ``observe(replica,
-t1 - t0)`` reports how long the device had it, from the batch's start to its results: the simulator passes the
+t1 - t0, size)`` reports how long the device had it, from the batch's start to its results: the simulator passes the
 same span (the profiled runtime plus the plan's batch overhead), and on real devices it is the runtime Clipper
 measures. A batch whose model raised reports nothing (how long a failure took says nothing about the batch size).
 """
@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from cascadeserve.policy import batch_size, next_batch
+from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.device import Device
 from cascadeserve.runtime.generation import Generation
@@ -78,7 +79,12 @@ class Consumer:
             n = len(q)
             if n:
                 oldest = q.oldest
-                cands.append((gen.triggers[r].fire_time_known(now, n, oldest), oldest, number, r))
+                trig = (
+                    gen.triggers[r]
+                    if gen.batch_limit is None
+                    else capped_trigger(gen.triggers[r], gen.batch_limit.limit(r))
+                )
+                cands.append((trig.fire_time_known(now, n, oldest), oldest, number, r))
         decision = next_batch(cands)
         if decision is None:
             return
@@ -129,7 +135,7 @@ class Consumer:
         else:
             t1 = self.clock.now()
             if gen.batch_limit is not None:
-                gen.batch_limit.observe(r, t1 - t0)
+                gen.batch_limit.observe(r, t1 - t0, len(batch))
             answered = self._apply(gen, row, batch, out.labels, out.certainties, t0, t1)
             self._record(gen, r, row, t0, t1, len(batch), answered)
         finally:

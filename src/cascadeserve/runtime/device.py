@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from cascadeserve.profile import CertaintyFn, Profile, certainty_function
+from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.runtime.clock import Clock
 
 __all__ = ["BatchOutput", "Device", "EmulatedDevice", "ModelFn", "ThreadDevice"]
@@ -56,8 +57,11 @@ class EmulatedDevice:
 
     emulated = True
 
-    def __init__(self, name: str, profile: Profile, clock: Clock, *, order: int = 0) -> None:
+    def __init__(
+        self, name: str, profile: Profile, clock: Clock, *, order: int = 0, slowdowns: Slowdowns | None = None
+    ) -> None:
         self.name = name
+        self.slowdowns = slowdowns or None  # fault hook: this device's runtime factor over time (as the simulator)
         self.order = order  # rank among devices: breaks ties between batches ending at one instant
         self.profile = profile
         self.clock = clock
@@ -68,7 +72,11 @@ class EmulatedDevice:
         return tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)
 
     async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
-        await self.clock.sleep_until(self.clock.now() + self.seconds(row, len(inputs)), order=self.order)
+        now = self.clock.now()
+        secs = self.seconds(row, len(inputs))
+        if self.slowdowns is not None:
+            secs *= self.slowdowns.factor(self.name, now)
+        await self.clock.sleep_until(now + secs, order=self.order)
         return BatchOutput(self.profile.predictions[row, inputs], self.profile.certainties[row, inputs])
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
+from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.runtime.clock import Clock, MonotonicClock
 from cascadeserve.runtime.device import Device, EmulatedDevice, ModelFn, ThreadDevice
 from cascadeserve.runtime.observer import Observer
@@ -21,16 +22,18 @@ def emulated_runtime(
     clock: Clock | None = None,
     observer: Observer | None = None,
     options: RuntimeOptions | None = None,
+    slowdowns: Slowdowns | None = None,
 ) -> Runtime:
     """A runtime whose devices wait the profiled runtimes and answer from the profile's records.
 
-    Payloads are validation sample *indices* (rows of the profile), as in the simulator.
+    Payloads are validation sample *indices* (rows of the profile), as in the simulator. ``slowdowns`` is the
+    emulated devices' fault hook (the simulator's ``slowdowns``).
     """
     plan.check_against(profile)
     clk = clock or MonotonicClock()
 
     def make(name: str, order: int) -> Device:
-        return EmulatedDevice(name, profile, clk, order=order)
+        return EmulatedDevice(name, profile, clk, order=order, slowdowns=slowdowns)
 
     return Runtime(plan, profile.model_names, make, clock=clk, observer=observer, options=options)
 

@@ -9,8 +9,11 @@ Every decision here is the policy core's (:class:`~cascadeserve.policy.PlanTable
 :class:`~cascadeserve.policy.Routers` and :class:`~cascadeserve.policy.GearPolicy`, and the deadline rule
 :func:`~cascadeserve.policy.on_deadline`); this class holds the state those decisions read and applies them.
 Where a chosen replica lives is the injected :class:`~cascadeserve.runtime.transport.Transport`'s business.
-The optional :class:`~cascadeserve.policy.AimdBatchLimit` (``batch_limit``) is asked and updated by the
-consumers for this generation's replicas.
+The generation's adaptive batch limit (``batch_limit``: an AIMD or p99-fit cap, given, or built from the plan's
+``batching`` field by :func:`~cascadeserve.policy.adaptive.batch_limit_for`) is asked and updated by the
+consumers for this generation's replicas; each generation has its own, so a hot-swapped plan starts afresh while
+the old one drains with its own. When the runtime caches answers, :meth:`Generation.release` stores each cascade
+answer in the :class:`~cascadeserve.policy.cache.PredictionCache` under the key its request looked up.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from cascadeserve.plan import GearPlan
-from cascadeserve.policy import AimdBatchLimit, BatchTrigger, GearSchedule, PlanTables, Routers, on_deadline
+from cascadeserve.policy import BatchTrigger, GearSchedule, PlanTables, Routers, on_deadline
+from cascadeserve.policy.adaptive import BatchLimit, batch_limit_for
+from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.observer import Observer
 from cascadeserve.runtime.queue import Admission
@@ -41,10 +46,11 @@ class Generation:
         admission: Admission,
         observer: Observer,
         initial_qps: float = 0.0,
-        batch_limit: AimdBatchLimit | None = None,
+        batch_limit: BatchLimit | None = None,
         gear_schedule: GearSchedule | None = None,
         transport: Transport | None = None,
         emulated: bool = False,
+        cache: PredictionCache[Answer] | None = None,
     ) -> None:
         self.number = number
         self.plan = plan
@@ -62,7 +68,9 @@ class Generation:
         self.replica_row: list[int] = self.tables.replica_row.tolist()
         self.replica_device: list[int] = self.tables.replica_device.tolist()
         self.single_gear = self.tables.n_gears == 1
-        self.batch_limit = batch_limit  # keyed by this plan's replica indices, as in the simulator
+        # keyed by this plan's replica indices, as in the simulator
+        self.batch_limit = batch_limit if batch_limit is not None else batch_limit_for(plan)
+        self.cache = cache
         self.in_flight = 0
         self.live: set[Request] = set()  # admitted and not yet answered (failed on a hard stop)
         self.draining = False
@@ -107,6 +115,8 @@ class Generation:
         self.in_flight -= 1
         self.live.discard(req)
         self.admission.in_flight -= 1
+        if self.cache is not None and answer is not None and req.cache_key is not None and not answer.fallback:
+            self.cache.store(req.cache_key, answer, req.cache_epoch)
         self.observer.answered(req, answer, error, answer.finished if answer is not None else self.clock.now())
         if self.draining:
             self._maybe_drained()

@@ -98,6 +98,7 @@ class Answer:
     finished: float  # clock time of the answer
     fallback: bool = False  # answered by an earlier stage because the deadline passed
     emulated: bool = False
+    cached: bool = False  # answered from the prediction cache, without queueing
 
 
 class Request:
@@ -106,6 +107,8 @@ class Request:
     __slots__ = (
         "arrival",
         "best",
+        "cache_epoch",
+        "cache_key",
         "compute_s",
         "deadline",
         "enqueued",
@@ -142,6 +145,8 @@ class Request:
         self.compute_s = 0.0
         self.best: tuple[int, float, int] | None = None  # (label, certainty, model row) of the last stage run
         self.timer: asyncio.Task[None] | None = None
+        self.cache_key: Any = None  # the prediction cache's key when the runtime caches answers (a miss)
+        self.cache_epoch = 0  # the cache's epoch at lookup: an answer of an invalidated epoch is not stored
 
     @property
     def done(self) -> bool:

@@ -24,8 +24,16 @@ remote servers enforce the deadline themselves (the local timer is then only a s
 the same policy objects (:mod:`cascadeserve.simulate.engine`): ``batch_limit``
 (:class:`~cascadeserve.policy.AimdBatchLimit`; the consumer caps every batch at ``limit(replica)`` and reports
 the batch's measured device time to ``observe``) and ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`;
-the producer takes ``gear_at(k)`` on its ``k``-th tick in place of the QPS-driven selector). Both index the
-initial plan's replicas and gears, so a runtime with a hook refuses :meth:`Runtime.swap_plan`.
+the producer takes ``gear_at(k)`` on its ``k``-th tick in place of the QPS-driven selector). A gear schedule
+indexes the initial plan's gears, so a runtime with one refuses :meth:`Runtime.swap_plan`; a batch limit indexes
+the initial plan's replicas, so after a swap the new generation gets a fresh AIMD limit with the same target
+(through the plan's ``batching`` fields, which is also how a Ray server builds one).
+
+Clipper's serving layer: ``RuntimeOptions.batching`` (``plan``, ``aimd``, ``quantile``) overrides every served
+plan's ``batching`` field (the initial and each hot-swapped one), and ``RuntimeOptions.cache_size`` turns on the
+prediction cache (:class:`~cascadeserve.policy.cache.PredictionCache`): :meth:`Runtime.submit` answers a payload
+the cache holds at once (``Answer.cached``; it never reaches admission or a queue), and a plan swap that changes
+the cascades empties it.
 
 All of it runs on one asyncio event loop; only model code runs on device threads. Everything that *decides*
 lives in :mod:`cascadeserve.policy` and is shared with the simulator.
@@ -34,6 +42,7 @@ lives in :mod:`cascadeserve.policy` and is shared with the simulator.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +50,8 @@ from typing import Any
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule, PlanTables
+from cascadeserve.policy.adaptive import Batching, BatchLimit
+from cascadeserve.policy.cache import PredictionCache, input_key
 from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
 from cascadeserve.runtime.device import Device
 from cascadeserve.runtime.generation import Generation
@@ -72,9 +83,11 @@ class RuntimeOptions:
     max_in_flight: int | None = 4096  # admission bound: requests admitted and not yet answered
     retry_after_s: float = 1.0  # what a shed request is told to wait
     run_producer: bool = True  # tests that drive ticks by hand turn the tick loop off
-    batch_limit: AimdBatchLimit | None = None  # AIMD cap on each replica's batches (MS+); None: the triggers' own
+    batch_limit: BatchLimit | None = None  # adaptive cap on each replica's batches (MS+); None: the plan's batching
     gear_schedule: GearSchedule | None = None  # gear per producer tick (Cocktail+); None: the QPS-driven selector
     deadline_slack_s: float = 0.0  # deadline timers fire this much late (a remote server answers at the deadline)
+    batching: Batching | None = None  # overrides each served plan's batching field (serve --batching)
+    cache_size: int | None = None  # prediction cache entries (serve --cache-size); None or 0: no cache
 
 
 class Runtime:
@@ -106,6 +119,8 @@ class Runtime:
             PlanTables(plan, {m: i for i, m in enumerate(self.model_names)}).gear_policy(self.options.gear_schedule)
         self.admission_policy = AdmissionPolicy(self.options.max_in_flight, self.options.retry_after_s)
         self.admission = Admission()
+        size = self.options.cache_size
+        self.cache: PredictionCache[Answer] | None = PredictionCache(size) if size else None
         self.generations: list[Generation] = []
         self._generation_count = 0
         self._initial_plan = plan
@@ -161,6 +176,40 @@ class Runtime:
         (shed, retry later) when there is no room now, :class:`TooLarge` when the call exceeds the capacity."""
         if not self.accepting:
             raise RuntimeStopped("the server is shutting down")
+        if self.cache is not None:
+            return self._submit_cached(payloads, timeout_s)
+        return self._admit(payloads, timeout_s)
+
+    def _submit_cached(self, payloads: Sequence[Any], timeout_s: float | None) -> list[Request]:
+        """The cache's decision per payload: a hit is answered now (flagged ``cached``), the misses are admitted."""
+        cache = self.cache
+        assert cache is not None
+        keys = [input_key(p) for p in payloads]
+        hits = [cache.lookup(k) for k in keys]
+        misses = [i for i, h in enumerate(hits) if h is None]
+        admitted = self._admit([payloads[i] for i in misses], timeout_s) if misses else []
+        epoch = cache.epoch
+        for i, req in zip(misses, admitted, strict=True):
+            req.cache_key, req.cache_epoch = keys[i], epoch
+        if len(admitted) < len(payloads):
+            now = self.clock.now()
+            loop = asyncio.get_running_loop()
+            out: list[Request] = []
+            it = iter(admitted)
+            for p, hit in zip(payloads, hits, strict=True):
+                if hit is None:
+                    out.append(next(it))
+                    continue
+                req = Request(-1, p, now, self.current, hit.gear, loop.create_future())
+                # resolved here, not through Request.resolve: a hit was never admitted, so nothing is released
+                req.future.set_result(
+                    dataclasses.replace(hit, cached=True, queue_s=0.0, compute_s=0.0, finished=now, fallback=False)
+                )
+                out.append(req)
+            return out
+        return admitted
+
+    def _admit(self, payloads: Sequence[Any], timeout_s: float | None) -> list[Request]:
         n = len(payloads)
         decision = self.admission_policy.decide(n, self.admission.in_flight)
         if not decision.accepted:
@@ -189,12 +238,14 @@ class Runtime:
     # -- plans -------------------------------------------------------------------------------------------------
     def swap_plan(self, plan: GearPlan) -> int:
         """Serve new requests with ``plan``; requests in flight finish under the plan that admitted them."""
-        if self.options.batch_limit is not None or self.options.gear_schedule is not None:
+        if self.options.gear_schedule is not None:
             raise ValueError(
-                "this runtime has a batch limit or a gear schedule, whose replica and gear indices are those of "
-                "its initial plan: it cannot swap plans"
+                "this runtime has a gear schedule, whose gear indices are those of its initial plan: it cannot "
+                "swap plans"
             )
         old = self.current
+        if self.cache is not None:
+            self.cache.on_swap(old.plan, plan)
         gen = self._new_generation(plan, self.producer.last_qps)
         self.producer.gen = gen
         old.on_drained = self._retire
@@ -225,8 +276,25 @@ class Runtime:
         await self.placement.stop()
 
     # -- internals ---------------------------------------------------------------------------------------------
+    def _served_plan(self, plan: GearPlan, number: int) -> tuple[GearPlan, BatchLimit | None]:
+        """``plan`` with the deployment's batching applied, and the batch limit object its generation starts with
+        (the options' own for the first generation; after a swap, the plan's fields build a fresh one)."""
+        limit = self.options.batch_limit
+        if limit is not None and number > 0:
+            if not isinstance(limit, AimdBatchLimit):
+                raise ValueError(
+                    "a runtime whose batch limit is not AIMD cannot swap plans; use RuntimeOptions.batching"
+                )
+            plan = plan.model_copy(update={"batching": "aimd", "batch_target_ms": limit.target_s * 1000.0})
+            return plan, None
+        batching = self.options.batching
+        if batching is not None and batching != plan.batching:
+            plan = plan.model_copy(update={"batching": batching})
+        return plan, limit
+
     def _new_generation(self, plan: GearPlan, initial_qps: float) -> Generation:
         number = self._generation_count
+        plan, limit = self._served_plan(plan, number)
         self._generation_count += 1
         gen = Generation(
             number,
@@ -236,9 +304,10 @@ class Runtime:
             admission=self.admission,
             observer=self.observer,
             initial_qps=initial_qps,
-            batch_limit=self.options.batch_limit,
+            batch_limit=limit,
             gear_schedule=self.options.gear_schedule,
             transport=self.placement.transport(number, plan),
+            cache=self.cache,
         )
         self.placement.place(gen)
         self.generations.append(gen)

@@ -19,11 +19,18 @@ It replays an arrival trace against a gear plan and a profile, applying the deci
 * After the last arrival's tick window, queues drain (the policy's drain trigger), as a server does when it stops.
   A request that never completes is reported unanswered (``SimResult.unanswered``), never as completed.
 
-Two optional policy hooks serve the baselines (:mod:`cascadeserve.baselines`); both default to off and cost one
-``is None`` test per batch or tick when off:
+Optional policy hooks (Clipper's serving layer and the baselines, :mod:`cascadeserve.baselines`); all default to
+off and cost one ``is None`` test per batch or tick when off:
 
-* ``batch_limit`` (:class:`~cascadeserve.policy.AimdBatchLimit`): caps each batch at the replica's current AIMD
-  limit and reports every batch's runtime back to it (Clipper-style adaptive batching, MS+);
+* ``batch_limit`` (an adaptive :class:`~cascadeserve.policy.adaptive.BatchLimit`: AIMD or the p99 fit): caps
+  each batch at the replica's current limit and reports every batch's runtime and size back to it. Without one,
+  the plan's ``batching`` field builds it (:func:`~cascadeserve.policy.adaptive.batch_limit_for`);
+* ``cache`` (:class:`~cascadeserve.policy.cache.PredictionCache` keyed by sample id): an arrival whose sample
+  the cache holds is answered at its arrival and never queued; every cascade answer is stored. Lookups happen
+  as a tick's arrivals are admitted, so an answer given during a tick serves repeats from the next tick on
+  (the runtime sees it at once: the simulator counts up to one tick fewer hits);
+* ``slowdowns`` (:class:`~cascadeserve.profile.slowdown.Slowdowns`, a fault hook): multiplies the runtime of a
+  batch starting on a device after its slowdown time, as the emulated devices do;
 * ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`): the gear of every tick, decided in advance
   (an autoscaler given the future load, Cocktail+), in place of the measured-QPS selector.
 
@@ -42,7 +49,6 @@ import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import (
-    AimdBatchLimit,
     BatchTrigger,
     Candidate,
     GearSchedule,
@@ -52,7 +58,10 @@ from cascadeserve.policy import (
     batch_size,
     next_batch,
 )
+from cascadeserve.policy.adaptive import BatchLimit, batch_limit_for, capped_trigger
+from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.profile import Profile
+from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.simulate.result import BatchRecord, SimResult
 
 __all__ = ["Simulator", "simulate", "tick_windows"]
@@ -137,11 +146,16 @@ class Simulator:
         plan: GearPlan,
         *,
         record_batches: bool = False,
-        batch_limit: AimdBatchLimit | None = None,
+        batch_limit: BatchLimit | None = None,
         gear_schedule: GearSchedule | None = None,
+        cache: PredictionCache[int] | None = None,
+        slowdowns: Slowdowns | None = None,
     ) -> None:
         plan.check_against(profile)
-        self.batch_limit = batch_limit
+        self.batch_limit = batch_limit if batch_limit is not None else batch_limit_for(plan)
+        self.cache = cache
+        self.slowdowns = slowdowns or None
+        self._device_names = [d.name for d in plan.devices]
         self.profile = profile
         self.plan = plan
         self.tables = PlanTables(plan, {m: profile.index(m) for m in profile.model_names})
@@ -151,7 +165,8 @@ class Simulator:
         self._rt_tables = [m.runtime.table(_TABLE_BATCH) for m in profile.models]
 
     # ---------------------------------------------------------------------------------------------------------
-    def run(self, arrivals: Sequence[float] | np.ndarray) -> SimResult:
+    def run(self, arrivals: Sequence[float] | np.ndarray, samples: np.ndarray | None = None) -> SimResult:
+        """Replay ``arrivals``; request ``i`` uses validation sample ``samples[i]`` (default ``i mod n``)."""
         wall0 = time.perf_counter()
         arr = np.asarray(arrivals, dtype=np.float64)
         if arr.ndim != 1:
@@ -160,6 +175,11 @@ class Simulator:
             raise ValueError("arrival times must be non-negative and sorted")
         tb = self.tables
         n, n_samples = len(arr), self.profile.n_samples
+        sample_of = None if samples is None else np.asarray(samples, dtype=np.int64)
+        if sample_of is not None and (
+            sample_of.shape != arr.shape or (n and (sample_of.min() < 0 or sample_of.max() >= n_samples))
+        ):
+            raise ValueError(f"samples must hold one validation sample index in [0, {n_samples}) per arrival")
         r_count, d_count = tb.n_replicas, tb.n_devices
         cert = self.profile.certainties
         replica_row = tb.replica_row.tolist()
@@ -193,6 +213,10 @@ class Simulator:
         split, split_list = routers.split, routers.split_list
         meter = QpsMeter(tick)
         limiter = self.batch_limit
+        cache = self.cache
+        cached = np.zeros(n, dtype=bool) if cache is not None else None
+        slowdowns = self.slowdowns
+        device_names = self._device_names
         gear_policy = self.gear_policy
         gear = gear_policy.initial()
         triggers: Sequence[BatchTrigger] = tb.triggers_for(gear)
@@ -214,7 +238,7 @@ class Simulator:
                 rep_t[r] = math.inf
                 return
             first = min(f.oldest, float(pend_t[r][p])) if n_pend else f.oldest
-            trig = triggers[r]
+            trig = triggers[r] if limiter is None else capped_trigger(triggers[r], limiter.limit(r))
             need = trig.min_queue - f.n
             if need <= 0:
                 mth = -math.inf
@@ -277,6 +301,8 @@ class Simulator:
             row = replica_row[r]
             tab = self._rt_tables[row]
             secs = (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + overhead_s
+            if slowdowns is not None:
+                secs *= slowdowns.factor(device_names[d], t)
             busy[d] = (r, ids, t)
             busy_until[d] = t + secs
             w = min(int(t // tick), n_ticks) if n_ticks else 0
@@ -287,7 +313,8 @@ class Simulator:
             assert entry is not None
             r, ids, t0 = entry
             if limiter is not None:
-                limiter.observe(r, t - t0)
+                limiter.observe(r, t - t0, len(ids))
+                rep_dirty[r] = True  # the cap may have moved the trigger
             busy[d] = None
             busy_until[d] = math.inf
             free_at[d] = t
@@ -296,11 +323,14 @@ class Simulator:
             if len(ids) <= _SMALL_BATCH:
                 complete_small(d, t, r, ids, t0, row)
                 return
-            c = cert[row, ids % n_samples]
+            c = cert[row, ids % n_samples if sample_of is None else sample_of[ids]]
             sure = tb.exits(row, c, None if single_gear else gear_of[ids])
             ans = ids[sure]
             finish[ans] = t
             answer_row[ans] = row
+            if cache is not None:
+                for s_id in (ans % n_samples if sample_of is None else sample_of[ans]).tolist():
+                    cache.store(s_id, row)
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(ids), len(ans)))
             if len(ans) == len(ids):
@@ -328,7 +358,8 @@ class Simulator:
             il = ids.tolist()
             crow = cert_lists[row]
             gl = None if single_gear else gear_of[ids].tolist()
-            sure = exits_list(row, [crow[i % n_samples] for i in il], gl)
+            sl = [i % n_samples for i in il] if sample_of is None else sample_of[ids].tolist()
+            sure = exits_list(row, [crow[s] for s in sl], gl)
             n_ans = 0
             groups: dict[int, list[int]] = {}
             for k, i in enumerate(il):
@@ -336,6 +367,8 @@ class Simulator:
                     finish[i] = t
                     answer_row[i] = row
                     n_ans += 1
+                    if cache is not None:
+                        cache.store(sl[k], row)
                 else:
                     groups.setdefault(0 if gl is None else gl[k], []).append(i)
             if self.record_batches:
@@ -393,7 +426,18 @@ class Simulator:
             if b > a:
                 gear_of[a:b] = gear
                 ids = np.arange(a, b, dtype=np.int64)
-                for rr, sub in routers.admit_split(gear, ids):
+                if cache is not None and cached is not None:  # hits are answered on arrival, never queued
+                    miss = []
+                    for i in range(a, b):
+                        hit = cache.lookup(i % n_samples if sample_of is None else int(sample_of[i]))
+                        if hit is None:
+                            miss.append(i)
+                        else:
+                            finish[i] = arr[i]
+                            answer_row[i] = hit
+                            cached[i] = True
+                    ids = np.asarray(miss, dtype=np.int64)
+                for rr, sub in routers.admit_split(gear, ids) if len(ids) else ():
                     p = pos[rr]
                     if p == len(pend_ids[rr]):
                         pend_ids[rr] = sub
@@ -414,7 +458,7 @@ class Simulator:
         rep_dirty = [True] * r_count
         run_until(math.inf)
 
-        samples = np.arange(n, dtype=np.int64) % n_samples
+        samples = np.arange(n, dtype=np.int64) % n_samples if sample_of is None else sample_of
         # An unanswered request (answer_row -1) is never correct; without the mask, -1 would index the last model.
         correct = (
             (self.profile.predictions[answer_row, samples] == self.profile.labels[samples]) & (answer_row >= 0)
@@ -437,6 +481,7 @@ class Simulator:
             tick_busy=busy_frac,
             wall_s=time.perf_counter() - wall0,
             batches=batches,
+            cached=cached,
         )
 
 
@@ -446,14 +491,24 @@ def simulate(
     arrivals: Sequence[float] | np.ndarray,
     *,
     record_batches: bool = False,
-    batch_limit: AimdBatchLimit | None = None,
+    batch_limit: BatchLimit | None = None,
     gear_schedule: GearSchedule | None = None,
+    cache: PredictionCache[int] | None = None,
+    slowdowns: Slowdowns | None = None,
+    samples: np.ndarray | None = None,
 ) -> SimResult:
     """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records.
 
-    ``batch_limit`` and ``gear_schedule`` are the optional policy hooks of the module docstring (a batch limit
-    holds state: pass a fresh one per run).
+    ``batch_limit``, ``gear_schedule``, ``cache`` and ``slowdowns`` are the optional hooks of the module docstring
+    (a batch limit and a cache hold state: pass fresh ones per run). ``samples`` gives each request's validation
+    sample (a trace of repeated inputs); by default request ``i`` takes sample ``i mod n``.
     """
     return Simulator(
-        profile, plan, record_batches=record_batches, batch_limit=batch_limit, gear_schedule=gear_schedule
-    ).run(arrivals)
+        profile,
+        plan,
+        record_batches=record_batches,
+        batch_limit=batch_limit,
+        gear_schedule=gear_schedule,
+        cache=cache,
+        slowdowns=slowdowns,
+    ).run(arrivals, samples)

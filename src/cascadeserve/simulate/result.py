@@ -42,6 +42,7 @@ class SimResult:
     tick_busy: np.ndarray  # [ticks, devices] busy fraction of each tick (batches counted where they start)
     wall_s: float
     batches: list[BatchRecord] = field(default_factory=list)
+    cached: np.ndarray | None = None  # per request: answered from the prediction cache (None: no cache)
 
     @property
     def latency_s(self) -> np.ndarray:

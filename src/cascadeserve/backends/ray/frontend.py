@@ -37,6 +37,7 @@ from cascadeserve.backends.ray.server import ServerActor
 from cascadeserve.backends.ray.transport import FrontTransport
 from cascadeserve.plan import Device as PlanDevice
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy import AimdBatchLimit
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import Generation, MonotonicClock, NullObserver, Observer, Runtime, RuntimeOptions
 
@@ -189,13 +190,21 @@ def RayRuntime(  # a function with a class's name: callers built a RayRuntime be
 ) -> Runtime:
     """A plain :class:`~cascadeserve.runtime.Runtime` whose devices are Ray server actors (a
     :class:`RayPlacement`): emulated from ``profile``, or running ``models``. The HTTP front end serves it
-    unchanged. Refuses ``RuntimeOptions.batch_limit``, whose per-replica state would have to live on every
-    server."""
+    unchanged. Adaptive batching runs on the servers, each building its replicas' limit from the plan's
+    ``batching`` fields (``RuntimeOptions.batching`` sets them); an AIMD ``RuntimeOptions.batch_limit`` becomes
+    those fields (its target; the per-replica state lives where the replica does). Any other batch limit object is
+    refused: its state cannot follow the replicas to their servers."""
     if (profile is None) == (models is None):
         raise ValueError("give a profile (emulated devices) or models, not both")
     options = options or RuntimeOptions()
     if options.batch_limit is not None:
-        raise ValueError("the Ray backend does not apply RuntimeOptions.batch_limit (AIMD batching); use local")
+        limit = options.batch_limit
+        if not isinstance(limit, AimdBatchLimit):
+            raise ValueError(
+                "the Ray backend applies RuntimeOptions.batch_limit only as AIMD; use RuntimeOptions.batching"
+            )
+        plan = plan.model_copy(update={"batching": "aimd", "batch_target_ms": limit.target_s * 1000.0})
+        options = dataclasses.replace(options, batch_limit=None)
     ray_options = ray_options or RayOptions()
     observer = observer or NullObserver()
     placement = RayPlacement(
