@@ -89,7 +89,6 @@ class PlanTables:
         self.selector = GearSelector([g.qps_high for g in plan.gears], alpha=plan.alpha, qps_scale=plan.qps_scale)
         self._thr_lists: list[list[float]] = self.threshold.tolist()
 
-
     def route(self, gear: int, row: int) -> Route:
         return self._routes[(gear, row)]
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from cascadeserve.policy import batch_size, next_batch
 from cascadeserve.runtime.clock import Clock
-from cascadeserve.runtime.device import Device
+from cascadeserve.runtime.device import BatchOutput, Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
 from cascadeserve.runtime.queue import ReplicaQueue
@@ -50,10 +50,12 @@ class Consumer:
         self.observer = observer
         self.lanes: dict[tuple[int, int], tuple[Generation, ReplicaQueue]] = {}  # (generation, replica) ->
         self.busy = False
+        self.busy_since = math.inf  # when the running batch started (readiness looks for a stalled device)
         self._scheduled = False
         self._timer: asyncio.Task[None] | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
+        self._forwarded: set[Request] = set()  # of the batch being applied (so a failure cannot answer them)
 
     def add_lane(self, gen: Generation, replica: int, queue: ReplicaQueue) -> None:
         """Serve ``replica`` of ``gen`` from ``queue`` on this device."""
@@ -91,6 +93,7 @@ class Consumer:
         size = batch_size(gen.triggers[r], len(q), None if limit is None else limit.limit(r))
         batch = q.take(size)
         self.busy = True
+        self.busy_since = now
         task = asyncio.get_running_loop().create_task(self._run(gen, r, batch, now))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -124,42 +127,50 @@ class Consumer:
             err = ModelFailed(gen.model_names[row], e)
             for req in batch:
                 req.compute_s += t1 - t0
-                req.fail(err)
+                gen.answer_early(req, t1, err)  # an earlier stage's answer (flagged), or the 500
             self._record(gen, r, row, t0, t1, len(batch), 0, failed=True)
         else:
             t1 = self.clock.now()
             if gen.batch_limit is not None:
                 gen.batch_limit.observe(r, t1 - t0)
-            answered = self._apply(gen, row, batch, out.labels, out.certainties, t0, t1)
+            try:
+                answered = self._apply(gen, row, batch, out, t0, t1)
+            except Exception as e:  # never leave a request of the batch unanswered, whatever went wrong
+                err = ModelFailed(gen.model_names[row], e)
+                for req in batch:
+                    if req.queue is None and req not in self._forwarded:
+                        gen.answer_early(req, t1, err)
+                answered = 0
+            finally:
+                self._forwarded.clear()
             self._record(gen, r, row, t0, t1, len(batch), answered)
         finally:
             self.busy = False
+            self.busy_since = math.inf
             self.poke()
 
-    def _apply(
-        self,
-        gen: Generation,
-        row: int,
-        batch: list[Request],
-        labels: np.ndarray,
-        certs: np.ndarray,
-        t0: float,
-        t1: float,
-    ) -> int:
+    def _apply(self, gen: Generation, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float) -> int:
         """Answer the sure requests, forward the others; returns how many this stage answered."""
         tables = gen.tables
+        labels, certs = out.labels, out.certainties
+        if len(labels) != len(batch) or len(certs) != len(batch):
+            raise ValueError(f"the device answered {len(labels)} labels and {len(certs)} certainties for {len(batch)}")
         gears = None if gen.single_gear else np.fromiter((req.gear for req in batch), dtype=np.int64, count=len(batch))
         sure = tables.exits(row, certs, gears)
+        garbage = [False] * len(batch) if out.garbage is None else out.garbage.tolist()
         emulated = self.device.emulated
         name = gen.model_names[row]
         stage = tables.stage
         answered = 0
-        for req, ok, label, cert in zip(batch, sure.tolist(), labels.tolist(), certs.tolist(), strict=True):
+        rows = zip(batch, sure.tolist(), labels.tolist(), certs.tolist(), garbage, strict=True)
+        for req, ok, label, cert, bad in rows:
             req.compute_s += t1 - t0
             if req.done:  # its deadline answered it while the batch ran: refuse a second answer
                 self.observer.refused_duplicate()
                 continue
-            if ok:
+            if bad:  # NaN/Inf scores: this row fails (or an earlier stage answers it, flagged) and goes no further
+                gen.answer_early(req, t1, ModelFailed(name, ValueError("the model returned non-finite scores")))
+            elif ok:
                 answered += 1
                 req.resolve(
                     Answer(
@@ -176,6 +187,7 @@ class Consumer:
                 )
             else:
                 req.best = (int(label), float(cert), row)
+                self._forwarded.add(req)
                 gen.forward(req, row, t1)
         return answered
 
@@ -197,6 +209,18 @@ class Consumer:
                 failed,
             )
         )
+
+    def stalled(self, now: float, after_s: float) -> str | None:
+        """Why this consumer looks stuck, or ``None``: a batch running for over ``after_s``, or, with the device
+        free, a request waiting in one of its queues for over ``after_s`` (a trigger that can never fire)."""
+        if self.busy:
+            if now - self.busy_since > after_s:
+                return f"device {self.device.name!r} has run one batch for {now - self.busy_since:.1f} s"
+            return None
+        oldest = min((q.oldest for _, q in self.lanes.values()), default=math.inf)
+        if now - oldest > after_s:
+            return f"a request has waited {now - oldest:.1f} s on free device {self.device.name!r}"
+        return None
 
     def close(self) -> None:
         if self._timer is not None:
