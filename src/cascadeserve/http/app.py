@@ -459,14 +459,14 @@ def metrics_routes(api: _Api) -> list[BaseRoute]:
 ROUTERS: tuple[Router, ...] = (health_routes, model_routes, plan_routes, metrics_routes)
 
 
-def _openapi_routes(routes: list[BaseRoute], auth: bool) -> list[BaseRoute]:
+def _openapi_routes(routes: list[BaseRoute], auth: bool, model: str) -> list[BaseRoute]:
     """``/openapi.json`` and ``/v2/openapi.json``, over every route (themselves included)."""
     doc: dict[str, Any] = {}
 
     async def openapi(request: Request) -> Response:
         """The OpenAPI document of this server."""
         if not doc:
-            doc.update(openapi_document(all_routes, auth=auth))
+            doc.update(openapi_document(all_routes, auth=auth, path_enums={"name": [model], "version": ["1"]}))
         return JSONResponse(doc)
 
     own: list[BaseRoute] = [
@@ -505,7 +505,7 @@ def create_app(
             await runtime.stop(opts.stop_grace_s)
 
     routes: list[BaseRoute] = [r for router in routers for r in router(api)]
-    routes += _openapi_routes(routes, auth=opts.auth_token is not None or opts.admin_token is not None)
+    routes += _openapi_routes(routes, opts.auth_token is not None or opts.admin_token is not None, model.name)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,

@@ -114,7 +114,9 @@ def _schema(body: type[BaseModel] | Mapping[str, Any], defs: dict[str, Any]) -> 
     return {"$ref": f"#/components/schemas/{body.__name__}"}
 
 
-def _operation(path: str, method: str, route: Route, defs: dict[str, Any], auth: bool) -> dict[str, Any]:
+def _operation(
+    path: str, method: str, route: Route, defs: dict[str, Any], auth: bool, enums: Mapping[str, Sequence[str]]
+) -> dict[str, Any]:
     endpoint = route.endpoint
     doc = inspect.getdoc(endpoint) or route.name or path
     summary, _, rest = doc.partition("\n")
@@ -126,7 +128,13 @@ def _operation(path: str, method: str, route: Route, defs: dict[str, Any], auth:
     if rest.strip():
         op["description"] = rest.strip()
     params = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}} for name in _PARAM.findall(path)
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", **({"enum": list(enums[name])} if name in enums else {})},
+        }
+        for name in _PARAM.findall(path)
     ]
     if params:
         op["parameters"] = params
@@ -149,8 +157,15 @@ def _operation(path: str, method: str, route: Route, defs: dict[str, Any], auth:
     return op
 
 
-def openapi_document(routes: Sequence[BaseRoute], *, title: str = "cascadeserve", auth: bool = False) -> dict[str, Any]:
-    """OpenAPI 3.1 for every route in ``routes`` (``auth``: mark the secured ones as needing a bearer token)."""
+def openapi_document(
+    routes: Sequence[BaseRoute],
+    *,
+    title: str = "cascadeserve",
+    auth: bool = False,
+    path_enums: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Any]:
+    """OpenAPI 3.1 for every route in ``routes`` (``auth``: mark the secured ones as needing a bearer token;
+    ``path_enums``: the values a path parameter takes here, such as the served model's name)."""
     paths: dict[str, dict[str, Any]] = {}
     defs: dict[str, Any] = {}
     for path, route in _walk(routes):
@@ -158,7 +173,7 @@ def openapi_document(routes: Sequence[BaseRoute], *, title: str = "cascadeserve"
             if method == "HEAD":
                 continue
             paths.setdefault(_PARAM.sub(r"{\1}", path), {})[method.lower()] = _operation(
-                path, method.lower(), route, defs, auth
+                path, method.lower(), route, defs, auth, path_enums or {}
             )
     doc: dict[str, Any] = {
         "openapi": "3.1.0",

@@ -20,6 +20,12 @@ capped at ``limit(replica)``, oldest requests first, and when the device hands t
 t1 - t0)`` reports how long the device had it, from the batch's start to its results: the simulator passes the
 same span (the profiled runtime plus the plan's batch overhead), and on real devices it is the runtime Clipper
 measures. A batch whose model raised reports nothing (how long a failure took says nothing about the batch size).
+
+A model that raises fails only its own rows: the consumer reruns the batch one row at a time (on that failure path
+only), so a poison row fails alone (or falls back to an earlier stage's answer, flagged) while the rows that shared
+its batch are served. Rows whose scores come back NaN or Inf fail (or fall back) the same way, and an error while
+applying a batch's results answers every row not yet answered or sent on: no request of a batch can be left
+hanging.
 """
 
 from __future__ import annotations
@@ -122,32 +128,58 @@ class Consumer:
         try:
             inputs = np.asarray([req.payload for req in batch])
             out = await self.device.run(row, inputs)
-        except Exception as e:  # a model that raises fails its batch, not the server
-            t1 = self.clock.now()
-            err = ModelFailed(gen.model_names[row], e)
-            for req in batch:
-                req.compute_s += t1 - t0
-                gen.answer_early(req, t1, err)  # an earlier stage's answer (flagged), or the 500
-            self._record(gen, r, row, t0, t1, len(batch), 0, failed=True)
+        except Exception as e:  # a model that raises fails its own rows, not the batch's others nor the server
+            if len(batch) > 1:  # find the rows that make it raise: each row alone (only ever on this failure path)
+                answered = await self._one_by_one(gen, row, batch, t0)
+            else:
+                t1 = self.clock.now()
+                batch[0].compute_s += t1 - t0
+                gen.answer_early(batch[0], t1, ModelFailed(gen.model_names[row], e))  # earlier stage (flagged), or 500
+                answered = 0
+            self._record(gen, r, row, t0, self.clock.now(), len(batch), answered, failed=True)
         else:
             t1 = self.clock.now()
             if gen.batch_limit is not None:
                 gen.batch_limit.observe(r, t1 - t0)
-            try:
-                answered = self._apply(gen, row, batch, out, t0, t1)
-            except Exception as e:  # never leave a request of the batch unanswered, whatever went wrong
-                err = ModelFailed(gen.model_names[row], e)
-                for req in batch:
-                    if req.queue is None and req not in self._forwarded:
-                        gen.answer_early(req, t1, err)
-                answered = 0
-            finally:
-                self._forwarded.clear()
+            answered = self._apply_safe(gen, row, batch, out, t0, t1)
             self._record(gen, r, row, t0, t1, len(batch), answered)
         finally:
             self.busy = False
             self.busy_since = math.inf
             self.poke()
+
+    async def _one_by_one(self, gen: Generation, row: int, batch: list[Request], t0: float) -> int:
+        """Rerun a batch that raised one row at a time: the rows that raise alone fail (or fall back), the rest are
+        answered or forwarded as usual. Returns how many this stage answered."""
+        answered = 0
+        for req in batch:
+            if req.done:
+                continue
+            try:
+                out = await self.device.run(row, np.asarray([req.payload]))
+            except Exception as e:
+                t1 = self.clock.now()
+                req.compute_s += t1 - t0
+                gen.answer_early(req, t1, ModelFailed(gen.model_names[row], e))
+                continue
+            answered += self._apply_safe(gen, row, [req], out, t0, self.clock.now())
+        return answered
+
+    def _apply_safe(
+        self, gen: Generation, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float
+    ) -> int:
+        """:meth:`_apply`, and should it raise, fail (or fall back) every row of the batch not yet answered or sent
+        on, so that nothing is left hanging whatever went wrong."""
+        try:
+            return self._apply(gen, row, batch, out, t0, t1)
+        except Exception as e:
+            err = ModelFailed(gen.model_names[row], e)
+            for req in batch:
+                if req.queue is None and req not in self._forwarded:
+                    gen.answer_early(req, t1, err)
+            return 0
+        finally:
+            self._forwarded.clear()
 
     def _apply(self, gen: Generation, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float) -> int:
         """Answer the sure requests, forward the others; returns how many this stage answered."""
