@@ -59,7 +59,7 @@ def test_schemathesis_finds_no_server_error(server: Server) -> None:
             suppress_health_check=list(HealthCheck),
         )
         @given(case=op.as_strategy())
-        def check(case: object) -> None:
+        def check(case: object, headers: dict[str, str] = headers) -> None:
             response = case.call(base_url=server.url, headers=headers, timeout=20)  # type: ignore[attr-defined]
             seen.append(response.status_code)
             case.validate_response(response, checks=[not_a_server_error])  # type: ignore[attr-defined]
