@@ -49,21 +49,23 @@ def test_schemathesis_finds_no_server_error(server: Server) -> None:
     assert len(operations) >= 14
     seen: list[int] = []
     for op in operations:
-        headers = ADMIN if op.method.upper() == "PUT" else {}
-
-        @settings(
-            max_examples=12,
-            deadline=None,
-            derandomize=True,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
-        @given(case=op.as_strategy())
-        def check(case: object, headers: dict[str, str] = headers) -> None:
-            response = case.call(base_url=server.url, headers=headers, timeout=20)  # type: ignore[attr-defined]
-            seen.append(response.status_code)
-            case.validate_response(response, checks=[not_a_server_error])  # type: ignore[attr-defined]
-
-        check()
+        _fuzz(op, server, ADMIN if op.method.upper() == "PUT" else {}, seen)
     assert seen and max(seen) < 500, sorted(set(seen))
     assert server.app.runtime.in_flight == 0
+
+
+def _fuzz(op: object, server: Server, headers: dict[str, str], seen: list[int]) -> None:
+    @settings(
+        max_examples=12,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=op.as_strategy())  # type: ignore[attr-defined]
+    def check(case: object) -> None:
+        response = case.call(base_url=server.url, headers=headers, timeout=20)  # type: ignore[attr-defined]
+        seen.append(response.status_code)
+        case.validate_response(response, checks=[not_a_server_error])  # type: ignore[attr-defined]
+
+    check()
