@@ -149,6 +149,7 @@ def serve(
             f"on {server.url}; admission holds at most {limit} requests, control plane "
             f"{'on' if admin_token else 'off'}",
             highlight=False,
+            soft_wrap=True,  # one line, whatever the terminal's width: scripts read the port from it
         )
 
     server.server.on_listening = banner
