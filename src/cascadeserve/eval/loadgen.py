@@ -59,12 +59,13 @@ class LoadReport:
     # per answered request, in arrival order (kept out of to_dict: a distribution, not a summary)
     latency_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     server_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    ok_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The summary, floats rounded (milliseconds to 0.01, rates to 0.1, accuracy to 1e-4)."""
         out: dict[str, Any] = {}
         for k, v in asdict(self).items():
-            if k in ("latency_ms", "server_ms"):
+            if k in ("latency_ms", "server_ms", "ok_index"):
                 continue
             if isinstance(v, float):
                 v = round(v, 4 if k == "accuracy" else 1 if k.endswith("qps") else 2)
@@ -84,10 +85,19 @@ async def _input_spec(session: aiohttp.ClientSession, url: str, model: str) -> d
     return dict(meta["inputs"][0])
 
 
-def _body_factory(spec: dict[str, Any], have_ids: bool) -> Callable[[int], bytes]:
-    """Sample ids for the emulated ``sample_id`` input (which needs the ids); a short text for BYTES; a zero row of
-    the declared shape for anything else."""
+def _body_factory(spec: dict[str, Any], have_ids: bool, rows: np.ndarray | None = None) -> Callable[[int], bytes]:
+    """Sample ids for the emulated ``sample_id`` input (which needs the ids); row ``i mod n`` of ``rows`` when given;
+    a short text for BYTES; a zero row of the declared shape for anything else."""
     name, dt, shape = spec["name"], spec["datatype"], list(spec["shape"])
+    if rows is not None and not (name == "sample_id" and dt == "INT64"):
+        row_shape = [1, *rows.shape[1:]]
+        bodies = [
+            json.dumps(
+                {"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": r.reshape(-1).tolist()}]}
+            ).encode()
+            for r in rows
+        ]
+        return lambda i: bodies[i % len(bodies)]
     if name == "sample_id" and dt == "INT64":
         if not have_ids:
             raise ValueError(
@@ -120,8 +130,10 @@ async def run_load(
     request_timeout_s: float = 60.0,
     progress: Callable[[int, int], None] | None = None,
     connections: int = 256,
+    rows: np.ndarray | None = None,
 ) -> LoadReport:
-    """Send one request per arrival time (seconds from now), open loop; summarise what came back."""
+    """Send one request per arrival time (seconds from now), open loop; summarise what came back. ``rows``: the
+    inputs to send to a model that takes real inputs (request ``i`` sends row ``i mod len(rows)``)."""
     url = url.rstrip("/")
     arr = np.asarray(arrivals, dtype=np.float64)
     n = len(arr)
@@ -138,7 +150,7 @@ async def run_load(
     connector = aiohttp.TCPConnector(limit=connections, force_close=False)
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        make = _body_factory(await _input_spec(session, url, model), sample_ids is not None)
+        make = _body_factory(await _input_spec(session, url, model), sample_ids is not None, rows)
         target = f"{url}/v2/models/{model}/infer"
         headers = {"content-type": "application/json"}
         extra = b""
@@ -147,7 +159,7 @@ async def run_load(
 
         async def one(i: int) -> None:
             nonlocal done, fallback, retry_after
-            body = make(int(ids[i % len(ids)]))
+            body = make(i if rows is not None else int(ids[i % len(ids)]))
             if extra:
                 body = body[:-1] + extra + b"}"
             t0 = time.perf_counter()
@@ -230,4 +242,5 @@ async def run_load(
         shed_with_retry_after=retry_after,
         latency_ms=lat_ok,
         server_ms=server[ok_mask] * 1000.0,
+        ok_index=np.flatnonzero(ok_mask),
     )

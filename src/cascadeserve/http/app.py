@@ -282,6 +282,10 @@ class _Api:
         """Infer: each row of the input is one request through the cascade (JSON or binary tensors)."""
         if (bad := self._check_name(request)) is not None:
             return bad
+        retry = self.runtime.shed_now()
+        if retry is not None:  # full even for one row: refuse before reading and decoding the body
+            self.runtime.observer.shed(1)
+            return _error("admission queue full", 503, {"Retry-After": _retry_after(retry)})
         try:
             body = await self._body(request)
             dec = decode_infer_request(body, request.headers.get(HEADER_LENGTH))

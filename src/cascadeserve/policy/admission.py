@@ -17,6 +17,11 @@ that would wait longer than ``max_wait_slos`` SLOs behind the backlog already ad
 retry when the backlog will have drained enough to hold it (``Retry-After`` from the backlog, not a constant). A
 count bound, if given, still applies (the tighter one holds).
 
+The plan's capacity is a promise made on profiled runtimes; a deployment that drains slower (shared cores, a cold
+cache) would let requests wait longer than the budget. :class:`DrainMeter` measures the rate at which answers
+leave while a backlog is present, and the time bound uses the lower of the two (``drain_qps`` in
+:meth:`AdmissionPolicy.decide`), so the bound holds on the machine as it is.
+
 **Readiness.** :func:`readiness` says whether the server should take traffic: not while stopping, not while
 admission has been full for longer than a producer tick (a load balancer should send elsewhere), and not while a
 consumer is stalled (a batch running, or requests waiting, far longer than any trigger allows).
@@ -39,6 +44,7 @@ __all__ = [
     "AdmissionDecision",
     "AdmissionPolicy",
     "DeadlineDecision",
+    "DrainMeter",
     "Readiness",
     "WaitBudget",
     "on_deadline",
@@ -106,16 +112,57 @@ class WaitBudget:
     @property
     def cap(self) -> int:
         """The backlog that takes ``max_wait_s`` to drain: the most requests that may be in flight at once."""
-        return max(1, math.floor(min(self.capacity_qps * self.max_wait_s, 2.0**62) + 1e-9))
+        return self.cap_at(self.capacity_qps)
 
-    def wait_s(self, backlog: int) -> float:
-        """How long a request queued behind ``backlog`` others waits at capacity."""
-        return backlog / self.capacity_qps
+    def rate(self, drain_qps: float | None) -> float:
+        """The drain rate to plan with: the plan's capacity, or the measured rate where that is lower."""
+        if drain_qps is None or not drain_qps > 0:
+            return self.capacity_qps
+        return min(self.capacity_qps, drain_qps)
 
-    def retry_after_s(self, in_flight: int, n: int, cap: int) -> float:
+    def cap_at(self, qps: float) -> int:
+        return max(1, math.floor(min(qps * self.max_wait_s, 2.0**62) + 1e-9))
+
+    def wait_s(self, backlog: int, drain_qps: float | None = None) -> float:
+        """How long a request queued behind ``backlog`` others waits at the drain rate."""
+        return backlog / self.rate(drain_qps)
+
+    def retry_after_s(self, in_flight: int, n: int, cap: int, drain_qps: float | None = None) -> float:
         """When ``n`` more will fit under ``cap``: the time for the excess backlog to drain (whole seconds, at
         least one: the unit of HTTP's Retry-After)."""
-        return max(1.0, float(math.ceil(self.wait_s(in_flight + n - cap))))
+        return max(1.0, float(math.ceil(self.wait_s(in_flight + n - cap, drain_qps))))
+
+
+class DrainMeter:
+    """The rate at which answers leave while a backlog waits: an exponentially weighted mean over windows of at
+    least ``window_s`` during which requests were in flight throughout (an idle server's rate says nothing about
+    its capacity). :attr:`qps` is ``None`` until one such window closed."""
+
+    __slots__ = ("_done0", "_t0", "_weight", "qps", "window_s")
+
+    def __init__(self, window_s: float = 0.5, weight: float = 0.5) -> None:
+        if not window_s > 0 or not 0 < weight <= 1:
+            raise ValueError("window_s must be positive and weight in (0, 1]")
+        self.window_s = window_s
+        self._weight = weight
+        self._t0: float | None = None
+        self._done0 = 0
+        self.qps: float | None = None
+
+    def observe(self, now: float, answered_total: int, in_flight: int) -> float | None:
+        """Feed the running count of answers; returns the current estimate."""
+        if in_flight == 0:  # no backlog: the window restarts at the next busy moment
+            self._t0 = None
+            return self.qps
+        if self._t0 is None:
+            self._t0, self._done0 = now, answered_total
+            return self.qps
+        span = now - self._t0
+        if span >= self.window_s:
+            rate = (answered_total - self._done0) / span
+            self.qps = rate if self.qps is None else self._weight * rate + (1 - self._weight) * self.qps
+            self._t0, self._done0 = now, answered_total
+        return self.qps
 
 
 class AdmissionPolicy:
@@ -135,24 +182,32 @@ class AdmissionPolicy:
         bounds = [b for b in (capacity, None if budget is None else budget.cap) if b is not None]
         self.limit: int | None = min(bounds) if bounds else None  # the bound in force
 
-    def decide(self, n: int, in_flight: int) -> AdmissionDecision:
-        cap = self.limit
+    def bound(self, drain_qps: float | None = None) -> int | None:
+        """The bound in force when the backlog drains at ``drain_qps`` (measured; ``None``: the plan's capacity)."""
+        if drain_qps is None or self.budget is None:
+            return self.limit
+        timed = self.budget.cap_at(self.budget.rate(drain_qps))
+        return timed if self.capacity is None else min(self.capacity, timed)
+
+    def decide(self, n: int, in_flight: int, drain_qps: float | None = None) -> AdmissionDecision:
+        cap = self.limit if drain_qps is None else self.bound(drain_qps)
         if cap is None or in_flight + n <= cap:
             return AdmissionDecision("accept", n, in_flight, cap)
-        if n > cap:
+        if n > (self.limit if self.limit is not None else cap):  # past what even the plan's capacity holds: 413
             return AdmissionDecision("too_large", n, in_flight, cap)
-        retry = self.retry_after_s if self.budget is None else self.budget.retry_after_s(in_flight, n, cap)
-        return AdmissionDecision("shed", n, in_flight, cap, retry)
+        if self.budget is None:
+            return AdmissionDecision("shed", n, in_flight, cap, self.retry_after_s)
+        return AdmissionDecision("shed", n, in_flight, cap, self.budget.retry_after_s(in_flight, n, cap, drain_qps))
 
-    def admits(self, n: int, in_flight: int) -> int:
+    def admits(self, n: int, in_flight: int, drain_qps: float | None = None) -> int:
         """How many of ``n`` single-row arrivals, decided one after another from ``in_flight``, are accepted: the
         bulk form of :meth:`decide` (each accepted row raises the count the next one sees), for the simulator."""
-        cap = self.limit
+        cap = self.bound(drain_qps)
         return n if cap is None else max(0, min(n, cap - in_flight))
 
-    def full(self, in_flight: int) -> bool:
+    def full(self, in_flight: int, drain_qps: float | None = None) -> bool:
         """Whether a single row would be shed now."""
-        return not self.decide(1, in_flight).accepted
+        return not self.decide(1, in_flight, drain_qps).accepted
 
 
 @dataclass(frozen=True, slots=True)

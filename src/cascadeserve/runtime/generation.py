@@ -107,6 +107,7 @@ class Generation:
         self.in_flight -= 1
         self.live.discard(req)
         self.admission.in_flight -= 1
+        self.admission.answered += 1
         self.observer.answered(req, answer, error, answer.finished if answer is not None else self.clock.now())
         if self.draining:
             self._maybe_drained()

@@ -43,6 +43,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.policy import (
     AdmissionPolicy,
     AimdBatchLimit,
+    DrainMeter,
     GearSchedule,
     PlanTables,
     Readiness,
@@ -123,6 +124,7 @@ class Runtime:
         self.admission_policy = self.admission_for(plan)
         self.admission = Admission()
         self._full_since: float | None = None  # when admission was last seen full (readiness)
+        self.drain_meter = DrainMeter()  # the measured drain rate, for admission by time
         self.generations: list[Generation] = []
         self._generation_count = 0
         self._initial_plan = plan
@@ -167,7 +169,7 @@ class Runtime:
 
     def _note_full(self, now: float) -> float | None:
         """Track since when admission is full; how long it has been, or ``None`` when it has room."""
-        if not self.admission_policy.full(self.admission.in_flight):
+        if not self.admission_policy.full(self.admission.in_flight, self.drain_meter.qps):
             self._full_since = None
             return None
         if self._full_since is None:
@@ -214,7 +216,11 @@ class Runtime:
         if not self.accepting:
             raise RuntimeStopped("the server is shutting down")
         n = len(payloads)
-        decision = self.admission_policy.decide(n, self.admission.in_flight)
+        adm = self.admission
+        drain = None
+        if self.admission_policy.budget is not None:
+            drain = self.drain_meter.observe(self.clock.now(), adm.answered, adm.in_flight)
+        decision = self.admission_policy.decide(n, adm.in_flight, drain)
         if not decision.accepted:
             self.observer.shed(n)
             if decision.verdict == "too_large":
@@ -232,6 +238,19 @@ class Runtime:
             for req in reqs:
                 self.set_deadline(req, timeout_s)
         return reqs
+
+    def shed_now(self) -> float | None:
+        """If even one row would be shed now, its Retry-After (seconds); else ``None``. Lets the front end refuse a
+        request before paying to read and decode its body when admission is full anyway (the same decision as
+        :meth:`submit` makes for a one-row call, nothing counted: the call is counted when it is refused)."""
+        if not self.accepting:
+            return None
+        adm = self.admission
+        drain = None
+        if self.admission_policy.budget is not None:
+            drain = self.drain_meter.observe(self.clock.now(), adm.answered, adm.in_flight)
+        decision = self.admission_policy.decide(1, adm.in_flight, drain)
+        return None if decision.accepted else decision.retry_after_s or self.options.retry_after_s
 
     def set_deadline(self, req: Request, timeout_s: float) -> None:
         """Arm ``req``'s deadline timer: in ``timeout_s`` it falls back to the last stage that ran, or fails (504)."""
