@@ -16,6 +16,9 @@ It replays an arrival trace against a gear plan and a profile, applying the deci
 * Request ``i`` uses validation sample ``i mod n``, so certainty and correctness are the recorded ones.
 * At one instant the order is: the producer's tick, then the arrivals, then device events (the runtime on a fake
   clock replays it so, see ``FakeClock.advance_to``).
+* With an ``admission`` policy (:class:`~cascadeserve.policy.AdmissionPolicy`, e.g. bounded by time), the arrivals
+  of a tick are admitted one after another while the policy accepts them, counting what is in flight at the tick,
+  and the rest are shed (``SimResult.shed``), so a simulated plan sees the shedding the server would do.
 * After the last arrival's tick window, queues drain (the policy's drain trigger), as a server does when it stops.
   A request that never completes is reported unanswered (``SimResult.unanswered``), never as completed.
 
@@ -42,6 +45,7 @@ import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import (
+    AdmissionPolicy,
     AimdBatchLimit,
     BatchTrigger,
     Candidate,
@@ -113,9 +117,11 @@ class Simulator:
         record_batches: bool = False,
         batch_limit: AimdBatchLimit | None = None,
         gear_schedule: GearSchedule | None = None,
+        admission: AdmissionPolicy | None = None,
     ) -> None:
         plan.check_against(profile)
         self.batch_limit = batch_limit
+        self.admission = admission
         self.profile = profile
         self.plan = plan
         self.tables = PlanTables(plan, {m: profile.index(m) for m in profile.model_names})
@@ -142,6 +148,9 @@ class Simulator:
         single_gear = tb.n_gears == 1
 
         finish = np.full(n, np.inf)
+        admission = self.admission
+        shed = None if admission is None else np.zeros(n, dtype=bool)
+        counts = [0, 0]  # admitted, answered (in flight = the difference), kept only with an admission policy
         answer_row = np.full(n, -1, dtype=np.int64)
         gear_of = np.zeros(n, dtype=np.int64)
 
@@ -272,6 +281,7 @@ class Simulator:
             sure = tb.exits(row, c, None if single_gear else gear_of[ids])
             ans = ids[sure]
             finish[ans] = t
+            counts[1] += len(ans)
             answer_row[ans] = row
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(ids), len(ans)))
@@ -310,6 +320,7 @@ class Simulator:
                     n_ans += 1
                 else:
                     groups.setdefault(0 if gl is None else gl[k], []).append(i)
+            counts[1] += n_ans
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(il), n_ans))
             for g, lst in groups.items():
@@ -364,6 +375,12 @@ class Simulator:
             a, b = bounds[w], bounds[w + 1]
             if b > a:
                 gear_of[a:b] = gear
+                if admission is not None and shed is not None:
+                    k = admission.admits(b - a, counts[0] - counts[1])
+                    shed[a + k : b] = True
+                    counts[0] += k
+                    b = a + k
+            if b > a:
                 ids = np.arange(a, b, dtype=np.int64)
                 for rr, sub in routers.admit_split(gear, ids):
                     p = pos[rr]
@@ -409,6 +426,7 @@ class Simulator:
             tick_busy=busy_frac,
             wall_s=time.perf_counter() - wall0,
             batches=batches,
+            shed=shed,
         )
 
 
@@ -420,6 +438,7 @@ def simulate(
     record_batches: bool = False,
     batch_limit: AimdBatchLimit | None = None,
     gear_schedule: GearSchedule | None = None,
+    admission: AdmissionPolicy | None = None,
 ) -> SimResult:
     """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records.
 
@@ -427,5 +446,10 @@ def simulate(
     holds state: pass a fresh one per run).
     """
     return Simulator(
-        profile, plan, record_batches=record_batches, batch_limit=batch_limit, gear_schedule=gear_schedule
+        profile,
+        plan,
+        record_batches=record_batches,
+        batch_limit=batch_limit,
+        gear_schedule=gear_schedule,
+        admission=admission,
     ).run(arrivals)
