@@ -11,6 +11,9 @@ from cascadeserve.plan import Device, GearPlan, fixed_plan
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import Backend, ModelConfig, RuntimeOptions
 
+ADMIN_TOKEN = "test-admin-token"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}  # headers of a control-plane call
+
 
 def toy_plan(profile: Profile, *, min_queue: int = 1, max_wait_ms: float | None = 5.0) -> GearPlan:
     return fixed_plan(
@@ -31,6 +34,9 @@ def serving(
     max_in_flight: int | None = 4096,
     max_body_bytes: int = 1 << 20,
     backend: Backend | None = None,
+    admin_token: str | None = ADMIN_TOKEN,
+    auth_token: str | None = None,
+    runtime_options: RuntimeOptions | None = None,
 ) -> Iterator[Server]:
     app = build_app(
         profile,
@@ -38,8 +44,10 @@ def serving(
         models=models,
         emulate=models is None,
         name="toy",
-        runtime_options=RuntimeOptions(max_in_flight=max_in_flight),
-        server_options=ServerOptions(max_body_bytes=max_body_bytes, stop_grace_s=2.0),
+        runtime_options=runtime_options or RuntimeOptions(max_in_flight=max_in_flight),
+        server_options=ServerOptions(
+            max_body_bytes=max_body_bytes, stop_grace_s=2.0, admin_token=admin_token, auth_token=auth_token
+        ),
         backend=backend,
     )
     server = Server(app, "127.0.0.1", 0, grace_s=2.0).start()

@@ -10,7 +10,7 @@ import asyncio
 
 import httpx
 import numpy as np
-from tests.http.http_helpers import metric, serving, toy_plan
+from tests.http.http_helpers import ADMIN, metric, serving, toy_plan
 
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 from cascadeserve.runtime import Backend, InputSpec, ModelConfig
@@ -136,7 +136,9 @@ def test_hot_swap_under_load_answers_everything_exactly_once(toy_profile: Profil
                     tasks.append(asyncio.create_task(client.post(url, json=_body([i % 500]))))
                     if i in (100, 200):
                         p = plans[1 if i == 100 else 2]
-                        r = await client.put(f"{server.url}/v2/cascade/plan", content=p.to_json().encode())
+                        r = await client.put(
+                            f"{server.url}/v2/cascade/plan", content=p.to_json().encode(), headers=ADMIN
+                        )
                         swaps.append(r.status_code)
                     await asyncio.sleep(0.002)
                 return list(await asyncio.gather(*tasks)), swaps

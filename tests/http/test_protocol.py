@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
-from tests.http.http_helpers import metric, serving, toy_plan
+from tests.http.http_helpers import ADMIN, metric, serving, toy_plan
 
 from cascadeserve.http import Server
 from cascadeserve.profile import Profile
@@ -150,9 +150,9 @@ def test_metrics_and_plan_endpoints(server: Server, toy_profile: Profile) -> Non
     assert metric(text, "cascadeserve_admitted_total") >= 3
     plan = httpx.get(f"{server.url}/v2/cascade/plan").json()
     assert plan["gears"][0]["models"] == ["m0", "m1"]
-    bad = httpx.put(f"{server.url}/v2/cascade/plan", content=b'{"gears": 1}', timeout=10)
-    assert bad.status_code == 400 and "error" in bad.json()
+    bad = httpx.put(f"{server.url}/v2/cascade/plan", content=b'{"gears": 1}', headers=ADMIN, timeout=10)
+    assert bad.status_code == 422 and "error" in bad.json()
     new = toy_plan(toy_profile, min_queue=2)
-    ok = httpx.put(f"{server.url}/v2/cascade/plan", content=new.to_json().encode(), timeout=10)
+    ok = httpx.put(f"{server.url}/v2/cascade/plan", content=new.to_json().encode(), headers=ADMIN, timeout=10)
     assert ok.status_code == 200 and ok.json()["generation"] >= 1
     assert _infer_json(server, [4]).status_code == 200

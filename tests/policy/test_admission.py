@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cascadeserve.policy import AdmissionDecision, AdmissionPolicy, DeadlineDecision, on_deadline
+from cascadeserve.policy import (
+    DEFAULT_SLO_MS,
+    AdmissionDecision,
+    AdmissionPolicy,
+    DeadlineDecision,
+    Readiness,
+    WaitBudget,
+    on_deadline,
+    readiness,
+)
 
 
 def test_verdicts() -> None:
@@ -37,3 +46,60 @@ def test_accepted_calls_never_exceed_the_capacity_and_too_large_never_fits(cap: 
 def test_deadline_falls_back_to_the_last_stage_that_ran_or_fails() -> None:
     assert on_deadline(2) == DeadlineDecision(2) and not on_deadline(2).fails
     assert on_deadline(None).fails
+
+
+def test_admission_by_time_derives_the_bound_from_capacity_and_slo() -> None:
+    # 160 QPS, p95 SLO 100 ms, at most 2 SLOs of wait: 32 requests may be in flight.
+    budget = WaitBudget.from_plan(160.0, 100.0, max_wait_slos=2.0)
+    assert budget.cap == 32 and budget.max_wait_s == pytest.approx(0.2)
+    p = AdmissionPolicy(4096, budget=budget)
+    assert p.limit == 32
+    assert p.decide(32, 0).accepted
+    shed = p.decide(10, 30)
+    assert shed.verdict == "shed" and shed.capacity == 32
+    assert shed.retry_after_s == 1.0  # 8 over the bound drain in 50 ms: HTTP's floor of one second
+    far = AdmissionPolicy(None, budget=WaitBudget(10.0, 1.0, 1.0)).decide(5, 10)  # 5 over at 10 QPS: 0.5 s -> 1 s
+    assert far.retry_after_s == 1.0
+    slow = AdmissionPolicy(None, budget=WaitBudget(2.0, 1.0, 10.0))  # 20 in flight max; 30 over drain in 15 s
+    assert slow.decide(30, 20).verdict == "too_large"
+    assert slow.decide(10, 40).retry_after_s == 15.0
+    assert p.decide(33, 0).verdict == "too_large"  # larger than the time bound itself: 413, never retried
+    # the count bound still holds when it is tighter; no SLO in the plan: DEFAULT_SLO_MS stands in
+    assert AdmissionPolicy(8, budget=budget).limit == 8
+    assert WaitBudget.from_plan(10.0, None).slo_s == DEFAULT_SLO_MS / 1000.0
+    assert WaitBudget.from_plan(1e9, 100.0, capacity_qps=50.0).cap == 10
+
+
+def test_bad_budgets_are_refused() -> None:
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="positive finite"):
+            WaitBudget(bad, 1.0)
+
+
+@given(st.floats(0.5, 1e5), st.floats(1.0, 5000.0), st.floats(0.1, 10.0), st.integers(0, 10**6), st.integers(1, 500))
+def test_time_bound_admits_only_what_drains_in_the_budget(
+    qps: float, slo_ms: float, slos: float, in_flight: int, n: int
+) -> None:
+    budget = WaitBudget(qps, slo_ms / 1000.0, slos)
+    p = AdmissionPolicy(None, budget=budget)
+    d = p.decide(n, in_flight)
+    if d.accepted:  # the last row admitted waits behind everything before it: within the budget (one row's slack)
+        assert budget.wait_s(in_flight + n - 1) <= budget.max_wait_s + 1.0 / qps
+    elif d.verdict == "shed":
+        assert d.retry_after_s is not None and d.retry_after_s >= 1.0
+        assert d.retry_after_s >= budget.wait_s(in_flight + n - budget.cap) - 1e-9
+    # the bulk form agrees with deciding one row at a time
+    k = p.admits(n, in_flight)
+    assert all(p.decide(1, in_flight + i).accepted for i in range(k))
+    assert k == n or not p.decide(1, in_flight + k).accepted
+
+
+def test_readiness_reasons() -> None:
+    assert readiness(True, None, 0.1, None) == Readiness(True)
+    assert readiness(True, 0.05, 0.1, None).ready  # full for less than a tick: a burst, still ready
+    r = readiness(True, 0.35, 0.1, None)
+    assert not r.ready and "admission has been full for 0.3 s" in r.reason
+    assert readiness(True, None, 0.1, "device 'd0' has run one batch for 12.0 s") == Readiness(
+        False, "device 'd0' has run one batch for 12.0 s"
+    )
+    assert readiness(False, None, 0.1, None) == Readiness(False, "the server is stopping")

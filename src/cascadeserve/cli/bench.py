@@ -39,6 +39,10 @@ def bench(
     timeout_ms: Annotated[
         float | None, typer.Option(help="Per-request deadline sent as parameters.timeout_ms.")
     ] = None,
+    connections: Annotated[int, typer.Option(help="Most requests open at once (more wait for a connection).")] = 256,
+    client_timeout_s: Annotated[
+        float, typer.Option(help="The client gives up on a request after this long (counted as timed_out).")
+    ] = 60.0,
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
     window: WindowOpt = None,
@@ -47,7 +51,13 @@ def bench(
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Replay a trace against a server (open loop) and report latency, accuracy, throughput and send lag."""
+    """Replay a trace against a server (open loop) and report latency, accuracy, throughput and send lag; shed
+    (503), too large (413), deadline (504), timed-out and refused requests are counted apart. Against an emulated
+    server give --profile: it sends the profile's validation samples in turn, as the simulator does."""
+    if connections < 1:
+        raise CascadeServeError(f"--connections: {connections} must be at least 1")
+    if not client_timeout_s > 0:
+        raise CascadeServeError(f"--client-timeout-s: {client_timeout_s} must be positive")
     tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
     arrivals = tr.arrivals if duration is None else tr.arrivals[tr.arrivals < duration]
     if len(arrivals) == 0:
@@ -72,9 +82,19 @@ def bench(
 
         try:
             report = asyncio.run(
-                run_load(url, model, arrivals, sample_ids=ids, labels=labels, timeout_ms=timeout_ms, progress=progress)
+                run_load(
+                    url,
+                    model,
+                    arrivals,
+                    sample_ids=ids,
+                    labels=labels,
+                    timeout_ms=timeout_ms,
+                    progress=progress,
+                    connections=connections,
+                    request_timeout_s=client_timeout_s,
+                )
             )
-        except (OSError, RuntimeError) as e:
+        except (OSError, RuntimeError, ValueError) as e:
             raise CascadeServeError(f"bench against {url}: {e}") from None
     out = {"trace": tr.source, **report.to_dict()}
     if as_json:

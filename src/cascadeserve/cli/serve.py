@@ -12,11 +12,17 @@ actor per device on a Ray cluster (``--address``), with the same HTTP API (see :
 With ``--emulate``, when neither the profile nor the plan records the runtime's per-batch overhead, ``serve``
 measures it at start-up (:mod:`cascadeserve.eval.overhead`, about a second) and records it in the profile, so that
 ``plan`` and ``simulate`` of that profile include it without any flag (``--no-measure-overhead`` skips this).
+
+Overload is bounded by time: a request that would wait more than ``--max-wait-slos`` SLOs behind the backlog
+(which drains at the plan's capacity, its highest gear's QPS, or ``--capacity-qps``) is shed at once with 503 and a
+Retry-After computed from the backlog; every request has a deadline (``--timeout-ms``, default ten SLOs). The plan
+hot-swap endpoint is off unless ``--admin-token`` is given; ``--auth-token`` guards inference.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +33,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.plan import GearPlan, load_plan
+from cascadeserve.policy import DEFAULT_SLO_MS
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
 from cascadeserve.profile import Profile, load_profile, record_batch_overhead
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
@@ -46,10 +53,47 @@ def serve(
     ] = False,
     name: Annotated[str | None, typer.Option(help="V2 model name (default: the profile's name).")] = None,
     host: Annotated[str, typer.Option(help="Address to bind; loopback unless you mean otherwise.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port (0: any free port).")] = 8000,
-    max_in_flight: Annotated[int, typer.Option(help="Admission bound; past it requests get 503.")] = 4096,
+    port: Annotated[int, typer.Option(help="TCP port (0: any free port; the banner prints the one bound).")] = 8000,
+    max_in_flight: Annotated[
+        int, typer.Option(help="Hard bound on requests in flight, on top of the bound by time; past it 503.")
+    ] = 4096,
+    max_wait_slos: Annotated[
+        float,
+        typer.Option(
+            help="Shed (503 + Retry-After) a request that would wait longer than this many SLOs behind the backlog "
+            "(0: no bound by time, --max-in-flight only)."
+        ),
+    ] = 2.0,
+    capacity_qps: Annotated[
+        float | None,
+        typer.Option(help="The rate at which the backlog drains (default: the plan's highest gear's QPS)."),
+    ] = None,
+    slo_ms: Annotated[
+        float | None,
+        typer.Option(
+            help=f"Latency objective for admission, deadlines and the Clipper API's /{{app}}/predict (default: the "
+            f"plan's p95 SLO, else {DEFAULT_SLO_MS:g})."
+        ),
+    ] = None,
+    timeout_ms: Annotated[
+        float | None,
+        typer.Option(help="Deadline of a request that sets no parameters.timeout_ms (default: ten SLOs)."),
+    ] = None,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted (413 past it).")] = 8 << 20,
     grace_s: Annotated[float, typer.Option(help="On SIGINT/SIGTERM, how long in-flight requests may finish.")] = 5.0,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CASCADESERVE_ADMIN_TOKEN",
+            help="Bearer token that enables PUT /v2/cascade/plan (off without it).",
+        ),
+    ] = None,
+    auth_token: Annotated[
+        str | None,
+        typer.Option(envvar="CASCADESERVE_AUTH_TOKEN", help="Bearer token required for inference and metadata."),
+    ] = None,
+    ssl_certfile: Annotated[Path | None, typer.Option(help="TLS certificate (PEM); serve HTTPS.")] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key (PEM).")] = None,
     backend: Annotated[
         str, typer.Option(help="Where devices run: 'local' (this process) or 'ray' (a server actor per device).")
     ] = "local",
@@ -86,14 +130,17 @@ def serve(
     selection_store: Annotated[
         Path, typer.Option(help="SQLite file of the selection weights (kept across restarts).")
     ] = Path("cascadeserve-selection.sqlite"),
-    slo_ms: Annotated[
-        float | None, typer.Option(help="Clipper API latency SLO: the deadline of /{app}/predict requests.")
-    ] = None,
     default_output: Annotated[
         int | None, typer.Option(help="Clipper API default output when no stage answered by the SLO.")
     ] = None,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
+    _check_options(max_in_flight, max_wait_slos, capacity_qps, slo_ms, timeout_ms, max_body_bytes, grace_s)
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise CascadeServeError("--ssl-certfile and --ssl-keyfile go together")
+    for opt, f in (("--ssl-certfile", ssl_certfile), ("--ssl-keyfile", ssl_keyfile)):
+        if f is not None and not f.is_file():
+            raise CascadeServeError(f"{opt}: {f} is not a file")
     prof = load_profile(profile)
     gear_plan = load_plan(plan, prof)
     if emulate and measure_overhead and not prof.batch_overhead_ms and not gear_plan.batch_overhead_ms:
@@ -116,24 +163,56 @@ def serve(
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
     engine = _backend(backend, address, None if emulate else models)
+    slo = slo_ms
+    if slo is None:
+        slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
     built = build_app(
         prof,
         gear_plan,
         models=config,
         emulate=emulate,
         name=name,
-        runtime_options=RuntimeOptions(max_in_flight=max_in_flight, **clipper),
-        server_options=ServerOptions(max_body_bytes=max_body_bytes, stop_grace_s=grace_s),
+        runtime_options=RuntimeOptions(
+            max_in_flight=max_in_flight,
+            max_wait_slos=max_wait_slos or None,
+            capacity_qps=capacity_qps,
+            slo_ms=slo,
+            default_timeout_s=(timeout_ms if timeout_ms is not None else 10 * slo) / 1000.0,
+            **clipper,
+        ),
+        server_options=ServerOptions(
+            max_body_bytes=max_body_bytes, stop_grace_s=grace_s, admin_token=admin_token, auth_token=auth_token
+        ),
         backend=engine,
         clipper=layer,
     )
-    server = Server(built, host, port, grace_s=grace_s)
-    mode = ("emulated devices" if emulate else "devices") + f" on the {engine.name} backend"
-    err_console.print(
-        f"serving model {built.model.name!r} ({len(gear_plan.gears)} gears, {len(gear_plan.devices)} {mode}) "
-        f"on http://{host}:{port}",
-        highlight=False,
+    server = Server(
+        built,
+        host,
+        port,
+        grace_s=grace_s,
+        ssl_certfile=None if ssl_certfile is None else str(ssl_certfile),
+        ssl_keyfile=None if ssl_keyfile is None else str(ssl_keyfile),
     )
+    if not _loopback(host) and auth_token is None:
+        err_console.print(
+            f"warning: binding {host}, which is not a loopback address, without --auth-token: anyone who reaches "
+            "the port can run inference",
+            highlight=False,
+        )
+    mode = ("emulated devices" if emulate else "devices") + f" on the {engine.name} backend"
+
+    def banner() -> None:
+        limit = built.runtime.admission_policy.limit
+        err_console.print(
+            f"serving model {built.model.name!r} ({len(gear_plan.gears)} gears, {len(gear_plan.devices)} {mode}) "
+            f"on {server.url}; admission holds at most {limit} requests, control plane "
+            f"{'on' if admin_token else 'off'}",
+            highlight=False,
+            soft_wrap=True,  # one line, whatever the terminal's width: scripts read the port from it
+        )
+
+    server.server.on_listening = banner
     # uvicorn re-raises the signal it handled once it has shut down: SIGINT as KeyboardInterrupt, and SIGTERM as
     # SystemExit where Ray's driver installed its handler (--backend ray). Either way the drain is done.
     with contextlib.suppress(KeyboardInterrupt, SystemExit):
@@ -180,6 +259,36 @@ def _layer_options(
         slo_ms=slo_ms,
         default_output=default,
     )
+
+def _check_options(
+    max_in_flight: int,
+    max_wait_slos: float,
+    capacity_qps: float | None,
+    slo_ms: float | None,
+    timeout_ms: float | None,
+    max_body_bytes: int,
+    grace_s: float,
+) -> None:
+    if max_in_flight < 1:
+        raise CascadeServeError(f"--max-in-flight: {max_in_flight} must be at least 1")
+    if not max_wait_slos >= 0:
+        raise CascadeServeError(f"--max-wait-slos: {max_wait_slos} must be 0 (off) or positive")
+    for opt, v in (("--capacity-qps", capacity_qps), ("--slo-ms", slo_ms), ("--timeout-ms", timeout_ms)):
+        if v is not None and not (v > 0 and v < float("inf")):
+            raise CascadeServeError(f"{opt}: {v} must be a positive number")
+    if max_body_bytes < 1:
+        raise CascadeServeError(f"--max-body-bytes: {max_body_bytes} must be positive")
+    if not grace_s >= 0:
+        raise CascadeServeError(f"--grace-s: {grace_s} must not be negative")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _backend(name: str, address: str | None, models: Path | None) -> Backend:

@@ -7,7 +7,14 @@ generator must not be the bottleneck). The generator measures its own *send lag*
 against its scheduled time) and reports it, so a saturated client shows up as lag rather than as fake server
 latency.
 
-Request ``i`` carries validation sample ``sample_ids[i mod n]``; when labels are given, answers are checked.
+Request ``i`` carries validation sample ``sample_ids[i mod n]``; when labels are given, answers are checked. Against
+a server that takes sample ids (an emulated one) the ids are required: sending one sample over and over would be a
+different workload from the one the simulator replays (it cycles through the validation set).
+
+Outcomes are counted apart: ``ok`` (200), ``shed`` (503, and how many of those carried ``Retry-After``),
+``too_large`` (413), ``deadline`` (504), ``timed_out`` (the client gave up), ``refused`` (no connection) and
+``errors`` (anything else). At most ``connections`` requests are open at once; a request waiting for a
+connection counts in its latency, as a real client's would.
 """
 
 from __future__ import annotations
@@ -29,8 +36,8 @@ __all__ = ["LoadReport", "run_load"]
 class LoadReport:
     sent: int
     ok: int
-    shed: int
-    errors: int
+    shed: int  # 503
+    errors: int  # anything but 200, 503, 413, 504, a client timeout or a refused connection
     p50_ms: float
     p95_ms: float
     p99_ms: float
@@ -44,12 +51,26 @@ class LoadReport:
     server_p95_ms: float  # p95 of queue + compute time reported by the server (no HTTP in it)
     server_p50_ms: float
     status_counts: dict[str, int]
+    too_large: int = 0  # 413
+    deadline: int = 0  # 504
+    timed_out: int = 0  # the client's own timeout ran out
+    refused: int = 0  # the connection failed
+    shed_with_retry_after: int = 0  # 503 answers that carried a Retry-After header
     # per answered request, in arrival order (kept out of to_dict: a distribution, not a summary)
     latency_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     server_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    ok_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k not in ("latency_ms", "server_ms")}
+        """The summary, floats rounded (milliseconds to 0.01, rates to 0.1, accuracy to 1e-4)."""
+        out: dict[str, Any] = {}
+        for k, v in asdict(self).items():
+            if k in ("latency_ms", "server_ms", "ok_index"):
+                continue
+            if isinstance(v, float):
+                v = round(v, 4 if k == "accuracy" else 1 if k.endswith("qps") else 2)
+            out[k] = v
+        return out
 
 
 def _pct(values: Sequence[float] | np.ndarray, q: float) -> float:
@@ -64,16 +85,34 @@ async def _input_spec(session: aiohttp.ClientSession, url: str, model: str) -> d
     return dict(meta["inputs"][0])
 
 
-def _body_factory(spec: dict[str, Any]) -> Callable[[int], bytes]:
-    """Sample ids for the emulated ``sample_id`` input; a zero row of the declared shape for anything else."""
+def _body_factory(spec: dict[str, Any], have_ids: bool, rows: np.ndarray | None = None) -> Callable[[int], bytes]:
+    """Sample ids for the emulated ``sample_id`` input (which needs the ids); row ``i mod n`` of ``rows`` when given;
+    a short text for BYTES; a zero row of the declared shape for anything else."""
     name, dt, shape = spec["name"], spec["datatype"], list(spec["shape"])
+    if rows is not None and not (name == "sample_id" and dt == "INT64"):
+        row_shape = [1, *rows.shape[1:]]
+        bodies = [
+            json.dumps(
+                {"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": r.reshape(-1).tolist()}]}
+            ).encode()
+            for r in rows
+        ]
+        return lambda i: bodies[i % len(bodies)]
     if name == "sample_id" and dt == "INT64":
+        if not have_ids:
+            raise ValueError(
+                "the server takes validation sample ids (an emulated server): give the profile's sample ids "
+                "(bench --profile), or every request would send sample 0, a different workload from the one simulated"
+            )
         head = b'{"inputs":[{"name":"sample_id","datatype":"INT64","shape":[1],"data":['
 
         def make(sid: int) -> bytes:
             return head + str(sid).encode() + b"]}]}"
 
         return make
+    if dt == "BYTES":
+        text = json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": [1], "data": ["a test sentence"]}]})
+        return lambda sid: text.encode()
     row_shape = [1] + [1 if s < 0 else s for s in shape[1:]]
     zeros = [0] * int(np.prod(row_shape))
     body = json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": zeros}]}).encode()
@@ -91,12 +130,15 @@ async def run_load(
     request_timeout_s: float = 60.0,
     progress: Callable[[int, int], None] | None = None,
     connections: int = 256,
+    rows: np.ndarray | None = None,
 ) -> LoadReport:
-    """Send one request per arrival time (seconds from now), open loop; summarise what came back."""
+    """Send one request per arrival time (seconds from now), open loop; summarise what came back. ``rows``: the
+    inputs to send to a model that takes real inputs (request ``i`` sends row ``i mod len(rows)``)."""
     url = url.rstrip("/")
     arr = np.asarray(arrivals, dtype=np.float64)
     n = len(arr)
     ids = np.asarray(sample_ids if sample_ids is not None else [0], dtype=np.int64)
+    retry_after = 0
     lab = None if labels is None else np.asarray(labels)
     latency = np.full(n, np.nan)
     server = np.full(n, np.nan)
@@ -108,7 +150,7 @@ async def run_load(
     connector = aiohttp.TCPConnector(limit=connections, force_close=False)
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        make = _body_factory(await _input_spec(session, url, model))
+        make = _body_factory(await _input_spec(session, url, model), sample_ids is not None, rows)
         target = f"{url}/v2/models/{model}/infer"
         headers = {"content-type": "application/json"}
         extra = b""
@@ -116,8 +158,8 @@ async def run_load(
             extra = b',"parameters":{"timeout_ms":' + str(float(timeout_ms)).encode() + b"}"
 
         async def one(i: int) -> None:
-            nonlocal done, fallback
-            body = make(int(ids[i % len(ids)]))
+            nonlocal done, fallback, retry_after
+            body = make(i if rows is not None else int(ids[i % len(ids)]))
             if extra:
                 body = body[:-1] + extra + b"}"
             t0 = time.perf_counter()
@@ -125,6 +167,8 @@ async def run_load(
                 async with session.post(target, data=body, headers=headers) as r:
                     payload = await r.read()
                     status[i] = r.status
+                    if r.status == 503 and "Retry-After" in r.headers:
+                        retry_after += 1
                 latency[i] = time.perf_counter() - t0
                 if status[i] == 200:
                     obj = json.loads(payload)
@@ -135,7 +179,9 @@ async def run_load(
                     if lab is not None:
                         label = next(o["data"][0] for o in obj["outputs"] if o["name"] == "label")
                         correct[i] = label == lab[i % len(lab)]
-            except (TimeoutError, aiohttp.ClientError, OSError):
+            except TimeoutError:
+                status[i] = -2
+            except (aiohttp.ClientError, OSError):
                 status[i] = -1
             finally:
                 done += 1
@@ -168,13 +214,14 @@ async def run_load(
     span = end - (float(arr[0]) if n else 0.0)
     counts: dict[str, int] = {}
     for s in status.tolist():
-        key = "connection_error" if s < 0 else str(s)
+        key = "timed_out" if s == -2 else "connection_error" if s < 0 else str(s)
         counts[key] = counts.get(key, 0) + 1
+    named = {503, 413, 504, -1, -2}
     return LoadReport(
         sent=n,
         ok=ok,
         shed=int((status == 503).sum()),
-        errors=int(n - ok - (status == 503).sum()),
+        errors=int(n - ok - np.isin(status, list(named)).sum()),
         p50_ms=_pct(lat_ok, 50),
         p95_ms=_pct(lat_ok, 95),
         p99_ms=_pct(lat_ok, 99),
@@ -188,6 +235,12 @@ async def run_load(
         server_p95_ms=_pct(server[ok_mask] * 1000.0, 95),
         server_p50_ms=_pct(server[ok_mask] * 1000.0, 50),
         status_counts=counts,
+        too_large=int((status == 413).sum()),
+        deadline=int((status == 504).sum()),
+        timed_out=int((status == -2).sum()),
+        refused=int((status == -1).sum()),
+        shed_with_retry_after=retry_after,
         latency_ms=lat_ok,
         server_ms=server[ok_mask] * 1000.0,
+        ok_index=np.flatnonzero(ok_mask),
     )

@@ -6,14 +6,25 @@ Routes::
     GET  /v2/models/{name}[/versions/{v}]        model metadata (inputs, outputs, emulated)
     GET  /v2/models/{name}[/versions/{v}]/ready
     POST /v2/models/{name}[/versions/{v}]/infer  a batch of rows in one request; JSON or binary tensors
+    GET  /v2/models/{name}[/versions/{v}]/stats  Triton's model statistics (tritonclient.get_inference_statistics)
+    GET  /v2/models/stats                        the same, for every model
     GET  /metrics                                Prometheus text format
-    GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one
+    GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one (admin token)
+    GET  /openapi.json  (also /v2/openapi.json)  the OpenAPI document, generated from every registered route
 
 Every row of an infer request becomes one runtime request with its own path through the cascade; the response
 carries ``label``, ``certainty`` and ``model`` per row, and ``gear``, ``fallback``, timings and ``emulated`` in
-``parameters``. Errors are ``{"error": "..."}`` with 400 (bad input, naming the field), 404 (unknown model),
-413 (body over the limit), 500 (a model raised; named), 503 + Retry-After (admission queue full) or 504 (the
-deadline ``parameters.timeout_ms`` passed before any stage ran).
+``parameters``. Errors are ``{"error": "..."}`` with 400 (bad input, naming the field: a non-finite value in a
+float input included, unless the model accepts them), 401/403 (token missing or wrong), 404 (unknown model or
+version), 413 (body over the limit, or a call larger than admission can ever hold), 422 (a plan this deployment
+will not serve, naming the field), 500 (a model raised or returned garbage; named), 503 + Retry-After (shed: the
+wait would exceed the admission budget; the hint comes from the backlog) or 504 (the deadline, the request's
+``parameters.timeout_ms`` or the server's default, passed before any stage ran). A client that disconnects has its
+rows that have not started dropped.
+
+Routes come from one function per router (:func:`health_routes`, :func:`model_routes`, :func:`plan_routes`,
+:func:`metrics_routes`); a new router is one more function added to :data:`ROUTERS` (or passed as ``routers`` to
+:func:`create_app`), and the OpenAPI document (:mod:`cascadeserve.http.openapi`) covers it without more work.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +41,14 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cascadeserve import __version__
-from cascadeserve.errors import CascadeServeError
 from cascadeserve.http.clipper import ClipperLayer, context_of
+from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
+from cascadeserve.http.openapi import InferRequest, describe, openapi_document
 from cascadeserve.http.v2 import (
     DTYPES,
     HEADER_LENGTH,
@@ -48,7 +60,17 @@ from cascadeserve.http.v2 import (
 from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
 
-__all__ = ["ServedModel", "ServerOptions", "create_app"]
+__all__ = [
+    "ROUTERS",
+    "Router",
+    "ServedModel",
+    "ServerOptions",
+    "create_app",
+    "health_routes",
+    "metrics_routes",
+    "model_routes",
+    "plan_routes",
+]
 
 
 @dataclass(frozen=True)
@@ -66,11 +88,16 @@ class ServedModel:
 class ServerOptions:
     max_body_bytes: int = 8 * 1024 * 1024
     stop_grace_s: float = 5.0
-    retry_after_s: int = 1
+    admin_token: str | None = None  # enables the mutating endpoints (plan hot-swap), behind this bearer token
+    auth_token: str | None = None  # when set, inference and metadata need this bearer token (or the admin one)
 
 
 def _error(message: str, status: int, headers: Mapping[str, str] | None = None) -> Response:
     return JSONResponse({"error": message}, status_code=status, headers=dict(headers or {}))
+
+
+def _retry_after(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds)))
 
 
 class _Api:
@@ -86,25 +113,66 @@ class _Api:
         self.layer = ClipperLayer(runtime, model.name)  # selection, feedback, Clipper's REST (http/clipper.py)
 
     # -- health and metadata -----------------------------------------------------------------------------------
+    def _auth(self, request: Request, *, admin: bool = False) -> Response | None:
+        """``None`` when the request may go on; else the 401/403 answer."""
+        headers = request.headers
+        if admin:
+            if self.opts.admin_token is None:
+                return _error("the control plane is off: start the server with --admin-token to enable it", 403)
+            tokens: tuple[str, ...] = (self.opts.admin_token,)
+            what = "this endpoint"
+        else:
+            if self.opts.auth_token is None:
+                return None
+            tokens = tuple(t for t in (self.opts.auth_token, self.opts.admin_token) if t is not None)
+            what = "inference"
+        try:
+            check_bearer(headers.get("authorization"), tokens, what=what)
+        except AuthError as e:
+            return _error(e.message, e.status, {"WWW-Authenticate": "Bearer"} if e.status == 401 else None)
+        return None
+
+    @describe(responses=(503,))
     async def live(self, request: Request) -> Response:
+        """Liveness: the process answers."""
         return JSONResponse({"live": True})
 
+    @describe(responses=(503,))
     async def ready(self, request: Request) -> Response:
-        ok = self.runtime.accepting
-        return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+        """Readiness: 503 while stopping, while admission has been full over a tick, or while a device is stalled."""
+        state = self.runtime.readiness()
+        body: dict[str, Any] = {"ready": state.ready}
+        if not state.ready:
+            body["reason"] = state.reason
+        return JSONResponse(body, status_code=200 if state.ready else 503)
 
+    @describe(responses=(401, 403), secured=True)
     async def server_metadata(self, request: Request) -> Response:
+        """Server metadata: name, version and protocol extensions."""
+        if (bad := self._auth(request)) is not None:
+            return bad
         return JSONResponse(
-            {"name": "cascadeserve", "version": __version__, "extensions": ["binary_tensor_data", "cascade_plan"]}
+            {
+                "name": "cascadeserve",
+                "version": __version__,
+                "extensions": ["binary_tensor_data", "cascade_plan", "statistics"],
+            }
         )
 
     def _check_name(self, request: Request) -> Response | None:
+        if (bad := self._auth(request)) is not None:
+            return bad
         name = request.path_params["name"]
         if name != self.model.name:
             return _error(f"unknown model {name!r}; this server serves {self.model.name!r}", 404)
+        version = request.path_params.get("version")
+        if version is not None and version != "1":
+            return _error(f"model {name!r} has no version {version!r}; its only version is '1'", 404)
         return None
 
+    @describe(responses=(401, 403, 404), secured=True)
     async def model_metadata(self, request: Request) -> Response:
+        """Model metadata: its one input, the outputs, and the cascade's models."""
         if (bad := self._check_name(request)) is not None:
             return bad
         spec = self.model.input
@@ -128,10 +196,26 @@ class _Api:
             }
         )
 
+    @describe(responses=(401, 403, 404, 503), secured=True)
     async def model_ready(self, request: Request) -> Response:
+        """Model readiness (the server's)."""
         if (bad := self._check_name(request)) is not None:
             return bad
         return await self.ready(request)
+
+    @describe(responses=(401, 403, 404), secured=True)
+    async def model_stats(self, request: Request) -> Response:
+        """Triton's model statistics for the served cascade."""
+        if (bad := self._check_name(request)) is not None:
+            return bad
+        return JSONResponse(self.metrics.stats.render(self.model.name))
+
+    @describe(responses=(401, 403), secured=True)
+    async def all_stats(self, request: Request) -> Response:
+        """Triton's model statistics for every model this server serves."""
+        if (bad := self._auth(request)) is not None:
+            return bad
+        return JSONResponse(self.metrics.stats.render(self.model.name))
 
     # -- inference ---------------------------------------------------------------------------------------------
     async def _body(self, request: Request) -> bytes:
@@ -177,6 +261,14 @@ class _Api:
             raise ProtocolError(f"input {spec.name!r}: shape {list(arr.shape)} does not match {list(spec.shape)}")
         if arr.shape[0] == 0:
             raise ProtocolError(f"input {spec.name!r}: the batch has no rows")
+        if arr.dtype.kind == "f" and not spec.allow_non_finite:
+            finite = np.isfinite(arr).reshape(len(arr), -1).all(axis=1)
+            if not finite.all():
+                row = int(np.argmin(finite))
+                raise ProtocolError(
+                    f"input {spec.name!r}: row {row} holds a non-finite value (NaN or Inf; a number past the range "
+                    f"of {spec.datatype} is Inf too); this model accepts finite values only"
+                )
         return self._lookup(arr)
 
     def _timeout_s(self, params: Mapping[str, Any]) -> float | None:
@@ -187,9 +279,15 @@ class _Api:
             raise ProtocolError(f"parameters.timeout_ms: expected a positive number of milliseconds, got {t!r}")
         return float(t) / 1000.0
 
+    @describe(body=InferRequest, responses=(400, 401, 403, 404, 413, 500, 503, 504), secured=True)
     async def infer(self, request: Request) -> Response:
+        """Infer: each row of the input is one request through the cascade (JSON or binary tensors)."""
         if (bad := self._check_name(request)) is not None:
             return bad
+        retry = self.runtime.shed_now()
+        if retry is not None:  # full even for one row: refuse before reading and decoding the body
+            self.runtime.observer.shed(1)
+            return _error("admission queue full", 503, {"Retry-After": _retry_after(retry)})
         try:
             body = await self._body(request)
             dec = decode_infer_request(body, request.headers.get(HEADER_LENGTH))
@@ -201,21 +299,25 @@ class _Api:
         try:
             reqs = self.layer.submit(payloads, timeout, context)
         except Overloaded as e:
-            return _error(str(e), 503, {"Retry-After": str(self.opts.retry_after_s)})
+            return _error(str(e), 503, {"Retry-After": _retry_after(e.retry_after_s)})
         except ServingError as e:
             return _error(str(e), e.status)
-        if len(reqs) == 1:
-            try:
-                answers = [await reqs[0].future]
-            except ServingError as e:
-                return _error(str(e), e.status)
-        else:
-            results = await asyncio.gather(*(r.future for r in reqs), return_exceptions=True)
-            errors = [r for r in results if isinstance(r, BaseException)]
-            if errors:
-                worst = max(errors, key=lambda e: getattr(e, "status", 500))
-                return _error(str(worst), getattr(worst, "status", 500))
-            answers = [r for r in results if isinstance(r, Answer)]
+        waiting = asyncio.gather(*(r.future for r in reqs), return_exceptions=True)
+        gone = asyncio.ensure_future(_disconnected(request.receive))
+        try:
+            await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():  # the client went away: drop its rows that have not started
+                self.runtime.cancel(reqs)
+                results = await waiting
+            else:
+                results = waiting.result()
+        finally:
+            gone.cancel()
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            worst = max(errors, key=lambda e: getattr(e, "status", 500))
+            return _error(str(worst), getattr(worst, "status", 500))
+        answers = [r for r in results if isinstance(r, Answer)]
         self.layer.answered(dec.id, reqs, answers, context)
         return self._respond(dec, answers)
 
@@ -244,27 +346,52 @@ class _Api:
         return Response(body, headers=headers)
 
     # -- metrics and plans -------------------------------------------------------------------------------------
+    @describe(responses=(401, 403), secured=True)
     async def metrics_endpoint(self, request: Request) -> Response:
+        """Prometheus metrics."""
+        if (bad := self._auth(request)) is not None:
+            return bad
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
+    @describe(responses=(401, 403), secured=True)
     async def get_plan(self, request: Request) -> Response:
+        """The gear plan in force."""
+        if (bad := self._auth(request)) is not None:
+            return bad
         return Response(self.runtime.plan.to_json(), media_type="application/json")
 
+    @describe(body=GearPlan, responses=(401, 403, 413, 422), secured=True)
     async def put_plan(self, request: Request) -> Response:
+        """Hot-swap the plan (needs the admin token); requests in flight finish under the old one."""
+        if (bad := self._auth(request, admin=True)) is not None:
+            return bad
         try:
-            body = await self._body(request)
-            plan = GearPlan.from_json(body.decode("utf-8", errors="replace"))
-            missing = sorted(set(plan.models()) - set(self.runtime.model_names))
-            if missing:
-                raise ProtocolError(f"plan: models {', '.join(missing)} are not loaded on this server")
-            if self.model.check_plan is not None:
-                self.model.check_plan(plan)
+            plan = parse_plan(await self._body(request))
+            policy = self.runtime.admission_for(plan)
+            budget = policy.budget
+            check_plan(
+                plan,
+                self.runtime.plan,
+                self.runtime.model_names,
+                admission_limit=policy.limit,
+                wait_budget_ms=None if budget is None else budget.max_wait_s * 1000.0,
+                stall_ms=self.runtime.options.stall_after_s * 1000.0,
+                extra=self.model.check_plan,
+            )
         except ProtocolError as e:
             return _error(e.message, e.status)
-        except CascadeServeError as e:
-            return _error(f"plan: {e}", 400)
+        except PlanRejected as e:
+            return _error(str(e), 422)
         generation = self.runtime.swap_plan(plan)
         return JSONResponse({"generation": generation, "gears": len(plan.gears)})
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return when the client disconnects (the body has been read; the next message is the disconnect)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -304,6 +431,62 @@ class _InferFastPath:
         await self.app(scope, receive, send)
 
 
+Router = Callable[["_Api"], list[BaseRoute]]
+"""A router: the routes of one concern over the handlers (add one to :data:`ROUTERS`, or pass ``routers``)."""
+
+
+def health_routes(api: _Api) -> list[BaseRoute]:
+    return [
+        Route("/v2/health/live", api.live, methods=["GET"]),
+        Route("/v2/health/ready", api.ready, methods=["GET"]),
+        Route("/v2", api.server_metadata, methods=["GET"]),
+    ]
+
+
+def model_routes(api: _Api) -> list[BaseRoute]:
+    routes: list[BaseRoute] = [Route("/v2/models/stats", api.all_stats, methods=["GET"])]
+    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        routes += [
+            Route(base, api.model_metadata, methods=["GET"]),
+            Route(base + "/ready", api.model_ready, methods=["GET"]),
+            Route(base + "/stats", api.model_stats, methods=["GET"]),
+            Route(base + "/infer", api.infer, methods=["POST"]),
+        ]
+    return routes
+
+
+def plan_routes(api: _Api) -> list[BaseRoute]:
+    return [
+        Route("/v2/cascade/plan", api.get_plan, methods=["GET"]),
+        Route("/v2/cascade/plan", api.put_plan, methods=["PUT"]),
+    ]
+
+
+def metrics_routes(api: _Api) -> list[BaseRoute]:
+    return [Route("/metrics", api.metrics_endpoint, methods=["GET"])]
+
+
+ROUTERS: tuple[Router, ...] = (health_routes, model_routes, plan_routes, metrics_routes)
+
+
+def _openapi_routes(routes: list[BaseRoute], auth: bool, model: str) -> list[BaseRoute]:
+    """``/openapi.json`` and ``/v2/openapi.json``, over every route (themselves included)."""
+    doc: dict[str, Any] = {}
+
+    async def openapi(request: Request) -> Response:
+        """The OpenAPI document of this server."""
+        if not doc:
+            doc.update(openapi_document(all_routes, auth=auth, path_enums={"name": [model], "version": ["1"]}))
+        return JSONResponse(doc)
+
+    own: list[BaseRoute] = [
+        Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/v2/openapi.json", openapi, methods=["GET"]),
+    ]
+    all_routes = [*routes, *own]
+    return own
+
+
 def create_app(
     runtime: Runtime,
     model: ServedModel,
@@ -311,11 +494,13 @@ def create_app(
     metrics: PrometheusObserver | None = None,
     options: ServerOptions | None = None,
     clipper: ClipperLayer | None = None,
+    routers: Sequence[Router] = ROUTERS,
 ) -> ASGIApp:
     """The ASGI app over ``runtime`` (started and stopped with the app's lifespan).
 
     Pass the same ``metrics`` observer that the runtime reports to (as :func:`cascadeserve.http.build_app`
-    does), or a fresh one is made that only sees scrape-time gauges.
+    does), or a fresh one is made that only sees scrape-time gauges. ``routers`` (default :data:`ROUTERS`) lists
+    the route groups; the OpenAPI document covers whatever they register.
     """
     opts = options or ServerOptions()
     obs = metrics or PrometheusObserver()
@@ -334,21 +519,9 @@ def create_app(
             await api.layer.stop(opts.stop_grace_s)
             await runtime.stop(opts.stop_grace_s)
 
-    routes = [
-        Route("/v2/health/live", api.live, methods=["GET"]),
-        Route("/v2/health/ready", api.ready, methods=["GET"]),
-        Route("/v2", api.server_metadata, methods=["GET"]),
-        Route("/metrics", api.metrics_endpoint, methods=["GET"]),
-        Route("/v2/cascade/plan", api.get_plan, methods=["GET"]),
-        Route("/v2/cascade/plan", api.put_plan, methods=["PUT"]),
-    ]
-    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
-        routes += [
-            Route(base, api.model_metadata, methods=["GET"]),
-            Route(base + "/ready", api.model_ready, methods=["GET"]),
-            Route(base + "/infer", api.infer, methods=["POST"]),
-        ]
+    routes: list[BaseRoute] = [r for router in routers for r in router(api)]
     routes += api.layer.routes(api)
+    routes += _openapi_routes(routes, opts.auth_token is not None or opts.admin_token is not None, model.name)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,

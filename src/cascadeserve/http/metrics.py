@@ -9,6 +9,7 @@ Exactly-once answering is visible as ``admitted_total == answered_total`` once t
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -16,8 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from cascadeserve.http.stats import InferenceStats
 from cascadeserve.runtime import Answer, BatchEvent, NullObserver, Request, ServingError, TickEvent
-from cascadeserve.runtime.request import DeadlineExceeded, ModelFailed
+from cascadeserve.runtime.request import ClientGone, DeadlineExceeded, ModelFailed
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -54,7 +56,10 @@ class PrometheusObserver(NullObserver):
         self.exits_c = Counter("cascadeserve_exits", "Requests answered per cascade stage.", ["stage"], registry=r)
         self.switches_c = Counter("cascadeserve_gear_switches", "Gear switches by the producer.", registry=r)
         self.swaps_c = Counter("cascadeserve_plan_swaps", "Plan hot-swaps.", registry=r)
-        self._outcomes = {k: self.answered_c.labels(k) for k in ("ok", "fallback", "deadline", "model_error", "other")}
+        self._outcomes = {
+            k: self.answered_c.labels(k) for k in ("ok", "fallback", "deadline", "model_error", "client_gone", "other")
+        }
+        self.stats = InferenceStats()  # Triton's model statistics (GET /v2/models/{m}/stats)
         self._batch: dict[str, Histogram] = {}
         self._exits: dict[int, Counter] = {}
 
@@ -83,9 +88,12 @@ class PrometheusObserver(NullObserver):
             self._outcomes["deadline"].inc()
         elif isinstance(error, ModelFailed):
             self._outcomes["model_error"].inc()
+        elif isinstance(error, ClientGone):
+            self._outcomes["client_gone"].inc()
         else:
             self._outcomes["other"].inc()
         self.latency_h.observe(now - req.arrival)
+        self.stats.answered(req, answer, error, now, int(time.time() * 1000))
 
     def refused_duplicate(self) -> None:
         self.duplicates_c.inc()
@@ -95,6 +103,7 @@ class PrometheusObserver(NullObserver):
         if h is None:
             h = self._batch[event.model] = self.batch_h.labels(event.model)
         h.observe(event.size)
+        self.stats.batch(event)
 
     def tick(self, event: TickEvent) -> None:
         if event.switched:

@@ -3,9 +3,10 @@ uvicorn server that stops cleanly.
 
 :func:`build_app` makes the runtime report to a :class:`PrometheusObserver` and wraps it in the ASGI app.
 :class:`Server` runs uvicorn; on SIGINT/SIGTERM (or :meth:`Server.stop`) it first tells the runtime to drain
-(every queue fires as soon as its device is free, since no arrival will fill a batch), lets uvicorn finish the
-requests in flight for the grace period, and then the app's lifespan fails whatever is left with 503. The
-server binds to loopback unless told otherwise.
+(every queue fires as soon as its device is free, since no arrival will fill a batch) and to stop admitting, so
+readiness turns false at once; uvicorn then finishes the requests in flight for the grace period, and the app's
+lifespan fails whatever is left with 503. The server binds to loopback unless told otherwise; TLS is uvicorn's
+(``ssl_certfile``/``ssl_keyfile``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -105,21 +106,33 @@ class _DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.runtime = runtime
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.on_listening: Callable[[], None] | None = None  # called once the socket is bound (the CLI's banner)
 
     async def startup(self, sockets: Any = None) -> None:
         self.loop = asyncio.get_running_loop()
         await super().startup(sockets)
+        if self.started and not self.should_exit and self.on_listening is not None:
+            self.on_listening()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.loop is not None and self.runtime.accepting:
-            self.loop.call_soon_threadsafe(self.runtime.drain)
+            self.loop.call_soon_threadsafe(self.runtime.begin_shutdown)  # not ready, admit nothing, drain
         super().handle_exit(sig, frame)
 
 
 class Server:
     """Runs an :class:`App` on uvicorn, in the foreground (:meth:`run`) or on a thread (:meth:`start`)."""
 
-    def __init__(self, app: App, host: str = "127.0.0.1", port: int = 8000, *, grace_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        app: App,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        *,
+        grace_s: float = 5.0,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+    ) -> None:
         config = uvicorn.Config(
             app.asgi,
             host=host,
@@ -128,7 +141,10 @@ class Server:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=max(1, round(grace_s)),
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
         )
+        self.tls = ssl_certfile is not None
         self.app = app
         self.server = _DrainingServer(config, app.runtime)
         self._thread: threading.Thread | None = None
@@ -144,7 +160,7 @@ class Server:
     @property
     def url(self) -> str:
         host = self.server.config.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def run(self) -> None:
         """Serve until SIGINT/SIGTERM (uvicorn installs the handlers)."""
@@ -167,8 +183,8 @@ class Server:
         return self
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        if self.server.loop is not None:
-            self.server.loop.call_soon_threadsafe(self.app.runtime.drain)
+        if self.server.loop is not None and self.app.runtime.accepting:
+            self.server.loop.call_soon_threadsafe(self.app.runtime.begin_shutdown)
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout_s)

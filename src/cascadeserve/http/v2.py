@@ -46,6 +46,7 @@ DTYPES: dict[str, np.dtype[Any]] = {
     "FP16": np.dtype("<f2"),
     "FP32": np.dtype("<f4"),
     "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(object),  # each element a UTF-8 string (Python str); length-prefixed in binary form
 }
 
 
@@ -91,6 +92,8 @@ def _json_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any]
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8"
         raise ProtocolError(f"body: malformed JSON ({msg})") from None
+    except RecursionError:  # a body of 100k nested '[': the decoder runs out of stack, which is the client's fault
+        raise ProtocolError("body: JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise ProtocolError("body: expected a JSON object with an 'inputs' list")
     return obj, rest
@@ -119,35 +122,28 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
         if dt not in DTYPES:
             raise ProtocolError(f"{where}: datatype {dt!r} is not one of {', '.join(DTYPES)}")
         shape = t.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+        if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
             raise ProtocolError(f"{where}: shape must be a list of non-negative integers")
         count = math.prod(shape)
-        dtype = DTYPES[dt]
         tparams = t.get("parameters") or {}
         size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
         if size is not None:
-            if not isinstance(size, int) or size < 0 or offset + size > len(rest):
+            if type(size) is not int or size < 0 or offset + size > len(rest):
                 raise ProtocolError(f"{where}: binary_data_size {size!r} runs past the end of the body")
-            if size != count * dtype.itemsize:
-                raise ProtocolError(
-                    f"{where}: binary_data_size {size} does not match shape {shape} of {dt} "
-                    f"({count * dtype.itemsize} bytes)"
-                )
-            arr = np.frombuffer(rest[offset : offset + size], dtype=dtype).reshape(shape)
+            arr = _binary_tensor(where, rest[offset : offset + size], dt, shape, count)
             offset += size
         else:
             if "data" not in t:
                 raise ProtocolError(f"{where}: no 'data' and no binary_data_size")
-            try:
-                arr = np.asarray(t["data"], dtype=dtype)
-            except (TypeError, ValueError, OverflowError):
-                raise ProtocolError(f"{where}: data does not fit datatype {dt}") from None
-            if arr.size != count:
-                raise ProtocolError(f"{where}: data has {arr.size} elements but shape {shape} needs {count}")
-            arr = arr.reshape(shape)
+            arr = _json_tensor(where, t["data"], dt, shape, count)
         if name in inputs:
             raise ProtocolError(f"{where}: given twice")
         inputs[name] = arr
+    if offset != len(rest):
+        raise ProtocolError(
+            f"body: {len(rest) - offset} bytes after the last binary tensor (the binary_data_size values add up "
+            f"to {offset})"
+        )
     outputs: list[tuple[str, bool]] | None = None
     binary_all = bool(params.get("binary_data_output", False))
     raw_outputs = obj.get("outputs")
@@ -162,6 +158,91 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
             outputs.append((o["name"], bool(op.get("binary_data", binary_all)) if isinstance(op, dict) else False))
     rid = obj.get("id")
     return DecodedRequest(str(rid) if rid is not None else None, inputs, params, outputs, binary_all)
+
+
+def _binary_tensor(where: str, blob: bytes, dt: str, shape: list[int], count: int) -> np.ndarray:
+    """One input's raw bytes: little-endian elements, or for BYTES a 4-byte little-endian length before each."""
+    if dt == "BYTES":
+        values: list[str] = []
+        pos = 0
+        while pos < len(blob):
+            if len(values) == count or pos + 4 > len(blob):
+                raise ProtocolError(f"{where}: the BYTES data holds more than the {count} elements of shape {shape}")
+            (n,) = struct.unpack_from("<I", blob, pos)
+            pos += 4
+            if pos + n > len(blob):
+                raise ProtocolError(f"{where}: BYTES element {len(values)} runs past binary_data_size")
+            values.append(_utf8(where, blob[pos : pos + n], len(values)))
+            pos += n
+        if len(values) != count:
+            raise ProtocolError(f"{where}: the BYTES data holds {len(values)} elements but shape {shape} needs {count}")
+        return _object_array(values, shape)
+    dtype = DTYPES[dt]
+    if len(blob) != count * dtype.itemsize:
+        raise ProtocolError(
+            f"{where}: binary_data_size {len(blob)} does not match shape {shape} of {dt} "
+            f"({count * dtype.itemsize} bytes)"
+        )
+    return np.frombuffer(blob, dtype=dtype).reshape(shape)
+
+
+def _utf8(where: str, b: bytes, i: int) -> str:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError(f"{where}: BYTES element {i} is not UTF-8 text") from None
+
+
+def _object_array(values: list[str], shape: list[int]) -> np.ndarray:
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr.reshape(shape)
+
+
+def _flatten(data: Any) -> list[Any]:
+    """Row-major elements of a (possibly nested) JSON list; V2 allows both flat and nested data."""
+    if not isinstance(data, list):
+        return [data]
+    out: list[Any] = []
+    stack = [iter(data)]
+    while stack:  # iterative: a deeply nested list must not exhaust the stack
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
+    return out
+
+
+def _json_tensor(where: str, data: Any, dt: str, shape: list[int], count: int) -> np.ndarray:
+    """One input's ``data``, checked element by element against the datatype: a float in an integer input, a
+    bool in a number input, a number out of the type's range or a non-string in BYTES is refused, not cast."""
+    flat = _flatten(data)
+    if len(flat) != count:
+        raise ProtocolError(f"{where}: data has {len(flat)} elements but shape {shape} needs {count}")
+    if dt == "BYTES":
+        for i, v in enumerate(flat):
+            if not isinstance(v, str):
+                raise ProtocolError(f"{where}: BYTES element {i} is {type(v).__name__}, expected a string")
+        return _object_array(flat, shape)
+    dtype = DTYPES[dt]
+    if dt == "BOOL":
+        if not all(type(v) is bool for v in flat):
+            raise ProtocolError(f"{where}: data does not fit datatype BOOL (expected true/false)")
+        return np.asarray(flat, dtype=dtype).reshape(shape)
+    if any(type(v) is not int and type(v) is not float for v in flat):
+        raise ProtocolError(f"{where}: data does not fit datatype {dt} (expected numbers)")
+    if dtype.kind in "iu":
+        if any(type(v) is not int for v in flat):
+            raise ProtocolError(f"{where}: data does not fit datatype {dt} (expected integers)")
+        info = np.iinfo(dtype)
+        if flat and (min(flat) < info.min or max(flat) > info.max):
+            raise ProtocolError(f"{where}: data does not fit datatype {dt} (outside {info.min}..{info.max})")
+        return np.asarray(flat, dtype=dtype).reshape(shape)
+    with np.errstate(over="ignore"):  # 1e39 in FP32 is Inf: the caller decides whether the model accepts it
+        return np.asarray(flat, dtype=np.float64).astype(dtype).reshape(shape)
 
 
 def _bytes_tensor(values: Sequence[str]) -> bytes:

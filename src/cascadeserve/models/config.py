@@ -75,7 +75,7 @@ __all__ = [
 Hook = Callable[[Any], Any]
 _C = TypeVar("_C", bound=BaseModel)
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-_DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "FP16", "FP32", "FP64")
+_DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "FP16", "FP32", "FP64", "BYTES")
 
 
 class _Strict(BaseModel):
@@ -99,9 +99,14 @@ class Preprocess(_Strict):
 
 
 class InputConfig(_Strict):
-    name: str = "input"
+    """What HTTP clients send: ``BYTES`` for raw text (each row a UTF-8 string), a numeric type otherwise. The
+    first dimension is the batch (``-1``); the others are fixed positive sizes. ``allow_non_finite``: the model
+    copes with NaN/Inf in a float input (default: such a row is refused with 400 naming the input)."""
+
+    name: str = Field(default="input", min_length=1)
     datatype: str = "FP32"
     shape: list[int] = Field(default_factory=lambda: [-1])
+    allow_non_finite: bool = False
 
     @field_validator("datatype")
     @classmethod
@@ -109,6 +114,16 @@ class InputConfig(_Strict):
         if v.upper() not in _DATATYPES:
             raise ValueError(f"{v!r} is not one of {', '.join(_DATATYPES)}")
         return v.upper()
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, v: list[int]) -> list[int]:
+        if not v or v[0] != -1:
+            raise ValueError(f"{v}: the first dimension is the batch and must be -1")
+        bad = [s for s in v[1:] if s < 1]
+        if bad:
+            raise ValueError(f"{v}: every dimension after the batch must be a positive size (got {bad[0]})")
+        return v
 
 
 class ModelSpec(_Strict):

@@ -10,7 +10,8 @@ scheduler's shape: decide, then a separate step applies):
   such as :class:`AimdBatchLimit`); one tie-break rule orders replicas everywhere;
 * forward: :meth:`PlanTables.exits` says which samples exit at a stage (the last stage always answers, NaN
   included), and :class:`Routers` which next-stage replica each unsure sample goes to;
-* admission and deadline: :class:`AdmissionPolicy` accepts, sheds with a retry hint, or refuses as too large;
+* admission and deadline: :class:`AdmissionPolicy` accepts, sheds with a retry hint, or refuses as too large
+  (bounded by count, or by time through a :class:`WaitBudget`); :func:`readiness` says whether to take traffic;
   :func:`on_deadline` answers from an earlier stage or fails.
 
 Nothing here does I/O, reads a clock or imports asyncio, Ray or a web framework (an import-linter contract
@@ -20,7 +21,17 @@ itself (``tests/policy/test_single_source.py`` enforces that). Callers pass time
 
 from __future__ import annotations
 
-from cascadeserve.policy.admission import AdmissionDecision, AdmissionPolicy, DeadlineDecision, on_deadline
+from cascadeserve.policy.admission import (
+    DEFAULT_SLO_MS,
+    AdmissionDecision,
+    AdmissionPolicy,
+    DeadlineDecision,
+    DrainMeter,
+    Readiness,
+    WaitBudget,
+    on_deadline,
+    readiness,
+)
 from cascadeserve.policy.aimd import AimdBatchLimit, AimdDecision
 from cascadeserve.policy.batching import (
     BatchDecision,
@@ -38,6 +49,7 @@ from cascadeserve.policy.schedule import GearSchedule
 from cascadeserve.policy.tables import PlanTables, Route, Routers
 
 __all__ = [
+    "DEFAULT_SLO_MS",
     "LAST_STAGE",
     "AdmissionDecision",
     "AdmissionPolicy",
@@ -47,20 +59,24 @@ __all__ = [
     "BatchTrigger",
     "Candidate",
     "DeadlineDecision",
+    "DrainMeter",
     "GearDecision",
     "GearPolicy",
     "GearSchedule",
     "GearSelector",
     "PlanTables",
     "QpsMeter",
+    "Readiness",
     "Route",
     "Routers",
     "SmoothWeightedRoundRobin",
+    "WaitBudget",
     "batch_size",
     "drain_trigger",
     "is_sure",
     "next_batch",
     "on_deadline",
+    "readiness",
     "sure_mask",
     "swrr_sequence",
 ]

@@ -22,6 +22,7 @@ from cascadeserve.runtime.observer import BatchEvent, Fanout, NullObserver, Obse
 from cascadeserve.runtime.placement import LocalPlacement, Placement
 from cascadeserve.runtime.request import (
     Answer,
+    ClientGone,
     DeadlineExceeded,
     ModelFailed,
     Overloaded,
@@ -38,6 +39,7 @@ __all__ = [
     "Backend",
     "BatchEvent",
     "BatchOutput",
+    "ClientGone",
     "Clock",
     "DeadlineExceeded",
     "Device",

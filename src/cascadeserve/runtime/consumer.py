@@ -20,6 +20,12 @@ capped at ``limit(replica)``, oldest requests first, and when the device hands t
 t1 - t0, size)`` reports how long the device had it, from the batch's start to its results: the simulator passes the
 same span (the profiled runtime plus the plan's batch overhead), and on real devices it is the runtime Clipper
 measures. A batch whose model raised reports nothing (how long a failure took says nothing about the batch size).
+
+A model that raises fails only its own rows: the consumer reruns the batch one row at a time (on that failure path
+only), so a poison row fails alone (or falls back to an earlier stage's answer, flagged) while the rows that shared
+its batch are served. Rows whose scores come back NaN or Inf fail (or fall back) the same way, and an error while
+applying a batch's results answers every row not yet answered or sent on: no request of a batch can be left
+hanging.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import numpy as np
 from cascadeserve.policy import batch_size, next_batch
 from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.runtime.clock import Clock
-from cascadeserve.runtime.device import Device
+from cascadeserve.runtime.device import BatchOutput, Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
 from cascadeserve.runtime.queue import ReplicaQueue
@@ -51,10 +57,12 @@ class Consumer:
         self.observer = observer
         self.lanes: dict[tuple[int, int], tuple[Generation, ReplicaQueue]] = {}  # (generation, replica) ->
         self.busy = False
+        self.busy_since = math.inf  # when the running batch started (readiness looks for a stalled device)
         self._scheduled = False
         self._timer: asyncio.Task[None] | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
+        self._forwarded: set[Request] = set()  # of the batch being applied (so a failure cannot answer them)
 
     def add_lane(self, gen: Generation, replica: int, queue: ReplicaQueue) -> None:
         """Serve ``replica`` of ``gen`` from ``queue`` on this device."""
@@ -97,6 +105,7 @@ class Consumer:
         size = batch_size(gen.triggers[r], len(q), None if limit is None else limit.limit(r))
         batch = q.take(size)
         self.busy = True
+        self.busy_since = now
         task = asyncio.get_running_loop().create_task(self._run(gen, r, batch, now))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -125,47 +134,81 @@ class Consumer:
         try:
             inputs = np.asarray([req.payload for req in batch])
             out = await self.device.run(row, inputs)
-        except Exception as e:  # a model that raises fails its batch, not the server
-            t1 = self.clock.now()
-            err = ModelFailed(gen.model_names[row], e)
-            for req in batch:
-                req.compute_s += t1 - t0
-                req.fail(err)
-            self._record(gen, r, row, t0, t1, len(batch), 0, failed=True)
+        except Exception as e:  # a model that raises fails its own rows, not the batch's others nor the server
+            if len(batch) > 1:  # find the rows that make it raise: each row alone (only ever on this failure path)
+                answered = await self._one_by_one(gen, row, batch, t0)
+            else:
+                t1 = self.clock.now()
+                batch[0].compute_s += t1 - t0
+                gen.answer_early(batch[0], t1, ModelFailed(gen.model_names[row], e))  # earlier stage (flagged), or 500
+                answered = 0
+            self._record(gen, r, row, t0, self.clock.now(), len(batch), answered, failed=True)
         else:
             t1 = self.clock.now()
             if gen.batch_limit is not None:
                 gen.batch_limit.observe(r, t1 - t0, len(batch))
-            answered = self._apply(gen, row, batch, out.labels, out.certainties, t0, t1)
+            answered = self._apply_safe(gen, row, batch, out, t0, t1)
             self._record(gen, r, row, t0, t1, len(batch), answered)
         finally:
             self.busy = False
+            self.busy_since = math.inf
             self.poke()
 
-    def _apply(
-        self,
-        gen: Generation,
-        row: int,
-        batch: list[Request],
-        labels: np.ndarray,
-        certs: np.ndarray,
-        t0: float,
-        t1: float,
+    async def _one_by_one(self, gen: Generation, row: int, batch: list[Request], t0: float) -> int:
+        """Rerun a batch that raised one row at a time: the rows that raise alone fail (or fall back), the rest are
+        answered or forwarded as usual. Returns how many this stage answered."""
+        answered = 0
+        for req in batch:
+            if req.done:
+                continue
+            try:
+                out = await self.device.run(row, np.asarray([req.payload]))
+            except Exception as e:
+                t1 = self.clock.now()
+                req.compute_s += t1 - t0
+                gen.answer_early(req, t1, ModelFailed(gen.model_names[row], e))
+                continue
+            answered += self._apply_safe(gen, row, [req], out, t0, self.clock.now())
+        return answered
+
+    def _apply_safe(
+        self, gen: Generation, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float
     ) -> int:
+        """:meth:`_apply`, and should it raise, fail (or fall back) every row of the batch not yet answered or sent
+        on, so that nothing is left hanging whatever went wrong."""
+        try:
+            return self._apply(gen, row, batch, out, t0, t1)
+        except Exception as e:
+            err = ModelFailed(gen.model_names[row], e)
+            for req in batch:
+                if req.queue is None and req not in self._forwarded:
+                    gen.answer_early(req, t1, err)
+            return 0
+        finally:
+            self._forwarded.clear()
+
+    def _apply(self, gen: Generation, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float) -> int:
         """Answer the sure requests, forward the others; returns how many this stage answered."""
         tables = gen.tables
+        labels, certs = out.labels, out.certainties
+        if len(labels) != len(batch) or len(certs) != len(batch):
+            raise ValueError(f"the device answered {len(labels)} labels and {len(certs)} certainties for {len(batch)}")
         gears = None if gen.single_gear else np.fromiter((req.gear for req in batch), dtype=np.int64, count=len(batch))
         sure = tables.exits(row, certs, gears)
+        garbage = [False] * len(batch) if out.garbage is None else out.garbage.tolist()
         emulated = self.device.emulated
         name = gen.model_names[row]
         stage = tables.stage
         answered = 0
-        for req, ok, label, cert in zip(batch, sure.tolist(), labels.tolist(), certs.tolist(), strict=True):
+        rows = zip(batch, sure.tolist(), labels.tolist(), certs.tolist(), garbage, strict=True)
+        for req, ok, label, cert, bad in rows:
             req.compute_s += t1 - t0
             if req.done:  # its deadline answered it while the batch ran: refuse a second answer
                 self.observer.refused_duplicate()
                 continue
-            if ok:
+            if bad:  # NaN/Inf scores: this row fails (or an earlier stage answers it, flagged) and goes no further
+                gen.answer_early(req, t1, ModelFailed(name, ValueError("the model returned non-finite scores")))
+            elif ok:
                 answered += 1
                 req.resolve(
                     Answer(
@@ -182,6 +225,7 @@ class Consumer:
                 )
             else:
                 req.best = (int(label), float(cert), row)
+                self._forwarded.add(req)
                 gen.forward(req, row, t1)
         return answered
 
@@ -203,6 +247,18 @@ class Consumer:
                 failed,
             )
         )
+
+    def stalled(self, now: float, after_s: float) -> str | None:
+        """Why this consumer looks stuck, or ``None``: a batch running for over ``after_s``, or, with the device
+        free, a request waiting in one of its queues for over ``after_s`` (a trigger that can never fire)."""
+        if self.busy:
+            if now - self.busy_since > after_s:
+                return f"device {self.device.name!r} has run one batch for {now - self.busy_since:.1f} s"
+            return None
+        oldest = min((q.oldest for _, q in self.lanes.values()), default=math.inf)
+        if now - oldest > after_s:
+            return f"a request has waited {now - oldest:.1f} s on free device {self.device.name!r}"
+        return None
 
     def close(self) -> None:
         if self._timer is not None:

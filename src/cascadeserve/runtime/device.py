@@ -39,6 +39,9 @@ _TABLE_BATCH = 4096
 class BatchOutput:
     labels: np.ndarray  # int64 [n]
     certainties: np.ndarray  # float64 [n]
+    # Rows whose scores were not finite (NaN, Inf): garbage from the model, failed (or answered by an earlier
+    # stage) rather than passed through the cascade as if they meant something. None: every row is sound.
+    garbage: np.ndarray | None = None  # bool [n]
 
 
 class Device(Protocol):
@@ -98,9 +101,17 @@ class ThreadDevice:
         scores = np.asarray(self.models[row](inputs))
         if scores.ndim != 2 or scores.shape[0] != len(inputs):
             raise ValueError(f"expected scores of shape [{len(inputs)}, classes], got {list(scores.shape)}")
-        return BatchOutput(
-            np.asarray(scores.argmax(axis=1), dtype=np.int64), np.asarray(self.certainty(scores), dtype=np.float64)
-        )
+        if scores.dtype.kind not in "fiub":
+            raise ValueError(f"expected numeric scores, got dtype {scores.dtype}")
+        with np.errstate(invalid="ignore", over="ignore"):  # garbage rows are flagged below, never trusted
+            certs = np.asarray(self.certainty(scores), dtype=np.float64)
+        if certs.shape != (len(inputs),):
+            raise ValueError(f"the certainty function gave shape {list(certs.shape)}, expected [{len(inputs)}]")
+        sound = np.isfinite(certs)
+        if scores.dtype.kind == "f":
+            sound &= np.isfinite(scores).all(axis=1)
+        garbage = None if sound.all() else ~sound
+        return BatchOutput(np.asarray(scores.argmax(axis=1), dtype=np.int64), certs, garbage)
 
     async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
         return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)

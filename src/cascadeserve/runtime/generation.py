@@ -115,6 +115,7 @@ class Generation:
         self.in_flight -= 1
         self.live.discard(req)
         self.admission.in_flight -= 1
+        self.admission.answered += 1
         if self.cache is not None and answer is not None and req.cache_key is not None and not answer.fallback:
             self.cache.store(req.cache_key, answer, req.cache_epoch)
         self.observer.answered(req, answer, error, answer.finished if answer is not None else self.clock.now())

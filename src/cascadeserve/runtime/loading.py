@@ -39,6 +39,7 @@ class InputSpec:
     name: str = "sample_id"
     datatype: str = "INT64"
     shape: tuple[int, ...] = (-1,)
+    allow_non_finite: bool = False  # NaN/Inf in a float input: refused (400) unless the model says it copes
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
     if not isinstance(cfg, FactoryModelsConfig):
         return _adapter_config(cfg)
     models = {name: load_model(ref.factory, ref.kwargs) for name, ref in cfg.models.items()}
-    spec = InputSpec() if cfg.input is None else InputSpec(cfg.input.name, cfg.input.datatype, tuple(cfg.input.shape))
+    spec = InputSpec() if cfg.input is None else _input_spec(cfg.input)
     return ModelConfig(models, spec, cfg.certainty)
 
 
@@ -88,5 +89,9 @@ def _adapter_config(cfg: ModelsConfig) -> ModelConfig:
     adapters = cfg.build()
     for adapter in adapters.values():
         adapter.load()
-    spec = InputSpec(cfg.input.name, cfg.input.datatype, tuple(cfg.input.shape))
-    return ModelConfig(dict(adapters), spec, cfg.certainty)
+    return ModelConfig(dict(adapters), _input_spec(cfg.input), cfg.certainty)
+
+
+def _input_spec(cfg: Any) -> InputSpec:
+    """The runtime's view of a validated ``input:`` section (:class:`cascadeserve.models.config.InputConfig`)."""
+    return InputSpec(cfg.name, cfg.datatype, tuple(cfg.shape), cfg.allow_non_finite)

@@ -129,6 +129,14 @@ class LocalPlacement:
             c.device.close()
         self.consumers.clear()
 
+    def stalled(self, now: float, after_s: float) -> str | None:
+        """The first stalled consumer's description (readiness), or ``None``."""
+        for c in self.consumers.values():
+            why = c.stalled(now, after_s)
+            if why is not None:
+                return why
+        return None
+
     def queue_lengths(self, generations: Sequence[Generation]) -> dict[str, int]:
         out: dict[str, int] = {}
         for gen in generations:

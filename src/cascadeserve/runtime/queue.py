@@ -60,10 +60,11 @@ class Admission:
     from this count; this class only keeps it.
     """
 
-    __slots__ = ("in_flight",)
+    __slots__ = ("answered", "in_flight")
 
     def __init__(self) -> None:
         self.in_flight = 0
+        self.answered = 0  # requests answered or failed so far (the drain rate's input)
 
     def add(self, n: int = 1) -> None:
         self.in_flight += n

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "Answer",
+    "ClientGone",
     "DeadlineExceeded",
     "ModelFailed",
     "Overloaded",
@@ -54,6 +55,12 @@ class RuntimeStopped(ServingError):
     """The runtime is stopping or stopped and takes no new work (HTTP 503)."""
 
     status = 503
+
+
+class ClientGone(ServingError):
+    """The client disconnected before the request started; nobody is left to answer (HTTP 499, logged only)."""
+
+    status = 499
 
 
 class DeadlineExceeded(ServingError):

@@ -49,7 +49,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from cascadeserve.plan import GearPlan
-from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule, PlanTables
+from cascadeserve.policy import (
+    AdmissionPolicy,
+    AimdBatchLimit,
+    DrainMeter,
+    GearSchedule,
+    PlanTables,
+    Readiness,
+    WaitBudget,
+    readiness,
+)
 from cascadeserve.policy.adaptive import Batching, BatchLimit
 from cascadeserve.policy.cache import PredictionCache, input_key
 from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
@@ -61,6 +70,7 @@ from cascadeserve.runtime.producer import Producer
 from cascadeserve.runtime.queue import Admission
 from cascadeserve.runtime.request import (
     Answer,
+    ClientGone,
     DeadlineExceeded,
     Overloaded,
     Request,
@@ -81,7 +91,14 @@ class RuntimeOptions:
     """
 
     max_in_flight: int | None = 4096  # admission bound: requests admitted and not yet answered
-    retry_after_s: float = 1.0  # what a shed request is told to wait
+    retry_after_s: float = 1.0  # what a shed request is told to wait (count bound; by time it comes from the backlog)
+    # Admission by time (policy.WaitBudget): shed a request that would wait over this many SLOs behind the backlog,
+    # which drains at the plan's capacity (its highest gear's QPS, or capacity_qps). None: the count bound only.
+    max_wait_slos: float | None = None
+    capacity_qps: float | None = None
+    slo_ms: float | None = None  # the latency objective (default: the plan's p95 SLO, else policy.DEFAULT_SLO_MS)
+    default_timeout_s: float | None = None  # deadline of a request that names none (None: no deadline)
+    stall_after_s: float = 10.0  # readiness: a batch running, or a request waiting on a free device, this long
     run_producer: bool = True  # tests that drive ticks by hand turn the tick loop off
     batch_limit: BatchLimit | None = None  # adaptive cap on each replica's batches (MS+); None: the plan's batching
     gear_schedule: GearSchedule | None = None  # gear per producer tick (Cocktail+); None: the QPS-driven selector
@@ -117,10 +134,12 @@ class Runtime:
         self.placement: Placement = placement
         if self.options.gear_schedule is not None:  # refuse a schedule naming a gear the plan lacks, now
             PlanTables(plan, {m: i for i, m in enumerate(self.model_names)}).gear_policy(self.options.gear_schedule)
-        self.admission_policy = AdmissionPolicy(self.options.max_in_flight, self.options.retry_after_s)
+        self.admission_policy = self.admission_for(plan)
         self.admission = Admission()
         size = self.options.cache_size
         self.cache: PredictionCache[Answer] | None = PredictionCache(size) if size else None
+        self._full_since: float | None = None  # when admission was last seen full (readiness)
+        self.drain_meter = DrainMeter()  # the measured drain rate, for admission by time
         self.generations: list[Generation] = []
         self._generation_count = 0
         self._initial_plan = plan
@@ -136,6 +155,41 @@ class Runtime:
         if self.options.run_producer:
             self._producer_task = asyncio.get_running_loop().create_task(self._producer.run())
         self.accepting = True
+
+    def admission_for(self, plan: GearPlan) -> AdmissionPolicy:
+        """The admission policy serving ``plan``: the count bound, and the bound by time when configured."""
+        o = self.options
+        budget = None
+        if o.max_wait_slos is not None:
+            slo = o.slo_ms
+            if slo is None and plan.slo is not None and plan.slo.kind == "p95_ms":
+                slo = plan.slo.value
+            budget = WaitBudget.from_plan(plan.max_qps, slo, max_wait_slos=o.max_wait_slos, capacity_qps=o.capacity_qps)
+        return AdmissionPolicy(o.max_in_flight, o.retry_after_s, budget)
+
+    def begin_shutdown(self) -> None:
+        """The first step of a graceful stop (SIGTERM): not ready, admit nothing more, fire every queue at once.
+        Requests in flight carry on; :meth:`stop` then bounds how long they may take."""
+        self.accepting = False
+        self.drain()
+
+    def readiness(self) -> Readiness:
+        """Whether to take traffic now (policy: :func:`~cascadeserve.policy.readiness`)."""
+        now = self.clock.now()
+        full_for = self._note_full(now)
+        stalled_fn = getattr(self.placement, "stalled", None)  # a placement that cannot tell is never "stalled"
+        stalled = stalled_fn(now, self.options.stall_after_s) if stalled_fn is not None and self.accepting else None
+        tick_s = self.current.plan.tick_ms / 1000.0 if self._producer is not None else 0.1
+        return readiness(self.accepting, full_for, tick_s, stalled)
+
+    def _note_full(self, now: float) -> float | None:
+        """Track since when admission is full; how long it has been, or ``None`` when it has room."""
+        if not self.admission_policy.full(self.admission.in_flight, self.drain_meter.qps):
+            self._full_since = None
+            return None
+        if self._full_since is None:
+            self._full_since = now
+        return now - self._full_since
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -211,12 +265,20 @@ class Runtime:
 
     def _admit(self, payloads: Sequence[Any], timeout_s: float | None) -> list[Request]:
         n = len(payloads)
-        decision = self.admission_policy.decide(n, self.admission.in_flight)
+        adm = self.admission
+        drain = None
+        if self.admission_policy.budget is not None:
+            drain = self.drain_meter.observe(self.clock.now(), adm.answered, adm.in_flight)
+        decision = self.admission_policy.decide(n, adm.in_flight, drain)
         if not decision.accepted:
             self.observer.shed(n)
             if decision.verdict == "too_large":
                 raise TooLarge(decision.reason())
+            if self._full_since is None:
+                self._full_since = self.clock.now()
             raise Overloaded(decision.reason(), decision.retry_after_s or self.options.retry_after_s)
+        if timeout_s is None:
+            timeout_s = self.options.default_timeout_s
         self.admission.add(n)
         self.observer.admitted(n)
         deadline = math.inf if timeout_s is None else self.clock.now() + timeout_s
@@ -226,9 +288,36 @@ class Runtime:
                 self.set_deadline(req, timeout_s)
         return reqs
 
+    def shed_now(self) -> float | None:
+        """If even one row would be shed now, its Retry-After (seconds); else ``None``. Lets the front end refuse a
+        request before paying to read and decode its body when admission is full anyway (the same decision as
+        :meth:`submit` makes for a one-row call, nothing counted: the call is counted when it is refused)."""
+        if not self.accepting:
+            return None
+        adm = self.admission
+        drain = None
+        if self.admission_policy.budget is not None:
+            drain = self.drain_meter.observe(self.clock.now(), adm.answered, adm.in_flight)
+        decision = self.admission_policy.decide(1, adm.in_flight, drain)
+        return None if decision.accepted else decision.retry_after_s or self.options.retry_after_s
+
     def set_deadline(self, req: Request, timeout_s: float) -> None:
         """Arm ``req``'s deadline timer: in ``timeout_s`` it falls back to the last stage that ran, or fails (504)."""
         arm_deadline(req, self.clock, timeout_s + self.options.deadline_slack_s)
+
+    def cancel(self, reqs: Sequence[Request]) -> int:
+        """Drop the requests of a client that went away: those still waiting in a queue (no batch holds them) fail
+        with :class:`~cascadeserve.runtime.request.ClientGone` at once, freeing their admission slots; those in a
+        running batch finish as usual. Returns how many were dropped."""
+        dropped = 0
+        err = ClientGone("the client disconnected before this request started")
+        for req in reqs:
+            q = req.queue
+            if q is not None and not req.done:
+                q.discard(req)
+                req.fail(err)
+                dropped += 1
+        return dropped
 
     async def infer(self, payload: Any, timeout_s: float | None = None) -> Answer:
         """Submit one request and wait for its answer (raises the request's ServingError)."""
@@ -246,6 +335,7 @@ class Runtime:
         old = self.current
         if self.cache is not None:
             self.cache.on_swap(old.plan, plan)
+        self.admission_policy = self.admission_for(plan)
         gen = self._new_generation(plan, self.producer.last_qps)
         self.producer.gen = gen
         old.on_drained = self._retire

@@ -16,6 +16,9 @@ It replays an arrival trace against a gear plan and a profile, applying the deci
 * Request ``i`` uses validation sample ``i mod n``, so certainty and correctness are the recorded ones.
 * At one instant the order is: the producer's tick, then the arrivals, then device events (the runtime on a fake
   clock replays it so, see ``FakeClock.advance_to``).
+* With an ``admission`` policy (:class:`~cascadeserve.policy.AdmissionPolicy`, e.g. bounded by time), the arrivals
+  of a tick are admitted one after another while the policy accepts them, counting what is in flight at the tick,
+  and the rest are shed (``SimResult.shed``), so a simulated plan sees the shedding the server would do.
 * After the last arrival's tick window, queues drain (the policy's drain trigger), as a server does when it stops.
   A request that never completes is reported unanswered (``SimResult.unanswered``), never as completed.
 
@@ -49,6 +52,7 @@ import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import (
+    AdmissionPolicy,
     BatchTrigger,
     Candidate,
     GearSchedule,
@@ -150,12 +154,14 @@ class Simulator:
         gear_schedule: GearSchedule | None = None,
         cache: PredictionCache[int] | None = None,
         slowdowns: Slowdowns | None = None,
+        admission: AdmissionPolicy | None = None,
     ) -> None:
         plan.check_against(profile)
         self.batch_limit = batch_limit if batch_limit is not None else batch_limit_for(plan)
         self.cache = cache
         self.slowdowns = slowdowns or None
         self._device_names = [d.name for d in plan.devices]
+        self.admission = admission
         self.profile = profile
         self.plan = plan
         self.tables = PlanTables(plan, {m: profile.index(m) for m in profile.model_names})
@@ -188,6 +194,9 @@ class Simulator:
         single_gear = tb.n_gears == 1
 
         finish = np.full(n, np.inf)
+        admission = self.admission
+        shed = None if admission is None else np.zeros(n, dtype=bool)
+        counts = [0, 0]  # admitted, answered (in flight = the difference), kept only with an admission policy
         answer_row = np.full(n, -1, dtype=np.int64)
         gear_of = np.zeros(n, dtype=np.int64)
 
@@ -327,6 +336,7 @@ class Simulator:
             sure = tb.exits(row, c, None if single_gear else gear_of[ids])
             ans = ids[sure]
             finish[ans] = t
+            counts[1] += len(ans)
             answer_row[ans] = row
             if cache is not None:
                 for s_id in (ans % n_samples if sample_of is None else sample_of[ans]).tolist():
@@ -371,6 +381,7 @@ class Simulator:
                         cache.store(sl[k], row)
                 else:
                     groups.setdefault(0 if gl is None else gl[k], []).append(i)
+            counts[1] += n_ans
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(il), n_ans))
             for g, lst in groups.items():
@@ -425,6 +436,12 @@ class Simulator:
             a, b = bounds[w], bounds[w + 1]
             if b > a:
                 gear_of[a:b] = gear
+                if admission is not None and shed is not None:
+                    k = admission.admits(b - a, counts[0] - counts[1])
+                    shed[a + k : b] = True
+                    counts[0] += k
+                    b = a + k
+            if b > a:
                 ids = np.arange(a, b, dtype=np.int64)
                 if cache is not None and cached is not None:  # hits are answered on arrival, never queued
                     miss = []
@@ -436,6 +453,7 @@ class Simulator:
                             finish[i] = arr[i]
                             answer_row[i] = hit
                             cached[i] = True
+                    counts[1] += (b - a) - len(miss)  # a hit is answered at once: it leaves flight as it enters
                     ids = np.asarray(miss, dtype=np.int64)
                 for rr, sub in routers.admit_split(gear, ids) if len(ids) else ():
                     p = pos[rr]
@@ -482,6 +500,7 @@ class Simulator:
             wall_s=time.perf_counter() - wall0,
             batches=batches,
             cached=cached,
+            shed=shed,
         )
 
 
@@ -496,6 +515,7 @@ def simulate(
     cache: PredictionCache[int] | None = None,
     slowdowns: Slowdowns | None = None,
     samples: np.ndarray | None = None,
+    admission: AdmissionPolicy | None = None,
 ) -> SimResult:
     """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records.
 
@@ -511,4 +531,5 @@ def simulate(
         gear_schedule=gear_schedule,
         cache=cache,
         slowdowns=slowdowns,
+        admission=admission,
     ).run(arrivals, samples)

@@ -43,6 +43,11 @@ class SimResult:
     wall_s: float
     batches: list[BatchRecord] = field(default_factory=list)
     cached: np.ndarray | None = None  # per request: answered from the prediction cache (None: no cache)
+    shed: np.ndarray | None = None  # bool per request: refused by admission (never queued); None: no admission
+
+    @property
+    def n_shed(self) -> int:
+        return 0 if self.shed is None else int(np.count_nonzero(self.shed))
 
     @property
     def latency_s(self) -> np.ndarray:
@@ -58,12 +63,12 @@ class SimResult:
 
     @property
     def unanswered(self) -> int:
-        """Requests that never completed (counted, never hidden among the completed)."""
-        return len(self.arrivals) - self.completed
+        """Requests admitted that never completed (counted, never hidden among the completed)."""
+        return len(self.arrivals) - self.completed - self.n_shed
 
     def percentile_ms(self, q: float) -> float:
-        """Latency percentile over every request; ``inf`` when more than ``100 - q`` % went unanswered."""
-        lat = self.latency_s
+        """Latency percentile over every admitted request; ``inf`` when more than ``100 - q`` % went unanswered."""
+        lat = self.latency_s if self.shed is None else self.latency_s[~self.shed]
         return float(np.percentile(lat, q) * 1000.0) if len(lat) else 0.0
 
     @property
@@ -78,6 +83,7 @@ class SimResult:
             "requests": n,
             "completed": self.completed,
             "unanswered": self.unanswered,
+            "shed": self.n_shed,
             "p50_ms": self.percentile_ms(50),
             "p95_ms": self.percentile_ms(95),
             "p99_ms": self.percentile_ms(99),

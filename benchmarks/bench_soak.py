@@ -1,0 +1,103 @@
+"""Soak: real digits models under steady load at 80% of capacity for ten minutes; does memory or latency drift?
+
+    .venv/bin/python benchmarks/bench_soak.py [--duration 600] [--load 0.8] [--capacity-qps Q] [--json]
+
+The same deployment as ``bench_overload.py`` (digits family, planner's plan for p95 ≤ 150 ms on two devices,
+``cascadeserve serve`` in a subprocess, the client in its own process). Capacity is what this machine sustains,
+not the plan's promise: unless ``--capacity-qps`` is given, a 15 s calibration at twice the plan's capacity measures
+the goodput (requests answered per second while shedding the rest), and the soak offers ``load`` times that. The
+server's RSS is sampled every 10 s; growth is measured from the end of the first minute (warm-up: model buffers,
+allocator pools) to the end. Latency is summarised per minute (p50, p99 of the accepted requests, by send time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_overload import SLO_MS, rss_kb, run_client, setup, start_server, stop_server
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=600.0)
+    ap.add_argument("--load", type=float, default=0.8)
+    ap.add_argument("--capacity-qps", type=float, default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        models, prof, plan, plan_capacity = setup(Path(d))
+        capacity = args.capacity_qps
+        if capacity is None:
+            proc, url = start_server(models, prof, plan)
+            try:
+                cal = run_client(url, 2 * plan_capacity, 15.0, seed=99)
+            finally:
+                stop_server(proc)
+            capacity = cal["ok"] / 15.0
+        qps = args.load * capacity
+        proc, url = start_server(models, prof, plan)
+        rss: list[tuple[float, int]] = []
+        stop = threading.Event()
+        t_start = time.monotonic()
+
+        def sample() -> None:
+            while not stop.is_set():
+                rss.append((time.monotonic() - t_start, rss_kb(proc.pid)))
+                stop.wait(10.0)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            c = run_client(url, qps, args.duration, seed=7)
+        finally:
+            stop.set()
+            sampler.join()
+            stop_server(proc)
+    lat = np.asarray(c["latency_ms"])
+    t_ok = np.asarray(c["t_ok"])
+    minutes = []
+    for m in range(int(np.ceil(args.duration / 60.0))):
+        sel = lat[(t_ok >= 60 * m) & (t_ok < 60 * (m + 1))]
+        if len(sel):
+            minutes.append(
+                {
+                    "minute": m,
+                    "n": len(sel),
+                    "p50_ms": round(float(np.percentile(sel, 50)), 1),
+                    "p99_ms": round(float(np.percentile(sel, 99)), 1),
+                }
+            )
+    warm = next((kb for t, kb in rss if t >= 60.0), rss[0][1] if rss else 0)
+    end = rss[-1][1] if rss else 0
+    p99s = [m["p99_ms"] for m in minutes[1:]] or [0.0]
+    summary = {
+        "plan_capacity_qps": round(plan_capacity, 1),
+        "measured_capacity_qps": round(capacity, 1),
+        "offered_qps": round(qps, 1),
+        "duration_s": args.duration,
+        "sent": c["sent"],
+        "ok": c["ok"],
+        "shed": c["shed"],
+        "status_counts": c["status_counts"],
+        "accepted_p50_ms": c["p50_ms"],
+        "accepted_p99_ms": c["p99_ms"],
+        "slo_p95_ms": SLO_MS,
+        "rss_mb_after_1min": round(warm / 1024, 1),
+        "rss_mb_end": round(end / 1024, 1),
+        "rss_growth_pct": round(100.0 * (end - warm) / warm, 2) if warm else None,
+        "rss_samples_mb": [round(kb / 1024, 1) for _, kb in rss],
+        "p99_by_minute_ms": [m["p99_ms"] for m in minutes],
+        "p99_max_over_min_after_warmup": round(max(p99s) / max(min(p99s), 1e-9), 2),
+        "minutes": minutes,
+    }
+    print(json.dumps(summary, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()
