@@ -125,7 +125,7 @@ def test_window_is_a_bounded_ring() -> None:
     w = OutcomeWindow(2, capacity=3)
     for i in range(5):
         w.add([i / 10, 1.0], [i, i], i, 1.0)
-    c, p, r, _ = w.arrays()
+    _, _, r, _ = w.arrays()
     assert len(w) == 3 and sorted(r.tolist()) == [2, 3, 4]
     with pytest.raises(ValueError, match="2 certainties"):
         w.add([0.1], [1], 1)
