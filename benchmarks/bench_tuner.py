@@ -41,9 +41,8 @@ def run_once(size: int, n_windows: int, seed: int) -> list[dict[str, object]]:
                     if ref == "last stage":
                         wins = [(c, pr, pr[:, -1].copy(), w) for c, pr, _, w in wins]
                     top = float(max(p.accuracies[rows])) if ref == "label" else 1.0
-                    for d in (0.005, 0.01, 0.02):
-                        res = compare_on_windows(wins, ms, top - d, [0.5] * (k - 1), resolution=0.01)
-                        found += [r for r in res if r.grid_accuracy >= top - d]
+                    res = compare_on_windows(wins, ms, [top - d for d in (0.005, 0.01, 0.02)], [0.5] * (k - 1))
+                    found += [r for r in res if r.grid_accuracy >= r.target]
             ratio = [r.ratio for r in found]
             rows_out.append(
                 {
