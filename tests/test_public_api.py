@@ -105,6 +105,17 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.policy.routing": ["SmoothWeightedRoundRobin", "swrr_sequence"],
     "cascadeserve.policy.schedule": ["GearSchedule"],
     "cascadeserve.policy.tables": ["PlanTables", "Route", "Routers"],
+    "cascadeserve.policy.tuning": [
+        "MIN_STEP",
+        "OutcomeWindow",
+        "Scores",
+        "ThresholdDecision",
+        "ThresholdTuner",
+        "TuneResult",
+        "hill_climb",
+        "score",
+    ],
+    "cascadeserve.policy.drift": ["DriftDecision", "LoadDriftDetector", "ks_distance", "range_weights", "scale_factor"],
     "cascadeserve.http": [
         "App",
         "PrometheusObserver",
