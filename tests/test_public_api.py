@@ -107,6 +107,8 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.policy.tables": ["PlanTables", "Route", "Routers"],
     "cascadeserve.policy.tuning": [
         "MIN_STEP",
+        "AuditSampler",
+        "OnlineTuning",
         "OutcomeWindow",
         "Scores",
         "ThresholdDecision",

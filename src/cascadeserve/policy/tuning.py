@@ -41,9 +41,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from cascadeserve.policy.forwarding import sure_mask
+from cascadeserve.policy.tables import PlanTables
+from cascadeserve.profile import Profile
 
 __all__ = [
     "MIN_STEP",
+    "AuditSampler",
+    "OnlineTuning",
     "OutcomeWindow",
     "Scores",
     "ThresholdDecision",
@@ -99,9 +103,21 @@ class OutcomeWindow:
         self._size = min(self._size + 1, self.capacity)
 
     def extend(self, certainty: np.ndarray, prediction: np.ndarray, reference: np.ndarray, weight: np.ndarray) -> None:
-        """Record many samples at once (``certainty``/``prediction``: ``[n, n_stages]``)."""
-        for c, p, r, w in zip(certainty, prediction, reference, weight, strict=True):
-            self.add(c.tolist(), p.tolist(), int(r), float(w))
+        """Record many samples at once (``certainty``/``prediction``: ``[n, n_stages]``), oldest first."""
+        n = len(reference)
+        if certainty.shape != (n, self.n_stages) or prediction.shape != (n, self.n_stages) or len(weight) != n:
+            raise ValueError(f"records need [n, {self.n_stages}] certainties and predictions and n weights")
+        if n > self.capacity:  # only the newest ``capacity`` survive anyway
+            cut = n - self.capacity
+            certainty, prediction, reference, weight = certainty[cut:], prediction[cut:], reference[cut:], weight[cut:]
+            n = self.capacity
+        idx = (self._next + np.arange(n)) % self.capacity
+        self._cert[idx] = certainty
+        self._pred[idx] = prediction
+        self._ref[idx] = reference
+        self._weight[idx] = weight
+        self._next = int((self._next + n) % self.capacity)
+        self._size = min(self._size + n, self.capacity)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(certainty [n, k], prediction [n, k], reference [n], weight [n])`` of the records held (a view)."""
@@ -255,6 +271,32 @@ def hill_climb(
     return TuneResult(tuple(float(t) for t in th), acc, work, rounds, evals, True, tuple(moves))
 
 
+class AuditSampler:
+    """Which early exits are audited: every ``1/fraction``-th, counted across batches (deterministic, so that the
+    simulator and the runtime audit the same samples). An audited sample is answered where it exits, and also runs
+    through the remaining stages off the critical path, so that its whole record reaches the window."""
+
+    __slots__ = ("_count", "fraction")
+
+    def __init__(self, fraction: float) -> None:
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError("the audit fraction must lie in (0, 1]")
+        self.fraction = fraction
+        self._count = 0
+
+    def take(self, n: int) -> np.ndarray:
+        """Audit mask for the next ``n`` early exits."""
+        c = self._count + np.arange(n + 1)
+        self._count += n
+        # sample c is audited when the running total c·f crosses an integer at it: f·n of every n, evenly spread
+        return np.asarray(np.floor((c[1:]) * self.fraction) > np.floor(c[:-1] * self.fraction), dtype=bool)
+
+    @property
+    def weight(self) -> float:
+        """What one audited record stands for."""
+        return 1.0 / self.fraction
+
+
 @dataclass(frozen=True, slots=True)
 class ThresholdDecision:
     """Swap gear ``gear``'s thresholds from ``old`` to ``new`` (logged with why and what the window predicts)."""
@@ -272,15 +314,16 @@ class ThresholdDecision:
 class ThresholdTuner:
     """When to re-tune a gear, and to what (module docstring). One per served plan; windows per gear.
 
-    ``target`` is the accuracy to hold against the window's reference. ``min_records`` guards against tuning on a
-    handful of samples; ``period_s`` re-tunes even while the target holds (to take savings the drift allows).
+    ``target`` is the accuracy to hold against the window's reference: one for every gear, or one per gear (the
+    accuracy each gear's plan promised, less a budget). ``min_records`` guards against tuning on a handful of
+    samples; ``period_s`` re-tunes even while the target holds (to take savings the drift allows).
     """
 
     __slots__ = ("_last", "min_records", "period_s", "stage_ms", "step", "target", "windows")
 
     def __init__(
         self,
-        target: float,
+        target: float | dict[int, float],
         stage_ms: dict[int, np.ndarray],
         *,
         n_stages: dict[int, int],
@@ -289,11 +332,12 @@ class ThresholdTuner:
         min_records: int = 200,
         step: float = 0.1,
     ) -> None:
-        if not 0.0 <= target <= 1.0:
-            raise ValueError("the accuracy target must lie in [0, 1]")
+        targets = target if isinstance(target, dict) else {g: target for g in n_stages}
+        if any(not 0.0 <= t <= 1.0 for t in targets.values()) or set(targets) != set(n_stages):
+            raise ValueError("the accuracy target must lie in [0, 1], one for every gear")
         if period_s <= 0:
             raise ValueError("period_s must be positive")
-        self.target = target
+        self.target = targets
         self.stage_ms = stage_ms
         self.period_s = period_s
         self.min_records = min_records
@@ -316,13 +360,14 @@ class ThresholdTuner:
         current = self.window_accuracy(gear, thresholds)
         if current is None:
             return None
-        below = current < self.target
+        target = self.target[gear]
+        below = current < target
         due = now - self._last.get(gear, -np.inf) >= self.period_s
         if not below and not due:
             return None
         self._last[gear] = now
         c, p, r, wt = self.windows[gear].arrays()
-        res = hill_climb(c, p, r, wt, self.stage_ms[gear], thresholds, self.target, step=self.step)
+        res = hill_climb(c, p, r, wt, self.stage_ms[gear], thresholds, target, step=self.step)
         new = tuple(round(t, 6) for t in res.thresholds)
         if new == tuple(thresholds):
             return None
@@ -330,3 +375,80 @@ class ThresholdTuner:
             gear, tuple(thresholds), new, current, res.accuracy, res.work_ms,
             "below target" if below else "periodic", now,
         )  # fmt: skip
+
+
+class OnlineTuning:
+    """Threshold tuning while serving, as one engine-facing object: the tuner, the audit sampler, and where
+    reference answers come from (``"audit"``: the last stage's prediction; ``"label"``: the true label, as feedback
+    gives it). Both engines call :meth:`record` when a sample's record is whole (it reached its gear's last stage)
+    and :meth:`decide` once per producer tick, and apply a decision with
+    :meth:`~cascadeserve.policy.PlanTables.set_thresholds`.
+    """
+
+    __slots__ = ("auditor", "changes", "reference", "tuner")
+
+    def __init__(self, tuner: ThresholdTuner, audit_fraction: float = 0.02, reference: str = "audit") -> None:
+        if reference not in ("audit", "label"):
+            raise ValueError(f"reference {reference!r}: use audit or label")
+        self.tuner = tuner
+        self.auditor = AuditSampler(audit_fraction)
+        self.reference = reference
+        self.changes: list[ThresholdDecision] = []
+
+    @classmethod
+    def for_plan(
+        cls,
+        tables: PlanTables,
+        profile: Profile,
+        *,
+        target: float | None = None,
+        budget: float = 0.01,
+        audit_fraction: float = 0.02,
+        reference: str = "audit",
+        period_s: float = 10.0,
+        window: int = 2048,
+        min_records: int = 200,
+    ) -> OnlineTuning:
+        """Tuning for ``tables``' gears on ``profile``'s models (``tables`` built with the profile's rows).
+
+        Each gear's target is ``target`` when given, else what the gear scores on the profile's validation records
+        with the plan's thresholds, against the same reference, less ``budget``. A stage's work is its model's
+        per-sample time at the gear's minimum queue length for it.
+        """
+        plan = tables.plan
+        stage_ms: dict[int, np.ndarray] = {}
+        targets: dict[int, float] = {}
+        for g, gear in enumerate(plan.gears):
+            rows = list(tables.gear_rows(g))
+            batch = {gr.model: max(1, gr.min_queue) for gr in gear.replicas}
+            stage_ms[g] = np.array([profile.models[m].runtime.per_sample_ms(batch.get(profile.models[m].name, 1))
+                                    for m in rows])  # fmt: skip
+            if target is not None:
+                targets[g] = target
+                continue
+            pred = profile.predictions[rows].T.astype(np.int64)
+            ref = pred[:, -1] if reference == "audit" else profile.labels.astype(np.int64)
+            s = score(profile.certainties[rows].T, pred, ref, np.ones(profile.n_samples),
+                      np.array([tables.thresholds_of(g)]), stage_ms[g])  # fmt: skip
+            targets[g] = float(min(1.0, max(0.0, s.accuracy[0] - budget)))
+        n_stages = {g: len(tables.gear_rows(g)) for g in range(len(plan.gears))}
+        tuner = ThresholdTuner(
+            targets, stage_ms, n_stages=n_stages, capacity=window, period_s=period_s, min_records=min_records
+        )
+        return cls(tuner, audit_fraction, reference)
+
+    def record(
+        self, gear: int, certainty: np.ndarray, prediction: np.ndarray, label: np.ndarray, audited: np.ndarray
+    ) -> None:
+        """Whole records of ``gear`` (``[n, stages]`` certainties and predictions; ``audited``: audited early exits,
+        which stand for ``1/fraction`` samples each)."""
+        ref = prediction[:, -1] if self.reference == "audit" else label
+        weight = np.where(audited, self.auditor.weight, 1.0)
+        self.tuner.windows[gear].extend(certainty, prediction, ref, weight)
+
+    def decide(self, now: float, gear: int, tables: PlanTables) -> ThresholdDecision | None:
+        """The tick's tuning decision for the gear in force (logged in :attr:`changes`); the caller applies it."""
+        d = self.tuner.decide(now, gear, tables.thresholds_of(gear))
+        if d is not None:
+            self.changes.append(d)
+        return d

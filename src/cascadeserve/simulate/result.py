@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from cascadeserve.policy.tuning import ThresholdDecision
+
 __all__ = ["BatchRecord", "SimResult"]
 
 
@@ -43,6 +45,7 @@ class SimResult:
     wall_s: float
     batches: list[BatchRecord] = field(default_factory=list)
     cached: np.ndarray | None = None  # per request: answered from the prediction cache (None: no cache)
+    threshold_changes: list[ThresholdDecision] = field(default_factory=list)  # online tuning's swaps, in order
 
     @property
     def latency_s(self) -> np.ndarray:
