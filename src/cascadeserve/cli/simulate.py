@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.table import Table
 
@@ -24,11 +25,14 @@ from cascadeserve.cli.common import (
     trace_options,
 )
 from cascadeserve.cli.root import app, console, print_json
+from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import load_plan
-from cascadeserve.profile import load_profile
+from cascadeserve.policy import PlanTables
+from cascadeserve.policy.tuning import OnlineTuning
+from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import simulate as run_simulation
 
-__all__ = ["simulate"]
+__all__ = ["read_sample_order", "simulate"]
 
 
 @app.command("simulate")
@@ -51,6 +55,32 @@ def simulate(
             "batch_overhead_ms).",
         ),
     ] = None,
+    sample_order: Annotated[
+        Path | None,
+        typer.Option(
+            help="File of validation sample ids, one per line: the order in which arriving requests take samples, "
+            "cycling (default: the profile's order). Replays a drift stream."
+        ),
+    ] = None,
+    tune: Annotated[
+        bool, typer.Option("--tune", help="Online threshold tuning (audit sampling + Apparate hill climbing).")
+    ] = False,
+    tune_target: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="With --tune: accuracy to hold against the reference (default: each gear's score on the profile "
+            "less --tune-budget).",
+        ),
+    ] = None,
+    tune_budget: Annotated[float, typer.Option(min=0.0, max=1.0, help="With --tune: accuracy budget.")] = 0.01,
+    audit_fraction: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="With --tune: fraction of early exits audited.")
+    ] = 0.02,
+    tune_reference: Annotated[
+        str, typer.Option(help="With --tune: 'audit' (last stage's prediction) or 'label' (true labels).")
+    ] = "audit",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Simulate the plan on the trace and print latency percentiles, accuracy and gear switches."""
@@ -61,9 +91,30 @@ def simulate(
     elif not gear_plan.batch_overhead_ms and prof.batch_overhead_ms:
         # the plan predates the profile's measured overhead (e.g. recorded by ``serve --emulate``): charge it
         gear_plan = gear_plan.model_copy(update={"batch_overhead_ms": prof.batch_overhead_ms})
+    if tune_reference not in ("audit", "label"):
+        raise CascadeServeError(f"--tune-reference {tune_reference!r}: use audit or label")
+    if not audit_fraction > 0:
+        raise CascadeServeError("--audit-fraction must be above 0")
     tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
-    res = run_simulation(prof, gear_plan, tr.arrivals)
+    samples = None
+    if sample_order is not None:
+        order = read_sample_order(sample_order, prof)
+        samples = order[np.arange(len(tr.arrivals)) % len(order)]
+    tuning = None
+    if tune:
+        tables = PlanTables(gear_plan, {m: prof.index(m) for m in prof.model_names})
+        tuning = OnlineTuning.for_plan(
+            tables, prof, target=tune_target, budget=tune_budget, audit_fraction=audit_fraction,
+            reference=tune_reference,
+        )  # fmt: skip
+    res = run_simulation(prof, gear_plan, tr.arrivals, samples=samples, tuning=tuning)
     summary = {"trace": tr.source, "batch_overhead_ms": gear_plan.batch_overhead_ms, **res.summary()}
+    if tune:
+        summary["threshold_changes"] = [
+            {"at_s": d.at, "gear": d.gear, "old": list(d.old), "new": list(d.new), "reason": d.reason,
+             "window_accuracy": d.window_accuracy, "accuracy": d.accuracy, "work_ms": d.work_ms}
+            for d in res.threshold_changes
+        ]  # fmt: skip
     if as_json:
         print_json(summary)
         return
@@ -84,4 +135,29 @@ def simulate(
     ):
         v = summary[key]
         table.add_row(key, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}")
+    if tune:
+        table.add_row("threshold_changes", f"{len(res.threshold_changes):,}")
     console.print(table)
+
+
+def read_sample_order(path: Path, profile: Profile) -> np.ndarray:
+    """The profile columns named by a file of sample ids, one per line (blank lines and ``#`` comments skipped)."""
+    col = {int(s): i for i, s in enumerate(profile.sample_ids)}
+    out: list[int] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CascadeServeError(f"--sample-order {path}: cannot read it ({e})") from e
+    for n, line in enumerate(text.splitlines(), 1):
+        item = line.split("#", 1)[0].strip()
+        if not item:
+            continue
+        try:
+            out.append(col[int(item)])
+        except (ValueError, KeyError):
+            raise CascadeServeError(
+                f"{path}:{n}: {item!r} is not a sample id of profile {profile.name!r}"
+            ) from None
+    if not out:
+        raise CascadeServeError(f"--sample-order {path}: no sample ids")
+    return np.asarray(out, dtype=np.int64)

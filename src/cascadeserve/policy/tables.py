@@ -45,7 +45,8 @@ class Route:
 
 
 class PlanTables:
-    """Integer-indexed view of a :class:`GearPlan` (immutable; routers with state are made per run)."""
+    """Integer-indexed view of a :class:`GearPlan` (routers with state are made per run). Only the thresholds may
+    change after construction, through :meth:`set_thresholds` (online tuning); everything else is fixed."""
 
     def __init__(self, plan: GearPlan, model_rows: Mapping[str, int]) -> None:
         self.plan = plan
@@ -71,8 +72,10 @@ class PlanTables:
         # low load): without a max wait in the plan, the documented default applies. It changes nothing where the
         # minimum queue length is 1, which fires on any sample.
         max_wait_s = (DEFAULT_MAX_WAIT_MS if plan.max_wait_ms is None else plan.max_wait_ms) / 1000.0
+        self._gear_rows: list[tuple[int, ...]] = []
         for g, gear in enumerate(plan.gears):
             rows = [model_rows[m] for m in gear.models]
+            self._gear_rows.append(tuple(rows))
             self.first_row[g] = rows[0]
             for k, m in enumerate(rows):
                 self.stage[g, m] = k
@@ -97,6 +100,26 @@ class PlanTables:
         self._first_stage = [self._routes[(g, int(self.first_row[g]))].replicas for g in range(g_count)]
         self.selector = GearSelector([g.qps_high for g in plan.gears], alpha=plan.alpha, qps_scale=plan.qps_scale)
         self._thr_lists: list[list[float]] = self.threshold.tolist()
+
+    def thresholds_of(self, gear: int) -> tuple[float, ...]:
+        """The thresholds in force for ``gear``'s stages but the last (the plan's, or the last re-tuned ones)."""
+        rows = self._gear_rows[gear]
+        return tuple(float(self.threshold[gear, m]) for m in rows[:-1])
+
+    def gear_rows(self, gear: int) -> tuple[int, ...]:
+        """``gear``'s cascade as model rows, first stage first."""
+        return self._gear_rows[gear]
+
+    def set_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
+        """Re-tune ``gear``'s thresholds in place (a :class:`~cascadeserve.policy.tuning.ThresholdDecision`): every
+        exit decided from now on uses them, samples in flight included; queues and routers are untouched, so
+        nothing is dropped. The last stage keeps answering everything."""
+        rows = self._gear_rows[gear]
+        if len(thresholds) != len(rows) - 1:
+            raise ValueError(f"gear {gear} has {len(rows) - 1} thresholds, got {len(thresholds)}")
+        for m, t in zip(rows[:-1], thresholds, strict=True):
+            self.threshold[gear, m] = t
+            self._thr_lists[gear][m] = t
 
     def route(self, gear: int, row: int) -> Route:
         return self._routes[(gear, row)]

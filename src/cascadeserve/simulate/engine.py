@@ -35,7 +35,10 @@ off and cost one ``is None`` test per batch or tick when off:
 * ``slowdowns`` (:class:`~cascadeserve.profile.slowdown.Slowdowns`, a fault hook): multiplies the runtime of a
   batch starting on a device after its slowdown time, as the emulated devices do;
 * ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`): the gear of every tick, decided in advance
-  (an autoscaler given the future load, Cocktail+), in place of the measured-QPS selector.
+  (an autoscaler given the future load, Cocktail+), in place of the measured-QPS selector;
+* ``tuning`` (:class:`~cascadeserve.policy.tuning.OnlineTuning`): audit sampling of early exits (they also run
+  the remaining stages, answered already) and Apparate-style threshold tuning every tick; batches then take a
+  vectorised path that also feeds whole records to the tuner's windows.
 
 Speed comes from working at the granularity of *batches*, not requests: arrivals of a tick are routed with one
 vectorised call, a replica's first-stage queue is a slice of its routed arrivals, and exits and forwarding are a
@@ -64,6 +67,7 @@ from cascadeserve.policy import (
 )
 from cascadeserve.policy.adaptive import BatchLimit, batch_limit_for, capped_trigger
 from cascadeserve.policy.cache import PredictionCache
+from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.simulate.result import BatchRecord, SimResult
@@ -155,6 +159,8 @@ class Simulator:
         cache: PredictionCache[int] | None = None,
         slowdowns: Slowdowns | None = None,
         admission: AdmissionPolicy | None = None,
+
+        tuning: OnlineTuning | None = None,
     ) -> None:
         plan.check_against(profile)
         self.batch_limit = batch_limit if batch_limit is not None else batch_limit_for(plan)
@@ -165,6 +171,8 @@ class Simulator:
         self.profile = profile
         self.plan = plan
         self.tables = PlanTables(plan, {m: profile.index(m) for m in profile.model_names})
+        # thresholds re-tuned online live in this run's own tables (``tuning.for_plan(sim.tables, ...)``)
+        self.tuning = tuning
         self.gear_policy = self.tables.gear_policy(gear_schedule)  # refuses a schedule naming a missing gear
         self.record_batches = record_batches
         self.tick_s = plan.tick_ms / 1000.0
@@ -223,6 +231,7 @@ class Simulator:
         meter = QpsMeter(tick)
         limiter = self.batch_limit
         cache = self.cache
+        tuning = self.tuning
         cached = np.zeros(n, dtype=bool) if cache is not None else None
         slowdowns = self.slowdowns
         device_names = self._device_names
@@ -329,6 +338,9 @@ class Simulator:
             free_at[d] = t
             dirty[d] = True
             row = replica_row[r]
+            if tuning is not None:
+                complete_tuned(d, t, r, ids, t0, row, tuning)
+                return
             if len(ids) <= _SMALL_BATCH:
                 complete_small(d, t, r, ids, t0, row)
                 return
@@ -345,7 +357,9 @@ class Simulator:
                 batches.append(BatchRecord(t0, t, d, r, row, len(ids), len(ans)))
             if len(ans) == len(ids):
                 return
-            fw = ids[~sure]
+            forward(ids[~sure], row, t)
+
+        def forward(fw: np.ndarray, row: int, t: float) -> None:
             if single_gear:
                 groups: list[tuple[int, np.ndarray]] = [(0, fw)]
             else:
@@ -357,6 +371,45 @@ class Simulator:
                     fwd[rr].push(sub, t)
                     rep_dirty[rr] = True
                     dirty[replica_device[rr]] = True
+
+        preds = self.profile.predictions
+        labels = self.profile.labels
+        audited = np.zeros(n, dtype=bool) if self.tuning is not None else None
+
+        def complete_tuned(d: int, t: float, r: int, ids: np.ndarray, t0: float, row: int, tu: OnlineTuning) -> None:
+            # The same exit decision, plus audit sampling (policy.tuning.AuditSampler): an audited early exit is
+            # answered here and also runs the remaining stages, off the critical path; a sample whose record is
+            # whole (at its gear's last stage) goes to the tuner's window.
+            assert audited is not None
+            s_idx = ids % n_samples if sample_of is None else sample_of[ids]
+            g_arr = gear_of[ids]
+            sure = tb.exits(row, cert[row, s_idx], None if single_gear else g_arr)
+            last = tb.next_row[g_arr, row] < 0
+            prior = audited[ids]
+            answer = sure & ~prior
+            early = answer & ~last
+            aud = np.zeros(len(ids), dtype=bool)
+            if early.any():
+                aud[early] = tu.auditor.take(int(early.sum()))
+                audited[ids[aud]] = True
+            ans = ids[answer]
+            finish[ans] = t
+            counts[1] += len(ans)
+            answer_row[ans] = row
+            if cache is not None:
+                for s_id in s_idx[answer].tolist():
+                    cache.store(s_id, row)
+            if self.record_batches:
+                batches.append(BatchRecord(t0, t, d, r, row, len(ids), len(ans)))
+            if last.any():
+                for g in np.unique(g_arr[last]).tolist():
+                    sel = last & (g_arr == g)
+                    rows = list(tb.gear_rows(g))
+                    s_sel = s_idx[sel]
+                    tu.record(g, cert[rows][:, s_sel].T, preds[rows][:, s_sel].T, labels[s_sel], prior[sel])
+            go_on = (~sure | prior | aud) & ~last
+            if go_on.any():
+                forward(ids[go_on], row, t)
 
         cert_lists = [c.tolist() for c in cert]
         next_lists = tb.next_row.tolist()
@@ -431,6 +484,10 @@ class Simulator:
                     triggers = tb.triggers_for(gear)
                     dirty = [True] * d_count
                     rep_dirty = [True] * r_count
+            if tuning is not None:
+                change = tuning.decide(w * tick, gear, tb)
+                if change is not None:
+                    tb.set_thresholds(change.gear, change.new)
             tick_gear[w] = gear
             clock = t_w
             a, b = bounds[w], bounds[w + 1]
@@ -501,6 +558,8 @@ class Simulator:
             batches=batches,
             cached=cached,
             shed=shed,
+
+            threshold_changes=[] if tuning is None else list(tuning.changes),
         )
 
 
@@ -516,12 +575,16 @@ def simulate(
     slowdowns: Slowdowns | None = None,
     samples: np.ndarray | None = None,
     admission: AdmissionPolicy | None = None,
+
+    tuning: OnlineTuning | None = None,
 ) -> SimResult:
     """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records.
 
     ``batch_limit``, ``gear_schedule``, ``cache`` and ``slowdowns`` are the optional hooks of the module docstring
     (a batch limit and a cache hold state: pass fresh ones per run). ``samples`` gives each request's validation
-    sample (a trace of repeated inputs); by default request ``i`` takes sample ``i mod n``.
+    sample (a trace of repeated inputs); by default request ``i`` takes sample ``i mod n``. ``tuning``
+    (:class:`~cascadeserve.policy.tuning.OnlineTuning`, fresh per run) audits early exits and re-tunes the gears'
+    thresholds every tick, in simulated time; its decisions are in ``SimResult.threshold_changes``.
     """
     return Simulator(
         profile,
@@ -532,4 +595,6 @@ def simulate(
         cache=cache,
         slowdowns=slowdowns,
         admission=admission,
+
+        tuning=tuning,
     ).run(arrivals, samples)

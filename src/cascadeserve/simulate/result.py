@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from cascadeserve.policy.tuning import ThresholdDecision
+
 __all__ = ["BatchRecord", "SimResult"]
 
 
@@ -48,6 +50,8 @@ class SimResult:
     @property
     def n_shed(self) -> int:
         return 0 if self.shed is None else int(np.count_nonzero(self.shed))
+
+    threshold_changes: list[ThresholdDecision] = field(default_factory=list)  # online tuning's swaps, in order
 
     @property
     def latency_s(self) -> np.ndarray:
