@@ -151,6 +151,29 @@ def test_gear_schedule_matches(toy_profile: Profile) -> None:
     assert simulate(toy_profile, plan, arrivals).gear_switches == 0  # the selector alone would not have switched
 
 
+def test_a_gear_switch_at_a_tick_waits_for_that_instants_arrivals(toy_profile: Profile) -> None:
+    """Hypothesis found it: request 0 waits for a second sample under gear 0 (min queue 2, max wait 100 ms); at
+    0.1 s the tick switches to gear 1 (min queue 1) and request 1 arrives. The tick, then the arrival, then device
+    events: one batch of two, in the simulator and on the runtime alike (the runtime used to pump right after the
+    switch and fire request 0 alone)."""
+    d = "d0"
+    plan = GearPlan(
+        profile=toy_profile.name,
+        devices=(Device(name=d, memory_mb=10_000),),
+        replicas=tuple(Replica(model=m, device=d) for m in ("m0", "m1", "m2")),
+        gears=(
+            Gear(
+                qps_low=0.0, qps_high=30.0, models=("m0", "m1", "m2"), thresholds=(0.0, 0.0),
+                replicas=(GearReplica(model="m0", device=d, min_queue=2, share=1.0),
+                          GearReplica(model="m1", device=d, share=1.0), GearReplica(model="m2", device=d, share=1.0)),
+            ),
+            Gear(qps_low=30.0, qps_high=60.0, models=("m0",), replicas=(GearReplica(model="m0", device=d, share=1.0),)),
+        ),
+    )  # fmt: skip
+    sim, _ = _compare(toy_profile, plan, [0.0, 0.1], gear_schedule=GearSchedule((0, 1)))
+    assert [(b.start, b.size) for b in sim.batches] == [(0.1, 2)]
+
+
 def test_gear_schedule_starts_in_its_first_gear(toy_profile: Profile) -> None:
     plan = two_gear_plan(low_high=200.0, max_wait_ms=15.0)
     arrivals = np.append(np.sort(np.random.default_rng(5).uniform(0, 0.5, 40)), 0.505)

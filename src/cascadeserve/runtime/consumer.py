@@ -76,6 +76,11 @@ class Consumer:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._pump)
 
+    def poke_after_arrivals(self) -> None:
+        """Pump at this instant, after its arrivals: a timer due now, of this device's order (on a fake clock those
+        fire after the instant's arrivals; on a real one at once)."""
+        self._arm(self.clock.now())
+
     # -- deciding ----------------------------------------------------------------------------------------------
     def _pump(self) -> None:
         self._scheduled = False

@@ -26,6 +26,10 @@ class Waker(Protocol):
 
     def poke(self) -> None: ...
 
+    def poke_after_arrivals(self) -> None:
+        """Re-decide at this instant, but after the instant's arrivals (a gear switch at a producer tick)."""
+        ...
+
 
 class Transport(Protocol):
     """Where a generation's requests go once the policy picked their replica."""
@@ -71,7 +75,11 @@ class LocalTransport:
         return len(self.queues[replica])
 
     def on_gear(self, gear: int) -> None:
-        self.wake_all()
+        # Not a plain poke: the tick comes first at its instant, then that instant's arrivals, then device events
+        # (the simulator's order). A pump run straight after the switch would fire a queue that the instant's
+        # arrivals were about to join, under the new gear's triggers, and split one batch in two.
+        for waker in dict.fromkeys(w for w in self.wakers if w is not None):
+            waker.poke_after_arrivals()
 
     def on_drain(self) -> None:
         self.wake_all()
