@@ -150,8 +150,8 @@ def check_load(
     slo_ms: float | None = None,
 ) -> LoadCheck:
     """Simulate ``plan`` under Poisson arrivals at ``qps`` for ``duration_s`` seconds; with ``slo_ms``, a probe
-    of the first :data:`PROBE_FRACTION` of the arrivals ends the check early when it already misses the SLO. ``requests`` counts
-    every simulated request (probe included)."""
+    of the first :data:`PROBE_FRACTION` of the arrivals ends the check early when it already misses the SLO.
+    ``requests`` counts every simulated request (probe included)."""
     arrivals = poisson(qps, duration_s, seed=seed).arrivals
     probe_n = int(len(arrivals) * PROBE_FRACTION)
     spent = 0
