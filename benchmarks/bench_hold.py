@@ -111,7 +111,7 @@ def run(name: str, hold_s: float, check: bool) -> list[dict[str, Any]]:
             "slo_ms": slo_ms,
             "planner_s": round(plan_s, 2),
             "simulated_requests": pl.report_.simulated_requests,
-            "caps": sorted({(gr.model, gr.max_batch) for g in plan.gears for gr in g.replicas}),
+            "caps": sorted({(gr.model, getattr(gr, "max_batch", None) or 0) for g in plan.gears for gr in g.replicas}),
             "cascades": sorted({" > ".join(g.models) for g in plan.gears}),
         }
         for tname, tr in (("twitter", twitter), ("azure", azure)):

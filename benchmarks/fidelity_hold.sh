@@ -6,17 +6,22 @@ set -euo pipefail
 CS="${CS:-.venv/bin/cascadeserve}"
 W="${W:-/tmp/hold_fid}"
 SLO="${SLO:-20}"; QPS="${QPS:-400}"; PORT="${PORT:-8765}"
-TRACE="src/cascadeserve/data/traces/twitter_2021_excerpt.txt"
-rm -rf "$W/digits"; mkdir -p "$W"; cp -r profiles/digits "$W/digits"
-$CS plan --profile "$W/digits" --devices 2 --device-memory-mb 512 --slo-p95-ms "$SLO" --max-qps "$QPS" \
-    --out "$W/plan.json" --json > "$W/plan_summary.json"
-$CS serve --plan "$W/plan.json" --profile "$W/digits" --emulate --port "$PORT" 2> "$W/serve.err" &
+TRACE="${TRACE:-src/cascadeserve/data/traces/twitter_2021_excerpt.txt}"
+rm -rf "$W/digits"; mkdir -p "$W"; cp -r "${PROFILE:-profiles/digits}" "$W/digits"
+if [ -n "${CASCADE:-}" ]; then  # a hand-made one-device plan (batch caps by the planner's rule)
+  $CS plan fixed --profile "$W/digits" --cascade "$CASCADE" --thresholds "${THRESHOLDS:-}" --devices 1 \
+      --out "$W/plan.json"
+else
+  $CS plan --profile "$W/digits" --devices 2 --device-memory-mb 512 --slo-p95-ms "$SLO" --max-qps "$QPS" \
+      --out "$W/plan.json" --json > "$W/plan_summary.json"
+fi
+$CS serve --plan "$W/plan.json" --profile "$W/digits" --emulate --name digits --port "$PORT" 2> "$W/serve.err" &
 SP=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/v2/health/ready" >/dev/null && break; sleep 0.2; done
-$CS bench --url "http://127.0.0.1:$PORT" --model digits --trace "$TRACE" --window 0:60 --max-qps "$QPS" \
+$CS bench --url "http://127.0.0.1:$PORT" --model digits --trace "$TRACE" --window "${WINDOW:-0:60}" --max-qps "$QPS" \
     --profile "$W/digits" --json > "$W/bench.json"
 kill -TERM $SP; wait $SP || true
-$CS simulate --profile "$W/digits" --plan "$W/plan.json" --trace "$TRACE" --window 0:60 --max-qps "$QPS" \
+$CS simulate --profile "$W/digits" --plan "$W/plan.json" --trace "$TRACE" --window "${WINDOW:-0:60}" --max-qps "$QPS" \
     --json > "$W/sim.json"
 cat "$W/serve.err"
 python3 - "$W" <<'PY'

@@ -28,6 +28,7 @@ EXPECTED: dict[str, list[str]] = {
         "margin",
         "max_probability",
         "negative_entropy",
+        "record_batch_overhead",
         "save_profile",
     ],
     "cascadeserve.profile.certainty": [
@@ -39,7 +40,7 @@ EXPECTED: dict[str, list[str]] = {
         "negative_entropy",
         "to_probabilities",
     ],
-    "cascadeserve.profile.io": ["load_profile", "save_profile"],
+    "cascadeserve.profile.io": ["load_profile", "record_batch_overhead", "save_profile"],
     "cascadeserve.profile.profile": ["ModelProfile", "Profile"],
     "cascadeserve.profile.runtime": ["RuntimeCurve"],
     "cascadeserve.cascade": [
@@ -267,6 +268,7 @@ EXPECTED: dict[str, list[str]] = {
         "TraceCheck",
         "balance",
         "check_load",
+        "default_batch_caps",
         "place_replicas",
         "qps_ranges",
         "qps_scale_for",

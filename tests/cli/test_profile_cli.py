@@ -129,10 +129,14 @@ def test_plan_fixed_writes_a_loadable_plan(
 def test_plan_fixed_options(profile_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     args = ["--cascade", "large", "--min-queue", "4", "--max-wait-ms", "25", "--max-batch", "16"]
-    assert _fixed(profile_dir, out, *args) == 0
+    assert _fixed(profile_dir, out, *args, "--no-caps") == 0
     plan = load_plan(out)
     assert plan.gears[0].replicas == (GearReplica(model="large", device="dev0", min_queue=4, share=1.0),)
     assert (plan.max_wait_ms, plan.max_batch) == (25.0, 16)
+    # by default each model's batch is capped by the planner's rule: large is cheapest per sample at its largest
+    # profiled batch, 8 (never an extrapolation past it)
+    assert _fixed(profile_dir, out, *args) == 0
+    assert load_plan(out).gears[0].replicas[0].max_batch == 8
 
 
 @pytest.mark.parametrize(

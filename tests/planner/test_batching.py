@@ -58,6 +58,6 @@ def test_sp4_rejects_a_gear_that_holds_for_1s_and_runs_away_after_5s() -> None:
     short = check_load(prof, plan, 1030.0, 1.0, seed=3)
     assert short.p95_ms <= 100.0  # held for 1 s: the old 0.5-1 s check saw a gear within its SLO
     dur = sim_duration(1030.0, 100.0, 20_000)
-    assert dur >= 10.0
+    assert dur >= 5.0
     long = check_load(prof, plan, 1030.0, dur, seed=3, slo_ms=100.0)
     assert not (long.keep_up and long.p95_ms <= 100.0)

@@ -124,7 +124,7 @@ def compare_cmd(
     lats = parse_floats(latency_slos, "--latency-slos")
     if not lats:
         raise CascadeServeError("--latency-slos: give at least one value")
-    peak, scaling = _peak(prof, max_qps, capacity_devices, lats)
+    peak, scaling = _peak(prof, max_qps, capacity_devices, lats, trace)
     overhead = prof.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms
     tr = trace_options(trace, trace_format, peak, window, drop_zero, arrival, seed).build()
     dist = _qps_dist(trace, trace_format, window)
@@ -162,12 +162,16 @@ def compare_cmd(
     console.print(scaling, highlight=False)
 
 
-def _peak(prof: Profile, max_qps: float | None, capacity_devices: int, lats: tuple[float, ...]) -> tuple[float, str]:
-    """The trace's peak QPS and a sentence saying where it came from: ``--max-qps``, or (``compare`` and ``report``
-    alike, and ``eval planner`` by the same rule) what ``capacity_devices`` devices serve with the most accurate
-    model alone in batches within half the middle latency SLO."""
+def _peak(
+    prof: Profile, max_qps: float | None, capacity_devices: int, lats: tuple[float, ...], trace: str
+) -> tuple[float | None, str]:
+    """The trace's peak QPS and a sentence saying where it came from: ``--max-qps``, a synthetic trace's own rate,
+    or (``compare`` and ``report`` alike, and ``eval planner`` by the same rule) what ``capacity_devices`` devices
+    serve with the most accurate model alone in batches within half the middle latency SLO."""
     if max_qps is not None:
         return max_qps, f"--max-qps {max_qps:g} given"
+    if trace.startswith("synthetic:"):
+        return None, "the synthetic trace at its own rate"
     mid = sorted(lats)[len(lats) // 2]
     peak = float(round(family_max_qps(prof, capacity_devices, mid)))
     return peak, (
@@ -216,7 +220,9 @@ def report_cmd(
         prof = load_profile(pdir)
         accs = parse_floats(accuracy_targets, "--accuracy-targets") or _default_targets(prof)
         mid = sorted(lats)[len(lats) // 2]
-        peak, scaling = _peak(prof, max_qps, capacity_devices, lats)
+        found, scaling = _peak(prof, max_qps, capacity_devices, lats, "")  # report scales synthetic traces too
+        assert found is not None
+        peak = found
         overhead = prof.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms
         tr = trace_options(trace, trace_format, peak, window, drop_zero, arrival, seed).build()
         dist = _qps_dist(trace, trace_format, window)
