@@ -4,8 +4,8 @@
 
 The same deployment as ``bench_overload.py`` (digits family, planner's plan for p95 ≤ 150 ms on two devices,
 ``cascadeserve serve`` in a subprocess, the client in its own process). Capacity is what this machine sustains,
-not the plan's promise: unless ``--capacity-qps`` is given, a 15 s calibration at twice the plan's capacity measures
-the goodput (requests answered per second while shedding the rest), and the soak offers ``load`` times that. The
+not the plan's promise: unless ``--capacity-qps`` is given, a 10 s closed-loop calibration (16 clients) against the
+same server measures it (``bench_overload.measured_capacity``), and the soak offers ``load`` times that. The
 server's RSS is sampled every 10 s; growth is measured from the end of the first minute (warm-up: model buffers,
 allocator pools) to the end. Latency is summarised per minute (p50, p99 of the accepted requests, by send time).
 """
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_overload import SLO_MS, rss_kb, run_client, setup, start_server, stop_server
+from bench_overload import SLO_MS, measured_capacity, rss_kb, run_client, setup, start_server, stop_server
 
 
 def main() -> None:
@@ -32,16 +32,9 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         models, prof, plan, plan_capacity = setup(Path(d))
-        capacity = args.capacity_qps
-        if capacity is None:
-            proc, url = start_server(models, prof, plan)
-            try:
-                cal = run_client(url, 2 * plan_capacity, 15.0, seed=99)
-            finally:
-                stop_server(proc)
-            capacity = cal["ok"] / 15.0
-        qps = args.load * capacity
         proc, url = start_server(models, prof, plan)
+        capacity = args.capacity_qps if args.capacity_qps is not None else measured_capacity(url)
+        qps = args.load * capacity
         rss: list[tuple[float, int]] = []
         stop = threading.Event()
         t_start = time.monotonic()
