@@ -11,7 +11,9 @@ A :class:`GearPlan` is frozen data with a JSON round trip and a schema version:
 * online knobs: the hysteresis factor ``alpha``, the producer tick, a batch ``max_wait_ms`` (when absent,
   :data:`DEFAULT_MAX_WAIT_MS`, so that a queue short of its minimum length never waits forever) and
   ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs);
-* ``batch_overhead_ms``: a deployment's fixed cost per batch beyond the model's runtime, for the simulator.
+* ``batch_overhead_ms``: a deployment's fixed cost per batch beyond the model's runtime, for the simulator;
+* ``batching`` (``plan``, ``aimd`` or ``quantile``) and ``batch_target_ms``: Clipper's adaptive batching
+  (:mod:`cascadeserve.policy.adaptive`); ``plan``, the default, is the minimum queue lengths alone.
 
 Schema versions: version 3 (written today) adds an optional batch cap per replica in each gear
 (``GearReplica.max_batch``: the most samples one batch of that replica takes; the planner sets it per model, see

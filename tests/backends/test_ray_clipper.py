@@ -45,3 +45,24 @@ def test_adaptive_batching_runs_on_the_servers_and_survives_a_swap(toy_profile: 
         assert sum(sizes) == 300
         assert sizes[0] == 1  # both policies start every replica at a cap of 1 and grow it
         assert max(sizes) < 300  # a whole-queue batch would have taken everything queued at once
+
+
+def test_the_cache_answers_at_the_ray_front_end(toy_profile: Profile) -> None:
+    """The cache sits at admission, on the front end: a hit is answered there and never sent to a server."""
+    from cascadeserve.runtime import RuntimeOptions
+
+    plan = fixed_plan(toy_profile, Cascade(("m0",), ()), (Device(name="d0", memory_mb=1000),))
+    rec = Recorder()
+
+    async def main() -> tuple[Answer, Answer, bool]:
+        rt = RayBackend().emulated_runtime(toy_profile, plan, observer=rec, options=RuntimeOptions(cache_size=8))
+        await rt.start()
+        first = await asyncio.wait_for(rt.infer(4), 60)
+        (again,) = rt.submit([4])
+        done_at_once = again.done
+        await rt.stop(grace_s=1.0)
+        return first, again.future.result(), done_at_once
+
+    first, hit, done_at_once = asyncio.run(main())
+    assert done_at_once and hit.cached and not first.cached and hit.label == first.label
+    assert rec.n_admitted == 1

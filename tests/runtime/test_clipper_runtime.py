@@ -16,6 +16,7 @@ from tests.runtime.runtime_helpers import replay
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
+from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdown, Slowdowns
 from cascadeserve.runtime import FakeClock, Recorder, Request, RuntimeOptions, emulated_runtime
@@ -109,3 +110,33 @@ def test_adaptive_batching_with_a_slowdown_matches_the_simulator(toy_profile: Pr
     d0_before = [b.size for b in sim.batches if b.device == 0 and b.row == 0 and b.start < 0.2]
     d0_after = [b.size for b in sim.batches if b.device == 0 and b.row == 0 and 0.25 < b.start < 0.4]
     assert max(d0_before) > 1 and np.mean(d0_after) < np.mean(d0_before[len(d0_before) // 2 :])  # the cap fell
+
+
+def test_cache_hits_match_the_simulator_on_a_repeated_input_trace(toy_profile: Profile) -> None:
+    """Zipf-popular inputs through a 16-entry cache: the same requests hit, at the same times, in both engines."""
+    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), DEVS, max_wait_ms=2.0)
+    rng = np.random.default_rng(7)
+    arrivals = np.append(np.sort(rng.uniform(0, 0.5, 400)), 0.905)
+    w = 1.0 / np.arange(1, 51)
+    samples = rng.choice(50, size=len(arrivals), p=w / w.sum())
+    sim = simulate(toy_profile, plan, arrivals, cache=PredictionCache[int](16), samples=samples)
+
+    async def main() -> tuple[list[bool], list[float]]:
+        clock = FakeClock()
+        rt = emulated_runtime(toy_profile, plan, clock=clock, options=RuntimeOptions(cache_size=16))
+        await rt.start()
+        reqs: list[Request] = []
+        times = arrivals.tolist()
+        for i, t in enumerate(times):
+            if i == 0 or t != times[i - 1]:
+                await clock.advance_to(t, up_to_order=-1)
+            reqs += rt.submit([int(samples[i])])
+        await _settle(clock, *reqs)
+        await rt.stop(grace_s=0.0)
+        answers = [r.future.result() for r in reqs]
+        return [a.cached for a in answers], [a.finished for a in answers]
+
+    cached, finished = asyncio.run(main())
+    assert sim.cached is not None and 0.3 < sim.cached.mean() < 0.95
+    assert cached == sim.cached.tolist()
+    assert finished == sim.finish.tolist()

@@ -17,14 +17,15 @@ DEV = (Device(name="d0", memory_mb=1000),)
 
 def test_a_hit_is_answered_at_arrival_and_never_batched(toy_profile: Profile) -> None:
     plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), DEV)
-    arr = np.array([0.0, 0.01, 0.02, 0.25, 0.35, 0.36])
-    samples = np.array([5, 6, 5, 5, 6, 7])  # request 2 repeats 5 within its tick (a miss); 3 and 4 hit
+    arr = np.array([0.0, 0.0005, 0.01, 0.25, 0.35, 0.36])
+    # sample 5 again before its first answer (m0 takes 1 ms): a miss; after it, in the same tick: a hit
+    samples = np.array([5, 5, 5, 6, 6, 7])
     cache: PredictionCache[int] = PredictionCache(8)
     res = simulate(toy_profile, plan, arr, record_batches=True, cache=cache, samples=samples)
     assert res.cached is not None
-    assert res.cached.tolist() == [False, False, False, True, True, False]
-    assert res.finish[3] == arr[3] and res.finish[4] == arr[4]  # zero latency
-    assert res.answer_row[3] == res.answer_row[0] and res.correct[4] == res.correct[1]
+    assert res.cached.tolist() == [False, False, True, False, True, False]
+    assert res.finish[2] == arr[2] and res.finish[4] == arr[4]  # zero latency
+    assert res.answer_row[2] == res.answer_row[0] and res.correct[4] == res.correct[3]
     assert sum(b.size for b in res.batches if b.row == 0) == 4  # the hits reached no queue
     assert (cache.hits, cache.misses, len(cache)) == (2, 4, 3)
 

@@ -29,9 +29,9 @@ off and cost one ``is None`` test per batch or tick when off:
   each batch at the replica's current limit and reports every batch's runtime and size back to it. Without one,
   the plan's ``batching`` field builds it (:func:`~cascadeserve.policy.adaptive.batch_limit_for`);
 * ``cache`` (:class:`~cascadeserve.policy.cache.PredictionCache` keyed by sample id): an arrival whose sample
-  the cache holds is answered at its arrival and never queued; every cascade answer is stored. Lookups happen
-  as a tick's arrivals are admitted, so an answer given during a tick serves repeats from the next tick on
-  (the runtime sees it at once: the simulator counts up to one tick fewer hits);
+  the cache holds is answered at its arrival and never queued; every cascade answer is stored. With a cache the
+  arrivals of a tick are admitted one at a time, each after the device events before it (as the runtime sees
+  them), so a repeat hits as soon as the first answer is given;
 * ``slowdowns`` (:class:`~cascadeserve.profile.slowdown.Slowdowns`, a fault hook): multiplies the runtime of a
   batch starting on a device after its slowdown time, as the emulated devices do;
 * ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`): the gear of every tick, decided in advance
@@ -470,6 +470,20 @@ class Simulator:
                 else:
                     start(best_d, best_t, ready[best_d][3])
 
+        def enqueue(ids: np.ndarray) -> None:
+            """Route admitted requests to first-stage replicas under the current gear."""
+            for rr, sub in routers.admit_split(gear, ids):
+                p = pos[rr]
+                if p == len(pend_ids[rr]):
+                    pend_ids[rr] = sub
+                    pend_t[rr] = arr[sub]
+                else:
+                    pend_ids[rr] = np.concatenate([pend_ids[rr][p:], sub])
+                    pend_t[rr] = np.concatenate([pend_t[rr][p:], arr[sub]])
+                pos[rr] = 0
+                rep_dirty[rr] = True
+                dirty[replica_device[rr]] = True
+
         for w in range(n_ticks):
             t_w = w * tick
             if w > 0:
@@ -499,30 +513,23 @@ class Simulator:
                     counts[0] += k
                     b = a + k
             if b > a:
-                ids = np.arange(a, b, dtype=np.int64)
-                if cache is not None and cached is not None:  # hits are answered on arrival, never queued
-                    miss = []
+                if cache is not None and cached is not None:
+                    # One arrival at a time, after the device events before it, as the runtime sees them: a hit
+                    # (an answer given before this arrival) is answered now and never queued.
                     for i in range(a, b):
+                        t_i = float(arr[i])
+                        run_until(t_i)
+                        clock = t_i
                         hit = cache.lookup(i % n_samples if sample_of is None else int(sample_of[i]))
                         if hit is None:
-                            miss.append(i)
+                            enqueue(np.array([i], dtype=np.int64))
                         else:
-                            finish[i] = arr[i]
+                            finish[i] = t_i
                             answer_row[i] = hit
                             cached[i] = True
-                    counts[1] += (b - a) - len(miss)  # a hit is answered at once: it leaves flight as it enters
-                    ids = np.asarray(miss, dtype=np.int64)
-                for rr, sub in routers.admit_split(gear, ids) if len(ids) else ():
-                    p = pos[rr]
-                    if p == len(pend_ids[rr]):
-                        pend_ids[rr] = sub
-                        pend_t[rr] = arr[sub]
-                    else:
-                        pend_ids[rr] = np.concatenate([pend_ids[rr][p:], sub])
-                        pend_t[rr] = np.concatenate([pend_t[rr][p:], arr[sub]])
-                    pos[rr] = 0
-                    rep_dirty[rr] = True
-                    dirty[replica_device[rr]] = True
+                            counts[1] += 1  # a hit is answered at once: it leaves flight as it enters
+                else:
+                    enqueue(np.arange(a, b, dtype=np.int64))
             run_until((w + 1) * tick)  # the next tick at (w+1)·tick exactly, as the runtime producer ticks
 
         # Drain: no more arrivals, so from the end of the last tick every queue fires as soon as its device is free.
