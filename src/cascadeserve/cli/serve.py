@@ -244,8 +244,6 @@ def _layer_options(
 ) -> ClipperOptions:
     if selection not in ("exp3", "exp4"):
         raise CascadeServeError(f"--selection: {selection!r} is not one of exp3, exp4")
-    if slo_ms is not None and not slo_ms > 0:
-        raise CascadeServeError(f"--slo-ms: {slo_ms} is not a positive number of milliseconds")
     alts: list[tuple[str, GearPlan]] = []
     for spec in alternatives:
         alt_name, sep, path = spec.partition("=")
