@@ -98,7 +98,11 @@ def test_killed_server_is_restarted_and_every_request_is_answered_exactly_once(t
     print(f"restart {restart_s:.2f} s, fallbacks {sum(a.fallback for a in answers)}")
 
 
-def test_gear_switch_reaches_every_server_within_one_tick(toy_profile: Profile) -> None:
+def test_gear_switch_reaches_every_server(toy_profile: Profile) -> None:
+    """Every server applies the producer's switch, after it and while the load lasts. How fast (within one 100 ms
+    tick while the servers keep up: 26-57 ms over 16 servers) is a benchmark figure (``benchmarks/bench_ray.py``),
+    not a test bound: on a busy machine a server process may not run for a few hundred ms, and this test then
+    failed while nothing was wrong."""
     plan = two_gear_plan(low_high=60.0, max_wait_ms=10.0)
     rec = Recorder()
 
@@ -119,7 +123,7 @@ def test_gear_switch_reaches_every_server_within_one_tick(toy_profile: Profile) 
                 for device in ("d0", "d1"):
                     applied = rt.placement.fleet.gear_set_at[device][gen.number]
                     switched = gen.transport.switched_at
-                    assert abs(applied - switched) < tick, (device, applied - switched)
+                    assert 0.0 <= applied - switched < 50 * tick, (device, applied - switched)
                 checked = True
         await asyncio.wait_for(_gather(reqs), timeout=30)
         assert checked
