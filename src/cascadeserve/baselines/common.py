@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from cascadeserve.plan import Device, GearPlan
-from cascadeserve.planner import QpsDistribution
+from cascadeserve.errors import InfeasibleError
+from cascadeserve.plan import SLO, Device, GearPlan
+from cascadeserve.planner import Planner, QpsDistribution
 from cascadeserve.policy import AimdBatchLimit, GearSchedule
 from cascadeserve.profile import ModelProfile, Profile
 from cascadeserve.runtime import Clock, Observer, Runtime, RuntimeOptions, emulated_runtime
@@ -46,6 +47,7 @@ __all__ = [
     "batch_for_latency",
     "batch_ms",
     "pareto_models",
+    "planned_single_model",
     "sub_profile",
 ]
 
@@ -242,3 +244,23 @@ def batch_for_latency(model: ModelProfile, budget_ms: float, cap: int | None = N
     sizes = np.arange(1, (model.batch_limit if cap is None else cap) + 1)
     ok = np.flatnonzero(model.runtime.ms_at(sizes) + overhead_ms <= budget_ms)
     return int(sizes[ok[-1]]) if len(ok) else 1
+
+
+def planned_single_model(name: str, w: Workload, devices: int, config: Config, model: str) -> Deployment | None:
+    """One model, statically on every device, batched by the planner for the latency SLO ``config["slo_ms"]``
+    (DynBa's setting, also tried by no-switching); ``None`` when the planner finds no feasible plan."""
+    one = sub_profile(w.profile, [model])
+    planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed, batch_overhead_ms=w.batch_overhead_ms)
+    try:
+        planner.fit(
+            one,
+            w.devices(devices),
+            SLO(kind="p95_ms", value=float(config["slo_ms"])),
+            w.max_qps,
+            check_arrivals=w.trace.arrivals,
+        )
+    except InfeasibleError:
+        return None
+    assert planner.plan_ is not None
+    return Deployment(name, dict(config), one, planner.plan_)
+

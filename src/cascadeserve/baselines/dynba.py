@@ -12,11 +12,11 @@ per cell wins. The workload's per-batch overhead is in both plans (the planner p
 
 from __future__ import annotations
 
-from cascadeserve.baselines.common import ACCURACY_TOL, Config, Deployment, System, Workload, sub_profile
+from cascadeserve.baselines.common import ACCURACY_TOL, Config, Deployment, System, Workload, planned_single_model
 from cascadeserve.cascade import Cascade
-from cascadeserve.errors import InfeasibleError, PlanError
-from cascadeserve.plan import SLO, fixed_plan
-from cascadeserve.planner import Planner, default_batch_caps
+from cascadeserve.errors import PlanError
+from cascadeserve.plan import fixed_plan
+from cascadeserve.planner import default_batch_caps
 
 __all__ = ["DynBa"]
 
@@ -44,17 +44,4 @@ class DynBa(System):
                 return None
             plan = w.carry(plan)
             return Deployment(self.name, dict(config), w.profile, plan)
-        one = sub_profile(w.profile, [model])
-        planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed, batch_overhead_ms=w.batch_overhead_ms)
-        try:
-            planner.fit(
-                one,
-                w.devices(devices),
-                SLO(kind="p95_ms", value=float(config["slo_ms"])),
-                w.max_qps,
-                check_arrivals=w.trace.arrivals,
-            )
-        except InfeasibleError:
-            return None
-        assert planner.plan_ is not None
-        return Deployment(self.name, dict(config), one, planner.plan_)
+        return planned_single_model(self.name, w, devices, config, model)

@@ -27,7 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from cascadeserve.baselines.common import ACCURACY_TOL, Config, Deployment, System, Workload, sub_profile
+from cascadeserve.baselines.common import (
+    ACCURACY_TOL,
+    Config,
+    Deployment,
+    System,
+    Workload,
+    planned_single_model,
+)
 from cascadeserve.cascade import Cascade
 from cascadeserve.errors import InfeasibleError, PlanError
 from cascadeserve.plan import SLO, fixed_plan
@@ -129,20 +136,7 @@ class NoSwitching(System):
 
     def _planned(self, w: Workload, devices: int, config: Config, model: str) -> Deployment | None:
         """One model, statically on every device, batched by the planner for one latency SLO (DynBa's setting)."""
-        one = sub_profile(w.profile, [model])
-        planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed, batch_overhead_ms=w.batch_overhead_ms)
-        try:
-            planner.fit(
-                one,
-                w.devices(devices),
-                SLO(kind="p95_ms", value=float(config["slo_ms"])),
-                w.max_qps,
-                check_arrivals=w.trace.arrivals,
-            )
-        except InfeasibleError:
-            return None
-        assert planner.plan_ is not None
-        return Deployment(self.name, dict(config), one, planner.plan_)
+        return planned_single_model(self.name, w, devices, config, model)
 
 
 class NoCascade(CascadeServe):
