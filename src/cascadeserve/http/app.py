@@ -42,11 +42,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive
 
 from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
+from cascadeserve.http.fastpath import InferFastPath, server_error
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openapi import InferRequest, describe, openapi_document
 from cascadeserve.http.v2 import (
@@ -399,38 +400,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(exc.detail or "error", exc.status_code)
 
 
-async def _server_error(request: Request, exc: Exception) -> Response:
-    return _error(f"internal error: {type(exc).__name__}: {exc}", 500)
-
-
-class _InferFastPath:
-    """ASGI wrapper: ``POST /v2/models/<served model>[/versions/1]/infer`` skips Starlette's router and middleware.
-
-    Routing and the exception middleware cost ~40% of the server's CPU per request in a profile of the HTTP
-    benchmark; inference requests are the hot path, so they go straight to the handler (with the same 500 handling
-    for a handler that raises). Everything else, lifespan included, goes to the Starlette app unchanged.
-    """
-
-    def __init__(self, app: Starlette, api: _Api) -> None:
-        self.app = app
-        self.api = api
-        base = f"/v2/models/{api.model.name}"
-        self.paths = frozenset({base + "/infer", base + "/versions/1/infer"})
-        self.state = app.state  # tests and tools reach app.state through the wrapper
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.paths:
-            scope["path_params"] = {"name": self.api.model.name}
-            request = Request(scope, receive)
-            try:
-                response = await self.api.infer(request)
-            except Exception as exc:  # the same answer the app's exception handler gives
-                response = await _server_error(request, exc)
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 Router = Callable[["_Api"], list[BaseRoute]]
 """A router: the routes of one concern over the handlers (add one to :data:`ROUTERS`, or pass ``routers``)."""
 
@@ -525,6 +494,6 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        exception_handlers={HTTPException: _http_error, Exception: server_error},
     )
-    return _InferFastPath(app, api)
+    return InferFastPath(app, api.model.name, api.infer, api)

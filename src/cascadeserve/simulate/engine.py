@@ -70,6 +70,7 @@ from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
+from cascadeserve.simulate.queues import Forwarded, tick_windows
 from cascadeserve.simulate.result import BatchRecord, SimResult
 
 __all__ = ["Simulator", "simulate", "tick_windows"]
@@ -79,70 +80,6 @@ _SMALL_BATCH = 16
 _NO_BATCH: Candidate = (math.inf, math.inf, -1, -1)
 _EMPTY_I = np.empty(0, dtype=np.int64)
 _EMPTY_F = np.empty(0, dtype=np.float64)
-
-
-class _Fwd:
-    """Samples forwarded to a replica: chunks of request ids, each with the time it entered the queue."""
-
-    __slots__ = ("chunks", "n", "oldest")
-
-    def __init__(self) -> None:
-        self.chunks: list[tuple[np.ndarray, float | np.ndarray]] = []
-        self.n = 0
-        self.oldest = math.inf
-
-    def push(self, ids: np.ndarray, t: float | np.ndarray) -> None:
-        if self.n == 0:
-            self.oldest = t if isinstance(t, float) else float(np.min(t))
-        self.chunks.append((ids, t))
-        self.n += len(ids)
-
-    def take(self, size: int) -> np.ndarray:
-        """The ``size`` oldest samples (chunks are pushed in time order, so they are the front ones): a capped batch
-        of a queue that only holds forwarded samples costs O(size), not O(queue)."""
-        taken: list[np.ndarray] = []
-        need = size
-        chunks = self.chunks
-        i = 0
-        while need > 0:
-            ids, t = chunks[i]
-            if len(ids) <= need:
-                taken.append(ids)
-                need -= len(ids)
-                i += 1
-            else:
-                taken.append(ids[:need])
-                chunks[i] = (ids[need:], t if isinstance(t, float) else t[need:])
-                need = 0
-        del chunks[:i]
-        self.n -= size
-        if self.n == 0:
-            self.oldest = math.inf
-        else:
-            t0 = chunks[0][1]
-            self.oldest = t0 if isinstance(t0, float) else float(np.min(t0))
-        return taken[0] if len(taken) == 1 else np.concatenate(taken)
-
-    def clear(self) -> None:
-        self.chunks = []
-        self.n = 0
-        self.oldest = math.inf
-
-
-def tick_windows(arrivals: np.ndarray, tick_s: float) -> int:
-    """How many producer ticks a trace spans: the windows ``[k·tick, (k+1)·tick)`` up to the last arrival's.
-
-    The queues drain from the end of the last window on (``tick_windows(...) * tick_s``). Floor division alone would
-    disagree with the window bounds: 0.5 // 0.1 is 4.0, yet 5 * 0.1 == 0.5, so an arrival at 0.5 lies in the sixth
-    window, and without the correction it would never be admitted.
-    """
-    if not len(arrivals):
-        return 0
-    last = float(arrivals[-1])
-    n = int(last // tick_s) + 1
-    while tick_s * n <= last:
-        n += 1
-    return n
 
 
 class Simulator:
@@ -220,7 +157,7 @@ class Simulator:
         pend_ids: list[np.ndarray] = [_EMPTY_I] * r_count
         pend_t: list[np.ndarray] = [_EMPTY_F] * r_count
         pos = [0] * r_count
-        fwd = [_Fwd() for _ in range(r_count)]
+        fwd = [Forwarded() for _ in range(r_count)]
         busy: list[tuple[int, np.ndarray, float] | None] = [None] * d_count
         busy_until = [math.inf] * d_count
         free_at = [0.0] * d_count
