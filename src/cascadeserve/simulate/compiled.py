@@ -142,6 +142,7 @@ def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, 
         cached=None,
         shed=shed if adm is not None else None,
         threshold_changes=[],
+        engine="compiled",
     )
 
 

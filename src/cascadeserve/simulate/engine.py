@@ -503,6 +503,7 @@ class Simulator:
             cached=cached,
             shed=shed,
             threshold_changes=[] if tuning is None else list(tuning.changes),
+            engine="python",
         )
 
 

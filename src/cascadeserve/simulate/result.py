@@ -52,6 +52,7 @@ class SimResult:
         return 0 if self.shed is None else int(np.count_nonzero(self.shed))
 
     threshold_changes: list[ThresholdDecision] = field(default_factory=list)  # online tuning's swaps, in order
+    engine: str = "python"  # which loop ran: "compiled" or "python" (the same trajectory either way)
 
     @property
     def latency_s(self) -> np.ndarray:
@@ -123,6 +124,7 @@ def build_result(
     cached: np.ndarray | None,
     shed: np.ndarray | None,
     threshold_changes: list[ThresholdDecision],
+    engine: str,
 ) -> SimResult:
     """The :class:`SimResult` of a run, from per-request outcomes and busy seconds per tick (both engines)."""
     n = len(arrivals)
@@ -150,4 +152,5 @@ def build_result(
         cached=cached,
         shed=shed,
         threshold_changes=threshold_changes,
+        engine=engine,
     )
