@@ -48,7 +48,8 @@ def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
     arrivals = np.sort(slots) * 0.001
     hooks: dict[str, object] = {}
     if draw(st.booleans()):
-        hooks["gear_schedule"] = GearSchedule(draw(st.lists(st.integers(0, len(plan.gears) - 1), min_size=1, max_size=15)))
+        gears = draw(st.lists(st.integers(0, len(plan.gears) - 1), min_size=1, max_size=15))
+        hooks["gear_schedule"] = GearSchedule(gears)
     if draw(st.booleans()):
         hooks["admission"] = AdmissionPolicy(capacity=draw(st.integers(1, 60)))
     if draw(st.booleans()):
