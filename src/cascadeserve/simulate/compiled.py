@@ -74,6 +74,10 @@ def _routes(sim: Simulator) -> tuple[np.ndarray, ...]:
     return route_of, ints(starts), ints(lens), ints(reps), ints(seq_starts), ints(seq_lens), flat
 
 
+def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
+    return np.require(a, dtype=dtype, requirements=["C", "W"])
+
+
 def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float) -> SimResult:
     """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``Simulator.run``)."""
     why = unsupported(sim)
@@ -104,14 +108,18 @@ def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, 
     routes = _routes(sim)
     loop = build_loop()
     table = _TABLE_BATCH
+    f8, i8 = np.float64, np.int64
     while True:
-        rt = np.ascontiguousarray([m.runtime.table(table) for m in prof.models], dtype=np.float64)
+        rt = np.asarray([m.runtime.table(table) for m in prof.models], dtype=f8)
+        # Every array C-contiguous and writable: numba compiles once per argument type, and a read-only trace
+        # (or a strided view) is another type, which would mean another compile.
         out = loop(
-            arr, samp, np.ascontiguousarray(prof.certainties, dtype=np.float64), tb.threshold, tb.next_row,
-            tb.first_row, min_queue, caps, max_wait, rt, plan.batch_overhead_ms / 1000.0, tick, n_ticks,
-            np.asarray(bounds, dtype=np.int64), dev_start, dev_flat, tb.replica_row, tb.replica_device, *routes,
-            np.asarray(gp.selector.qps_highs, dtype=np.float64), float(gp.selector.qps_scale),
-            float(gp.selector.alpha), schedule, gp.schedule is not None, gp.initial(),
+            _plain(arr, f8), _plain(samp, i8), _plain(prof.certainties, f8), _plain(tb.threshold, f8),
+            _plain(tb.next_row, i8), _plain(tb.first_row, i8), min_queue, caps, max_wait, rt,
+            plan.batch_overhead_ms / 1000.0, tick, n_ticks, _plain(bounds, i8), dev_start, dev_flat,
+            _plain(tb.replica_row, i8), _plain(tb.replica_device, i8), *routes,
+            np.asarray(gp.selector.qps_highs, dtype=f8), float(gp.selector.qps_scale),
+            float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
             -1 if bound is None else int(bound), adm is not None, sim.record_batches,
         )  # fmt: skip
         if out[0] == 0:
