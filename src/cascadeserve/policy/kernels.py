@@ -175,7 +175,7 @@ def _njit(fn: Callable[..., Any]) -> Any:
     from numba.core.caching import FunctionCache
 
     try:
-        FunctionCache(fn)  # numba's own look-up of a cache location; it would raise at the first call otherwise
+        FunctionCache(fn)  # type: ignore[no-untyped-call]  # numba's own look-up of a cache location; it would raise at the first call otherwise
     except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
         return numba.njit(fn)
     return numba.njit(cache=True)(fn)
