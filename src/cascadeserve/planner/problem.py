@@ -101,11 +101,12 @@ def default_batch_caps(
 class Memo:
     """LP and simulation results of one fit, keyed by everything they depend on, and the work they took.
 
-    ``lp_solves`` and ``simulations`` in the report are the numbers of distinct LPs and simulations: each miss
-    stores exactly one entry, so they are the sizes of these dicts.
+    ``lp_solves`` and ``simulations`` in the report are the numbers of LPs HiGHS solved and of distinct
+    simulations: each miss stores exactly one entry, so they are the sizes of ``lp_raw`` and ``sims``.
     """
 
     lp: dict[tuple[Any, ...], Balance] = field(default_factory=dict)
+    lp_raw: dict[tuple[bytes, bytes], np.ndarray] = field(default_factory=dict)  # HiGHS answers by normalised LP
     sims: dict[tuple[Any, ...], tuple[bool, float]] = field(default_factory=dict)
     sim_requests: int = 0  # requests replayed by all simulations (a cache hit replays none)
 
@@ -227,6 +228,7 @@ class Problem:
                 [runtime.get(m, 0.0) for m, _ in placement],
                 self.demand(c, qps),
                 self.n_dev,
+                solved=self.memo.lp_raw,
             )
             self.memo.lp[key] = hit
         return hit
