@@ -159,7 +159,7 @@ def _words(bits: np.ndarray, nwords: int) -> np.ndarray:
 
 def _count(words: np.ndarray) -> np.ndarray:
     """Set bits per row (last axis summed)."""
-    return np.bitwise_count(words).sum(axis=-1, dtype=np.int64)
+    return np.asarray(np.bitwise_count(words).sum(axis=-1, dtype=np.int64))
 
 
 class _Exact:
