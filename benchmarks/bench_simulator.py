@@ -5,12 +5,20 @@ Scenario (issue 2): a 4-model cascade on 4 devices, the Twitter trace's first 20
 per-batch cost plus a per-sample cost that grows ~3x per model) and 10,000 validation samples, so that the four
 devices can carry the peak. Prints one JSON line per run and a summary with the median.
 
+Compile time is kept out of the runs: before them, one tiny simulation compiles the compiled loop (or loads it from
+numba's on-disk cache), and its wall time is reported as ``compile_s``. Set ``NUMBA_CACHE_DIR`` to an empty folder
+to measure a cold compile. Each run also prints what it simulated (completions, p95 to the microsecond, and a
+SHA-256 of every finish time and answering model) so that two versions can be checked for identical outputs; the
+script runs unchanged against an older ``src`` (without ``--engine``), for side-by-side comparisons.
+
 Usage: python benchmarks/bench_simulator.py [--runs 5] [--trace PATH-TO-tweets_per_second.txt] [--max-wait-ms MS]
+       [--engine auto|compiled|python] [--window 0:1200]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import time
@@ -53,7 +61,19 @@ def main() -> None:
         help="the plan's max wait (default: none, so DEFAULT_MAX_WAIT_MS applies); 1e9 never fires, as plans "
         "without a max wait behaved before the default existed",
     )
+    ap.add_argument("--engine", choices=("auto", "compiled", "python"), default=None, help="default: auto")
+    ap.add_argument("--window", default="0:1200", help="the trace window in seconds (default: the first 20 minutes)")
     args = ap.parse_args()
+    kw = {} if args.engine is None else {"engine": args.engine}
+    compile_s = None
+    if args.engine != "python":
+        try:
+            from cascadeserve.simulate.compiled import warm_up
+        except ImportError:  # an older src without the compiled loop
+            pass
+        else:
+            compile_s = round(warm_up(), 3)
+    print(json.dumps({"compile_s": compile_s}))
     prof = bert_like_profile()
     plan = fixed_plan(
         prof,
@@ -62,13 +82,14 @@ def main() -> None:
         min_queue=args.min_queue,
         max_wait_ms=args.max_wait_ms,
     )
-    trace = build_trace(str(args.trace), fmt="per-second", window="0:1200", max_qps=7600, seed=0)
+    trace = build_trace(str(args.trace), fmt="per-second", window=args.window, max_qps=7600, seed=0)
     rates = []
     for run in range(args.runs):
         t0 = time.perf_counter()
-        res = simulate(prof, plan, trace.arrivals)
+        res = simulate(prof, plan, trace.arrivals, **kw)  # type: ignore[arg-type]
         wall = time.perf_counter() - t0
         s = res.summary()
+        digest = hashlib.sha256(res.finish.tobytes() + res.answer_row.astype("<i8").tobytes()).hexdigest()[:16]
         rates.append(len(trace) / wall)
         print(
             json.dumps(
@@ -78,6 +99,9 @@ def main() -> None:
                     "wall_s": round(wall, 3),
                     "requests_per_s": round(len(trace) / wall),
                     "p95_ms": round(s["p95_ms"], 3),
+                    "completed": s["completed"],
+                    "outputs_sha256": digest,
+                    "engine": getattr(res, "engine", "python"),
                 }
             )
         )
@@ -85,6 +109,7 @@ def main() -> None:
         json.dumps(
             {
                 "median_requests_per_s": round(statistics.median(rates)),
+                "compile_s": compile_s,
                 "runs": args.runs,
                 "requests": len(trace),
                 "mean_qps": round(trace.mean_qps, 1),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from tests.runtime.runtime_helpers import Replay, replay, step_arrivals, two_gear_plan
+from tests.simulate.sim_helpers import assert_same_result
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica, fixed_plan
@@ -39,6 +40,11 @@ def _compare(
         batch_limit=None if batch_limit is None else batch_limit(),
         gear_schedule=gear_schedule,
     )
+    # Without an adaptive batch limit the simulator runs its compiled loop; the Python reference loop must agree.
+    assert sim.engine == ("python" if batch_limit is not None or plan.batching != "plan" else "compiled")
+    if sim.engine == "compiled":
+        ref = simulate(profile, plan, arrivals, record_batches=True, gear_schedule=gear_schedule, engine="python")
+        assert_same_result(sim, ref)
     options = RuntimeOptions(batch_limit=None if batch_limit is None else batch_limit(), gear_schedule=gear_schedule)
     run = asyncio.run(replay(profile, plan, list(arrivals), options=options))
     sim_batches = sorted((b.start, b.end, b.device, b.replica, b.row, b.size, b.answered) for b in sim.batches)

@@ -39,6 +39,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from cascadeserve.policy.kernels import NO_LIMIT, admitted
+
 __all__ = [
     "DEFAULT_SLO_MS",
     "AdmissionDecision",
@@ -203,7 +205,7 @@ class AdmissionPolicy:
         """How many of ``n`` single-row arrivals, decided one after another from ``in_flight``, are accepted: the
         bulk form of :meth:`decide` (each accepted row raises the count the next one sees), for the simulator."""
         cap = self.bound(drain_qps)
-        return n if cap is None else max(0, min(n, cap - in_flight))
+        return admitted(n, in_flight, NO_LIMIT if cap is None else cap)
 
     def full(self, in_flight: int, drain_qps: float | None = None) -> bool:
         """Whether a single row would be shed now."""

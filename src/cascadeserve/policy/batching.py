@@ -30,6 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from cascadeserve.policy.kernels import NO_LIMIT, prefer, take_count
+from cascadeserve.policy.kernels import fire_time as _fire_time
+
 __all__ = [
     "BatchDecision",
     "BatchTrigger",
@@ -66,10 +69,8 @@ class BatchTrigger:
         ``first`` is when the oldest sample entered the queue and ``mth`` when the ``min_queue``-th did (``inf``
         when it has not, or, for the simulator, will not before the next arrivals are known).
         """
-        # max(now, min(mth, first + max_wait)), written out: the simulator calls this half a million times a minute.
         wait = self.max_wait_s
-        due = mth if wait is None or mth <= first + wait else first + wait
-        return due if due > now else now
+        return _fire_time(now, first, mth, _INF if wait is None else wait)  # the rule: policy.kernels.fire_time
 
     def fire_time_known(self, now: float, queued: int, oldest: float) -> float:
         """:meth:`fire_time` for an engine that knows only the samples queued now (the runtime): ``now`` when ready,
@@ -92,8 +93,7 @@ def batch_size(trigger: BatchTrigger, present: int, cap: int | None = None) -> i
     """How many of the ``present`` queued samples a firing batch takes: the whole queue, oldest first, up to the
     plan's ``max_batch`` and then the adaptive cap (AIMD) when one is set."""
     limit = trigger.max_batch
-    size = present if limit is None or present <= limit else limit
-    return size if cap is None or size <= cap else cap
+    return take_count(present, NO_LIMIT if limit is None else limit, NO_LIMIT if cap is None else cap)
 
 
 Candidate = tuple[float, float, int, int]
@@ -129,5 +129,7 @@ def next_batch(candidates: Sequence[Candidate]) -> Candidate | None:
     """
     if not candidates:
         return None
-    best = min(candidates)  # tuples order by the tie-break rule; inf fire times sort last
+    best = candidates[0]
+    for cand in candidates:  # the tie-break rule is policy.kernels.prefer; inf fire times lose to any finite one
+        best = prefer(best, cand)
     return None if best[0] == _INF else best

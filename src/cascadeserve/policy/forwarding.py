@@ -15,35 +15,32 @@ property test checks it). Which replica each unsure sample goes to is
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
+from cascadeserve.policy import kernels
+from cascadeserve.policy.kernels import LAST_STAGE
 
 __all__ = ["LAST_STAGE", "is_sure", "sure_list", "sure_mask"]
 
-LAST_STAGE = -math.inf
+_rule = kernels.is_sure  # the rule itself, written once (elementwise on arrays as on floats)
 
 
 def sure_mask(certainty: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
     """Boolean mask of the samples this stage answers (``threshold`` a scalar, or one per sample)."""
     c = np.asarray(certainty, dtype=np.float64)
     if isinstance(threshold, (float, int)):  # numpy's float64 is a float; one scalar for the whole batch
-        if threshold == LAST_STAGE:
-            return np.ones(c.shape, dtype=bool)
-        return np.asarray(c >= threshold, dtype=bool)
-    thr = np.asarray(threshold, dtype=np.float64)
-    return np.asarray((c >= thr) | (thr == LAST_STAGE), dtype=bool)
+        return np.broadcast_to(np.asarray(_rule(c, float(threshold)), dtype=bool), c.shape).copy()
+    return np.asarray(_rule(c, np.asarray(threshold, dtype=np.float64)), dtype=bool)
 
 
 def is_sure(certainty: float, threshold: float) -> bool:
     """The same rule for one sample."""
-    return threshold == LAST_STAGE or certainty >= threshold
+    return bool(_rule(certainty, threshold))
 
 
 def sure_list(certainty: list[float], threshold: float | list[float]) -> list[bool]:
     """:func:`sure_mask` for a short Python list of certainties (``threshold`` one, or one per sample)."""
+    rule = _rule
     if isinstance(threshold, list):
-        return [t == LAST_STAGE or c >= t for c, t in zip(certainty, threshold, strict=True)]
-    if threshold == LAST_STAGE:
-        return [True] * len(certainty)
-    return [c >= threshold for c in certainty]
+        return [rule(c, t) for c, t in zip(certainty, threshold, strict=True)]
+    return [rule(c, threshold) for c in certainty]

@@ -18,10 +18,10 @@ future load, Cocktail+), the schedule's gear for the tick.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cascadeserve.policy.kernels import gear_for_qps, select_gear
 from cascadeserve.policy.schedule import GearSchedule
 
 __all__ = ["GearDecision", "GearPolicy", "GearSelector"]
@@ -51,17 +51,21 @@ class GearSelector:
         self.qps_scale = qps_scale
 
     @property
+    def qps_highs(self) -> tuple[float, ...]:
+        """The top of each gear's QPS range, ascending."""
+        return tuple(self._highs)
+
+    @property
     def n_gears(self) -> int:
         return len(self._highs)
 
     def lookup(self, qps: float) -> int:
         """The gear whose range holds ``qps`` (after scaling); the last gear above the plan's max QPS."""
-        return min(bisect.bisect_right(self._highs, qps * self.qps_scale), len(self._highs) - 1)
+        return gear_for_qps(self._highs, qps * self.qps_scale)
 
     def decide(self, current: int, qps: float, q0: int) -> GearDecision:
-        target = self.lookup(qps)
-        held = target < current and qps < self.alpha * q0
-        return GearDecision(gear=current if held else target, target=target, qps=qps, q0=q0, held=held)
+        gear, target, held = select_gear(self._highs, self.qps_scale, self.alpha, current, qps, q0)
+        return GearDecision(gear=gear, target=target, qps=qps, q0=q0, held=held)
 
 
 class GearPolicy:

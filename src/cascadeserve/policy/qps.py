@@ -7,6 +7,8 @@ the runtime (with a real or a fake clock) drive the same object.
 
 from __future__ import annotations
 
+from cascadeserve.policy.kernels import qps_rate
+
 __all__ = ["QpsMeter"]
 
 
@@ -29,7 +31,7 @@ class QpsMeter:
     def tick(self, now: float) -> float:
         """Close the window at ``now`` and return its rate in requests per second."""
         elapsed = now - self._last_tick
-        qps = self._count / elapsed if elapsed > 0 else 0.0
+        qps = qps_rate(self._count, elapsed)
         self._count = 0
         self._last_tick = now
         return qps

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cascadeserve.policy.kernels import swrr_pick
+
 __all__ = ["SmoothWeightedRoundRobin", "swrr_sequence"]
 
 
@@ -66,9 +68,15 @@ class SmoothWeightedRoundRobin:
         self._period = len(self._seq)
         self._pos = 0
 
+    @property
+    def sequence(self) -> np.ndarray:
+        """One period of the pick order (read-only view), starting at position 0."""
+        out = self._seq.view()
+        out.setflags(write=False)
+        return out
+
     def pick(self) -> int:
-        i = int(self._seq[self._pos])
-        self._pos = (self._pos + 1) % self._period
+        i, self._pos = swrr_pick(self._seq, self._pos)
         return i
 
     def pick_many(self, n: int) -> np.ndarray:

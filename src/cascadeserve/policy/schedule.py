@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cascadeserve.policy.kernels import scheduled_gear
+
 __all__ = ["GearSchedule"]
 
 
@@ -38,4 +40,4 @@ class GearSchedule:
 
     def gear_at(self, tick: int) -> int:
         """The gear for producer tick ``tick`` (0-based)."""
-        return int(self._gears[min(max(tick, 0), self._gears.size - 1)])
+        return scheduled_gear(self._gears, tick)

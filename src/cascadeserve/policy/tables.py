@@ -124,6 +124,10 @@ class PlanTables:
     def route(self, gear: int, row: int) -> Route:
         return self._routes[(gear, row)]
 
+    def routes(self) -> dict[tuple[int, int], Route]:
+        """Every ``(gear, model row)`` route of the plan (a copy)."""
+        return dict(self._routes)
+
     def first_stage_replicas(self, gear: int) -> tuple[int, ...]:
         return self._first_stage[gear]
 

@@ -70,8 +70,9 @@ from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
+from cascadeserve.simulate.compiled import Engine, run_compiled, unsupported
 from cascadeserve.simulate.queues import Forwarded, tick_windows
-from cascadeserve.simulate.result import BatchRecord, SimResult
+from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 
 __all__ = ["Simulator", "simulate", "tick_windows"]
 
@@ -96,10 +97,13 @@ class Simulator:
         cache: PredictionCache[int] | None = None,
         slowdowns: Slowdowns | None = None,
         admission: AdmissionPolicy | None = None,
-
         tuning: OnlineTuning | None = None,
+        engine: Engine = "auto",
     ) -> None:
         plan.check_against(profile)
+        if engine not in ("auto", "compiled", "python"):
+            raise ValueError(f"engine: {engine!r} is not one of auto, compiled, python")
+        self.engine: Engine = engine
         self.batch_limit = batch_limit if batch_limit is not None else batch_limit_for(plan)
         self.cache = cache
         self.slowdowns = slowdowns or None
@@ -131,6 +135,8 @@ class Simulator:
             sample_of.shape != arr.shape or (n and (sample_of.min() < 0 or sample_of.max() >= n_samples))
         ):
             raise ValueError(f"samples must hold one validation sample index in [0, {n_samples}) per arrival")
+        if self.engine == "compiled" or (self.engine == "auto" and unsupported(self) is None):
+            return run_compiled(self, arr, sample_of, wall0)
         r_count, d_count = tb.n_replicas, tb.n_devices
         cert = self.profile.certainties
         replica_row = tb.replica_row.tolist()
@@ -477,33 +483,27 @@ class Simulator:
         rep_dirty = [True] * r_count
         run_until(math.inf)
 
-        samples = np.arange(n, dtype=np.int64) % n_samples if sample_of is None else sample_of
-        # An unanswered request (answer_row -1) is never correct; without the mask, -1 would index the last model.
-        correct = (
-            (self.profile.predictions[answer_row, samples] == self.profile.labels[samples]) & (answer_row >= 0)
-            if n
-            else np.zeros(0, dtype=bool)
-        )
-        stage = tb.stage[gear_of, answer_row] if n else np.zeros(0, dtype=np.int64)
-        busy_frac = np.minimum(tick_busy[:n_ticks] / tick, 1.0) if n_ticks else np.zeros((0, d_count))
-        return SimResult(
+        return build_result(
             arrivals=arr,
+            samples=np.arange(n, dtype=np.int64) % n_samples if sample_of is None else sample_of,
             finish=finish,
             answer_row=answer_row,
-            answer_stage=stage,
             gear=gear_of,
-            correct=np.asarray(correct, dtype=bool),
-            tick_times=tick * np.arange(n_ticks),
+            predictions=self.profile.predictions,
+            labels=self.profile.labels,
+            stage_table=tb.stage,
+            tick_s=tick,
+            n_ticks=n_ticks,
             tick_qps=tick_qps,
             tick_gear=tick_gear,
             tick_q0=tick_q0,
-            tick_busy=busy_frac,
+            tick_busy_s=tick_busy,
             wall_s=time.perf_counter() - wall0,
             batches=batches,
             cached=cached,
             shed=shed,
-
             threshold_changes=[] if tuning is None else list(tuning.changes),
+            engine="python",
         )
 
 
@@ -519,8 +519,8 @@ def simulate(
     slowdowns: Slowdowns | None = None,
     samples: np.ndarray | None = None,
     admission: AdmissionPolicy | None = None,
-
     tuning: OnlineTuning | None = None,
+    engine: Engine = "auto",
 ) -> SimResult:
     """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records.
 
@@ -529,6 +529,10 @@ def simulate(
     sample (a trace of repeated inputs); by default request ``i`` takes sample ``i mod n``. ``tuning``
     (:class:`~cascadeserve.policy.tuning.OnlineTuning`, fresh per run) audits early exits and re-tunes the gears'
     thresholds every tick, in simulated time; its decisions are in ``SimResult.threshold_changes``.
+
+    ``engine``: ``"auto"`` runs the compiled loop (:mod:`cascadeserve.simulate.compiled`) unless a hook needs the
+    Python reference loop (an adaptive batch limit, a cache, slowdowns, tuning); ``"compiled"`` or ``"python"``
+    forces one (the compiled one refuses those hooks). Both replay the same trajectory to the bit.
     """
     return Simulator(
         profile,
@@ -539,6 +543,6 @@ def simulate(
         cache=cache,
         slowdowns=slowdowns,
         admission=admission,
-
         tuning=tuning,
+        engine=engine,
     ).run(arrivals, samples)

@@ -15,7 +15,7 @@ import numpy as np
 
 from cascadeserve.policy.tuning import ThresholdDecision
 
-__all__ = ["BatchRecord", "SimResult"]
+__all__ = ["BatchRecord", "SimResult", "build_result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,7 @@ class SimResult:
         return 0 if self.shed is None else int(np.count_nonzero(self.shed))
 
     threshold_changes: list[ThresholdDecision] = field(default_factory=list)  # online tuning's swaps, in order
+    engine: str = "python"  # which loop ran: "compiled" or "python" (the same trajectory either way)
 
     @property
     def latency_s(self) -> np.ndarray:
@@ -100,3 +101,56 @@ class SimResult:
             "wall_s": self.wall_s,
             "simulated_requests_per_s": n / self.wall_s if self.wall_s > 0 else 0.0,
         }
+
+
+def build_result(
+    *,
+    arrivals: np.ndarray,
+    samples: np.ndarray,
+    finish: np.ndarray,
+    answer_row: np.ndarray,
+    gear: np.ndarray,
+    predictions: np.ndarray,
+    labels: np.ndarray,
+    stage_table: np.ndarray,
+    tick_s: float,
+    n_ticks: int,
+    tick_qps: np.ndarray,
+    tick_gear: np.ndarray,
+    tick_q0: np.ndarray,
+    tick_busy_s: np.ndarray,
+    wall_s: float,
+    batches: list[BatchRecord],
+    cached: np.ndarray | None,
+    shed: np.ndarray | None,
+    threshold_changes: list[ThresholdDecision],
+    engine: str,
+) -> SimResult:
+    """The :class:`SimResult` of a run, from per-request outcomes and busy seconds per tick (both engines)."""
+    n = len(arrivals)
+    # An unanswered request (answer_row -1) is never correct; without the mask, -1 would index the last model.
+    correct = (
+        (predictions[answer_row, samples] == labels[samples]) & (answer_row >= 0) if n else np.zeros(0, dtype=bool)
+    )
+    stage = stage_table[gear, answer_row] if n else np.zeros(0, dtype=np.int64)
+    d_count = tick_busy_s.shape[1]
+    busy_frac = np.minimum(tick_busy_s[:n_ticks] / tick_s, 1.0) if n_ticks else np.zeros((0, d_count))
+    return SimResult(
+        arrivals=arrivals,
+        finish=finish,
+        answer_row=answer_row,
+        answer_stage=stage,
+        gear=gear,
+        correct=np.asarray(correct, dtype=bool),
+        tick_times=tick_s * np.arange(n_ticks),
+        tick_qps=tick_qps,
+        tick_gear=tick_gear,
+        tick_q0=tick_q0,
+        tick_busy=busy_frac,
+        wall_s=wall_s,
+        batches=batches,
+        cached=cached,
+        shed=shed,
+        threshold_changes=threshold_changes,
+        engine=engine,
+    )

@@ -1,0 +1,193 @@
+"""The serving decisions as plain numeric functions: the one source that every engine calls.
+
+Each function here is a decision rule written once, on numbers only (floats, ints, tuples of them, numpy arrays),
+so that numba can compile it. Two forms of each exist, from the *same* source text:
+
+* the plain Python function (``fire_time``, ``is_sure``, ...), which the Python callers use: the public API of
+  :mod:`cascadeserve.policy` (``BatchTrigger.fire_time``, ``batch_size``, ``next_batch``, ``sure_mask``,
+  ``SmoothWeightedRoundRobin.pick``, ``GearSelector.decide``, ``GearSchedule.gear_at``, ``QpsMeter.tick``,
+  ``AdmissionPolicy.admits``) delegates to it, and so the asyncio runtime, Ray and the Python simulator path call
+  it. Calling a compiled function from Python costs about half a microsecond of argument unboxing, more than these
+  rules take, so Python calls the function itself;
+* its compiled twin (``compiled()["fire_time"]``, ...), ``numba.njit(cache=True)`` of that very function, which
+  the compiled simulator loop (:mod:`cascadeserve.simulate.loop`) calls: it is written with the plain names, and
+  :func:`compile_calling_kernels` compiles it with those names bound to the twins.
+
+Conventions that keep the rules numeric: "no limit" is :data:`NO_LIMIT` (``-1``) for counts and ``inf`` for a max
+wait; a candidate queue is the tuple ``(fire time, head's enqueue time, generation, replica)``; a router is one
+precomputed period of its smooth weighted round-robin (:func:`~cascadeserve.policy.routing.swrr_sequence`) and a
+position in it.
+
+The compiled twins are built lazily (the first :func:`compiled` call imports numba and compiles or loads from the
+on-disk cache), so importing the policy never pays for numba.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "LAST_STAGE",
+    "NO_LIMIT",
+    "admitted",
+    "compile_calling_kernels",
+    "compiled",
+    "fire_time",
+    "gear_for_qps",
+    "is_sure",
+    "prefer",
+    "qps_rate",
+    "scheduled_gear",
+    "select_gear",
+    "stage_exits",
+    "swrr_pick",
+    "take_count",
+]
+
+LAST_STAGE = -math.inf
+"""The threshold of a cascade's last stage: it answers every sample, NaN certainty included."""
+
+NO_LIMIT = -1
+"""A count limit that is not set (no ``max_batch``, no adaptive cap, no admission bound)."""
+
+
+def fire_time(now: float, first: float, mth: float, max_wait: float) -> float:
+    """Earliest time ≥ ``now`` at which a queue fires: when its ``min_queue``-th sample entered (``mth``; ``inf``
+    when it has not, ``-inf`` when the queue is long enough already), or when its oldest sample (entered at
+    ``first``) has waited ``max_wait`` (``inf``: no max wait), whichever comes first."""
+    due = mth if max_wait == math.inf or mth <= first + max_wait else first + max_wait
+    return due if due > now else now
+
+
+def take_count(present: int, max_batch: int, cap: int) -> int:
+    """How many of the ``present`` queued samples a firing batch takes: all, up to the plan's ``max_batch`` and
+    then the adaptive ``cap`` (each :data:`NO_LIMIT` when unset)."""
+    size = present if max_batch < 0 or present <= max_batch else max_batch
+    return size if cap < 0 or size <= cap else cap
+
+
+def prefer(best: tuple[float, float, int, int], cand: tuple[float, float, int, int]) -> tuple[float, float, int, int]:
+    """The tie-break rule between two queues of one device: the earlier fire time, then the older head sample, then
+    the older plan generation, then the lower replica index (tuple order). ``best`` wins a full tie."""
+    return cand if cand < best else best
+
+
+def is_sure(certainty: Any, threshold: Any) -> Any:
+    """The exit rule: a stage answers a sample when its certainty reaches the threshold; the last stage
+    (:data:`LAST_STAGE`) answers every sample, NaN included. Works elementwise on numpy arrays as on floats."""
+    return (threshold == LAST_STAGE) | (certainty >= threshold)
+
+
+def stage_exits(thresholds: np.ndarray, gear: int, row: int, certainty: float) -> bool:
+    """:func:`is_sure` for one sample of model ``row`` admitted under ``gear`` (``thresholds[gear, row]`` as in
+    :class:`~cascadeserve.policy.PlanTables`)."""
+    return bool(is_sure(certainty, thresholds[gear, row]))
+
+
+def swrr_pick(seq: np.ndarray, pos: int) -> tuple[int, int]:
+    """One smooth weighted round-robin pick: the index at ``pos`` of the period ``seq``, and the next position."""
+    return int(seq[pos]), (pos + 1) % len(seq)
+
+
+def gear_for_qps(highs: Sequence[float] | np.ndarray, qps: float) -> int:
+    """The gear whose QPS range ``[.., highs[g])`` holds ``qps`` (already scaled); the last one above the top."""
+    lo, hi = 0, len(highs)
+    while lo < hi:  # bisect_right
+        mid = (lo + hi) // 2
+        if qps < highs[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if lo < len(highs) - 1 else len(highs) - 1
+
+
+def select_gear(
+    highs: Sequence[float] | np.ndarray, qps_scale: float, alpha: float, current: int, qps: float, q0: int
+) -> tuple[int, int, bool]:
+    """The gear selector with the paper's α·Q0 hysteresis: ``(gear, target, held)``. ``target`` is the gear the
+    QPS alone asks for; a move to a lower gear is held while ``qps < alpha * q0``."""
+    target = gear_for_qps(highs, qps * qps_scale)
+    held = target < current and qps < alpha * q0
+    return (current if held else target), target, held
+
+
+def scheduled_gear(gears: np.ndarray, tick: int) -> int:
+    """A gear schedule's gear for producer tick ``tick``; past either end the nearest entry holds."""
+    k = tick if tick > 0 else 0
+    return int(gears[k if k < len(gears) else len(gears) - 1])
+
+
+def qps_rate(count: int, elapsed: float) -> float:
+    """The QPS meter's rate for ``count`` arrivals over a window of ``elapsed`` seconds (0 for an empty window)."""
+    return count / elapsed if elapsed > 0 else 0.0
+
+
+def admitted(n: int, in_flight: int, cap: int) -> int:
+    """How many of ``n`` arrivals, decided one after another from ``in_flight``, a bound of ``cap`` requests in
+    flight accepts (:data:`NO_LIMIT`: all)."""
+    if cap < 0:
+        return n
+    room = cap - in_flight
+    return n if n <= room else (room if room > 0 else 0)
+
+
+_SOURCES: tuple[Callable[..., Any], ...] = (
+    fire_time,
+    take_count,
+    prefer,
+    is_sure,
+    swrr_pick,
+    gear_for_qps,
+    scheduled_gear,
+    qps_rate,
+    admitted,
+)
+_USES_KERNELS: tuple[Callable[..., Any], ...] = (stage_exits, select_gear)
+_TWINS: dict[str, Any] = {}
+
+
+def compiled() -> dict[str, Any]:
+    """The compiled twins of this module's functions, by name, built on the first call (compiled, or loaded from
+    numba's on-disk cache)."""
+    if not _TWINS:
+        twins: dict[str, Any] = {}
+        for fn in _SOURCES:
+            twins[fn.__name__] = _njit(fn)
+        for fn in _USES_KERNELS:
+            twins[fn.__name__] = _njit(bind_kernels(fn, twins))
+        _TWINS.update(twins)
+    return _TWINS
+
+
+def compile_calling_kernels(fn: Callable[..., Any]) -> Any:
+    """``numba.njit(cache=True)`` of ``fn``, whose calls of this module's functions call their compiled twins."""
+    return _njit(bind_kernels(fn, compiled()))
+
+
+def _njit(fn: Callable[..., Any]) -> Any:
+    """``numba.njit(cache=True)(fn)``; without a writable cache (neither ``__pycache__`` beside the package, nor
+    ``NUMBA_CACHE_DIR``, nor the user's cache directory) it compiles once per process instead of failing."""
+    import numba
+
+    try:
+        return numba.njit(cache=True)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(fn)
+
+
+def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[..., Any]:
+    """A copy of ``fn`` (the same code) whose global names of kernels are bound to their compiled twins: numba
+    resolves a global at compile time and cannot call a plain Python function."""
+    import types
+
+    glb = dict(fn.__globals__)
+    glb.update(twins)
+    out = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__qualname__ = fn.__qualname__
+    out.__module__ = fn.__module__
+    return out
+

@@ -1,0 +1,171 @@
+"""The simulator's compiled path: plan and profile as plain arrays, the compiled loop, a ``SimResult``.
+
+``simulate(..., engine="auto")`` takes this path when the run has no hook that only the Python reference loop
+applies: it supports the plan's gears (the selector with α·Q0 hysteresis), a ``gear_schedule``, an ``admission``
+policy (its bound in flight), ``samples`` and ``record_batches``; an adaptive batch limit, a prediction cache,
+device slowdowns and online tuning keep the Python loop. ``engine="compiled"`` refuses such a run with a
+``ValueError`` naming the hook; ``engine="python"`` forces the reference loop (the equivalence tests run both).
+
+The first compiled run in a process loads the loop from numba's on-disk cache (``__pycache__`` beside the package,
+else ``NUMBA_CACHE_DIR`` or the user's cache directory), or compiles it once when no cache is there yet
+(:func:`warm_up` does that ahead of time).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from cascadeserve.simulate.loop import build_loop
+from cascadeserve.simulate.queues import tick_windows
+from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
+
+if TYPE_CHECKING:
+    from cascadeserve.simulate.engine import Simulator
+
+__all__ = ["Engine", "run_compiled", "unsupported", "warm_up"]
+
+Engine = Literal["auto", "compiled", "python"]
+
+_TABLE_BATCH = 4096
+
+
+def unsupported(sim: Simulator) -> str | None:
+    """Why ``sim`` needs the Python loop (the first hook it has that the compiled loop does not apply), or None."""
+    if sim.batch_limit is not None:
+        return "an adaptive batch limit (batch_limit, or the plan's batching)"
+    if sim.cache is not None:
+        return "a prediction cache"
+    if sim.slowdowns is not None:
+        return "device slowdowns"
+    if sim.tuning is not None:
+        return "online threshold tuning"
+    return None
+
+
+def _routes(sim: Simulator) -> tuple[np.ndarray, ...]:
+    tb = sim.tables
+    route_of = np.full(tb.threshold.shape, -1, dtype=np.int64)
+    starts: list[int] = []
+    lens: list[int] = []
+    reps: list[int] = []
+    seq_starts: list[int] = []
+    seq_lens: list[int] = []
+    seqs: list[np.ndarray] = []
+    n_reps = n_seq = 0
+    for k, ((g, m), route) in enumerate(sorted(tb.routes().items())):
+        route_of[g, m] = k
+        seq = route.router().sequence if route.replicas else np.zeros(1, dtype=np.int64)
+        starts.append(n_reps)
+        lens.append(len(route.replicas))
+        reps.extend(route.replicas)
+        seq_starts.append(n_seq)
+        seq_lens.append(len(seq))
+        seqs.append(seq)
+        n_reps += len(route.replicas)
+        n_seq += len(seq)
+
+    def ints(x: list[int]) -> np.ndarray:
+        return np.asarray(x, dtype=np.int64)
+
+    flat = np.concatenate(seqs).astype(np.int64) if seqs else np.zeros(0, dtype=np.int64)
+    return route_of, ints(starts), ints(lens), ints(reps), ints(seq_starts), ints(seq_lens), flat
+
+
+def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
+    return np.require(a, dtype=dtype, requirements=["C", "W"])
+
+
+def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float) -> SimResult:
+    """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``Simulator.run``)."""
+    why = unsupported(sim)
+    if why is not None:
+        raise ValueError(f"the compiled simulator does not apply {why}; use engine='auto' or 'python'")
+    tb, prof, plan = sim.tables, sim.profile, sim.plan
+    n, n_samples = len(arr), prof.n_samples
+    samp = np.arange(n, dtype=np.int64) % n_samples if sample_of is None else sample_of
+    tick = sim.tick_s
+    n_ticks = tick_windows(arr, tick)
+    bounds = np.searchsorted(arr, tick * np.arange(n_ticks + 1), side="left") if n else np.zeros(1)
+    trig = [tb.triggers_for(g) for g in range(tb.n_gears)]
+    min_queue = np.asarray([[t.min_queue for t in ts] for ts in trig], dtype=np.int64)
+    caps = np.asarray([[-1 if t.max_batch is None else t.max_batch for t in ts] for ts in trig], dtype=np.int64)
+    waits = {t.max_wait_s for ts in trig for t in ts}
+    if len(waits) != 1:  # PlanTables gives every trigger the plan's one max wait
+        raise ValueError("the compiled simulator needs one max wait for every trigger")
+    wait = waits.pop()
+    max_wait = np.inf if wait is None else float(wait)
+    d_count = tb.n_devices
+    dev_reps = [list(tb.device_replicas[d]) for d in range(d_count)]
+    dev_start = np.cumsum([0] + [len(x) for x in dev_reps]).astype(np.int64)
+    dev_flat = np.asarray([r for x in dev_reps for r in x], dtype=np.int64)
+    gp = sim.gear_policy
+    schedule = gp.schedule.gears.astype(np.int64) if gp.schedule is not None else np.zeros(1, dtype=np.int64)
+    adm = sim.admission
+    bound = None if adm is None else adm.bound()
+    routes = _routes(sim)
+    loop = build_loop()
+    table = _TABLE_BATCH
+    f8, i8 = np.float64, np.int64
+    while True:
+        rt = np.asarray([m.runtime.table(table) for m in prof.models], dtype=f8)
+        # Every array C-contiguous and writable: numba compiles once per argument type, and a read-only trace
+        # (or a strided view) is another type, which would mean another compile.
+        out = loop(
+            _plain(arr, f8), _plain(samp, i8), _plain(prof.certainties, f8), _plain(tb.threshold, f8),
+            _plain(tb.next_row, i8), _plain(tb.first_row, i8), min_queue, caps, max_wait, rt,
+            plan.batch_overhead_ms / 1000.0, tick, n_ticks, _plain(bounds, i8), dev_start, dev_flat,
+            _plain(tb.replica_row, i8), _plain(tb.replica_device, i8), *routes,
+            np.asarray(gp.selector.qps_highs, dtype=f8), float(gp.selector.qps_scale),
+            float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
+            -1 if bound is None else int(bound), adm is not None, sim.record_batches,
+        )  # fmt: skip
+        if out[0] == 0:
+            break
+        table = 2 * int(out[0])  # a batch past the runtime table: rebuild it bigger and replay
+    _, finish, answer_row, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy, rec_f, rec_i = out
+    batches = [
+        BatchRecord(float(f[0]), float(f[1]), int(i[0]), int(i[1]), int(i[2]), int(i[3]), int(i[4]))
+        for f, i in zip(rec_f.tolist(), rec_i.tolist(), strict=True)
+    ]
+    return build_result(
+        arrivals=arr,
+        samples=samp,
+        finish=finish,
+        answer_row=answer_row,
+        gear=gear_of,
+        predictions=prof.predictions,
+        labels=prof.labels,
+        stage_table=tb.stage,
+        tick_s=tick,
+        n_ticks=n_ticks,
+        tick_qps=tick_qps,
+        tick_gear=tick_gear,
+        tick_q0=tick_q0,
+        tick_busy_s=tick_busy,
+        wall_s=time.perf_counter() - wall0,
+        batches=batches,
+        cached=None,
+        shed=shed if adm is not None else None,
+        threshold_changes=[],
+        engine="compiled",
+    )
+
+
+def warm_up() -> float:
+    """Compile (or load from cache) the loop and its kernels now; returns the seconds it took."""
+    t0 = time.perf_counter()
+    from cascadeserve.cascade import Cascade
+    from cascadeserve.plan import Device, fixed_plan
+    from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
+    from cascadeserve.simulate.engine import Simulator
+
+    models = [ModelProfile(f"m{i}", 1.0, RuntimeCurve((1, 8), (1.0, 2.0))) for i in range(2)]
+    labels = np.array([0, 1, 0, 1])
+    scores = {m.name: np.eye(2)[labels] + 0.1 * i for i, m in enumerate(models)}
+    prof = Profile.from_scores("warm", models, labels, scores, device="none")
+    plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.5,)), [Device(name="d0", memory_mb=10.0)], min_queue=2)
+    Simulator(prof, plan, engine="compiled").run(np.array([0.0, 0.01, 0.2]))
+    return time.perf_counter() - t0

@@ -1,0 +1,121 @@
+"""The compiled simulator loop replays exactly the Python reference loop's trajectory.
+
+Hypothesis draws plans of 1 to 3 stages on 1 to 3 devices with several gears (and bursts that make the selector
+switch between them), minimum queue lengths, max waits, per-replica and plan-wide batch caps, uneven shares, and
+arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
+a gear schedule, an admission bound, and a trace of repeated samples. Every request, tick and batch must match to
+the bit. ``engine="auto"`` must take the compiled loop exactly when no hook needs Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.conftest import make_toy_profile
+from tests.runtime.test_trajectory_property import plans
+from tests.simulate.sim_helpers import assert_same_result
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.plan import Device, GearPlan, fixed_plan
+from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule
+from cascadeserve.policy.cache import PredictionCache
+from cascadeserve.profile import Profile
+from cascadeserve.simulate import simulate
+from cascadeserve.simulate.compiled import warm_up
+
+PROFILE = make_toy_profile()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled() -> None:
+    warm_up()  # compile (or load) once, outside every example's time
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
+    plan = draw(plans())
+    # A quiet stretch, a burst and a tail on a 1 ms grid: ties, gear switches up and down, backlogs.
+    n_quiet, n_burst, n_tail = draw(st.integers(0, 40)), draw(st.integers(0, 250)), draw(st.integers(1, 40))
+    slots = np.concatenate(
+        [
+            np.asarray(draw(st.lists(st.integers(0, 400), min_size=n_quiet, max_size=n_quiet)), dtype=np.int64),
+            400 + np.asarray(draw(st.lists(st.integers(0, 300), min_size=n_burst, max_size=n_burst)), dtype=np.int64),
+            700 + np.asarray(draw(st.lists(st.integers(0, 600), min_size=n_tail, max_size=n_tail)), dtype=np.int64),
+        ]
+    )
+    arrivals = np.sort(slots) * 0.001
+    hooks: dict[str, object] = {}
+    if draw(st.booleans()):
+        gears = draw(st.lists(st.integers(0, len(plan.gears) - 1), min_size=1, max_size=15))
+        hooks["gear_schedule"] = GearSchedule(gears)
+    if draw(st.booleans()):
+        hooks["admission"] = AdmissionPolicy(capacity=draw(st.integers(1, 60)))
+    if draw(st.booleans()):
+        hooks["samples"] = np.asarray(
+            draw(st.lists(st.integers(0, 20), min_size=len(arrivals), max_size=len(arrivals))), dtype=np.int64
+        )
+    return plan, arrivals, hooks
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_compiled_and_python_loops_agree_on_random_runs(run: tuple[GearPlan, np.ndarray, dict[str, object]]) -> None:
+    plan, arrivals, hooks = run
+    fast = simulate(PROFILE, plan, arrivals, record_batches=True, engine="auto", **hooks)  # type: ignore[arg-type]
+    ref = simulate(PROFILE, plan, arrivals, record_batches=True, engine="python", **hooks)  # type: ignore[arg-type]
+    assert fast.engine == "compiled" and ref.engine == "python"
+    assert_same_result(fast, ref)
+
+
+def _plan(profile: Profile, **kw: object) -> GearPlan:
+    return fixed_plan(
+        profile,
+        Cascade(("m0", "m1", "m2"), (0.5, 0.5)),
+        [Device(name="d0", memory_mb=10_000), Device(name="d1", memory_mb=10_000)],
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_busy_trace_with_capped_batches_agrees(toy_profile: Profile) -> None:
+    """Thousands of requests at a load the devices barely carry, capped batches, a max wait: the mixed capped take
+    (forwarded and new samples, oldest first) and long queues all happen."""
+    rng = np.random.default_rng(3)
+    arrivals = np.sort(np.round(rng.uniform(0.0, 3.0, 6000), 3))
+    plan = _plan(toy_profile, min_queue=6, max_wait_ms=4.0, max_batch=9)
+    fast = simulate(toy_profile, plan, arrivals, record_batches=True)
+    ref = simulate(toy_profile, plan, arrivals, record_batches=True, engine="python")
+    assert fast.engine == "compiled"
+    assert_same_result(fast, ref)
+    assert max(b.size for b in fast.batches) == 9 and fast.completed == len(arrivals)
+
+
+def test_a_batch_past_the_runtime_table_agrees(toy_profile: Profile) -> None:
+    """One uncapped batch of 5,000 samples (past the 4,096-entry runtime table the loop starts with)."""
+    arrivals = np.zeros(5000)
+    plan = fixed_plan(toy_profile, Cascade(("m0",), ()), [Device(name="d0", memory_mb=10_000)], min_queue=5000)
+    fast = simulate(toy_profile, plan, arrivals, record_batches=True)
+    ref = simulate(toy_profile, plan, arrivals, record_batches=True, engine="python")
+    assert fast.batches[0].size == 5000
+    assert_same_result(fast, ref)
+
+
+def test_auto_takes_python_for_the_hooks_the_compiled_loop_lacks(toy_profile: Profile) -> None:
+    plan = _plan(toy_profile)
+    arrivals = [0.0, 0.001, 0.05]
+    assert simulate(toy_profile, plan, arrivals).engine == "compiled"
+    assert simulate(toy_profile, plan, arrivals, engine="python").engine == "python"
+    cache: PredictionCache[int] = PredictionCache(16)
+    assert simulate(toy_profile, plan, arrivals, cache=cache).engine == "python"
+    limit = AimdBatchLimit(0.01)
+    assert simulate(toy_profile, plan, arrivals, batch_limit=limit).engine == "python"
+    with pytest.raises(ValueError, match="compiled simulator does not apply a prediction cache"):
+        simulate(toy_profile, plan, arrivals, cache=PredictionCache(16), engine="compiled")
+    with pytest.raises(ValueError, match="engine: 'fast' is not one of"):
+        simulate(toy_profile, plan, arrivals, engine="fast")  # type: ignore[arg-type]
+
+
+def test_an_empty_trace_gives_an_empty_result(toy_profile: Profile) -> None:
+    res = simulate(toy_profile, _plan(toy_profile), np.zeros(0))
+    assert res.engine == "compiled" and len(res.finish) == 0 and len(res.tick_gear) == 0
