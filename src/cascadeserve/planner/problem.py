@@ -186,6 +186,14 @@ class Problem:
         """Largest batch the runtime forms for ``model``, hence the largest minimum queue SP4 may give it: its cap."""
         return self.cap(model)
 
+    def t_worst(self, model: str) -> float:
+        """Pessimistic seconds per sample: the costliest amortised batch within the cap (SP4's runaway test)."""
+        key = (model, -1)  # batch sizes are positive, so -1 marks this entry of the runtime cache
+        v = self._t_cache.get(key)
+        if v is None:
+            v = self._t_cache[key] = max(self.t(model, b) for b in range(1, self.cap(model) + 1))
+        return v
+
     def t_opt(self, model: str) -> float:
         """Optimistic seconds per sample: the amortised cost at the cap, the cheapest batch the runtime forms."""
         return self.t(model, self.cap(model))
