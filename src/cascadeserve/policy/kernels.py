@@ -172,11 +172,13 @@ def _njit(fn: Callable[..., Any]) -> Any:
     """``numba.njit(cache=True)(fn)``; without a writable cache (neither ``__pycache__`` beside the package, nor
     ``NUMBA_CACHE_DIR``, nor the user's cache directory) it compiles once per process instead of failing."""
     import numba
+    from numba.core.caching import FunctionCache
 
     try:
-        return numba.njit(cache=True)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
+        FunctionCache(fn)  # type: ignore[no-untyped-call]  # numba's own look-up of a cache location; it would raise at the first call otherwise
+    except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
         return numba.njit(fn)
+    return numba.njit(cache=True)(fn)
 
 
 def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[..., Any]:

@@ -23,6 +23,7 @@ from cascadeserve.simulate.queues import tick_windows
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 
 if TYPE_CHECKING:
+    from cascadeserve.profile import Profile
     from cascadeserve.simulate.engine import Simulator
 
 __all__ = ["Engine", "run_compiled", "unsupported", "warm_up"]
@@ -74,6 +75,24 @@ def _routes(sim: Simulator) -> tuple[np.ndarray, ...]:
     return route_of, ints(starts), ints(lens), ints(reps), ints(seq_starts), ints(seq_lens), flat
 
 
+_RT_CACHE: dict[tuple[int, ...], tuple[tuple[object, ...], np.ndarray]] = {}
+
+
+def _runtime_table(prof: Profile, size: int) -> np.ndarray:
+    """Seconds per batch, ``[model row, batch size]`` for sizes ``0..size`` (``RuntimeCurve.table``), kept per set
+    of curves: the planner simulates one profile thousands of times, and building the array costs milliseconds."""
+    curves = tuple(m.runtime for m in prof.models)
+    key = (*map(id, curves), size)
+    hit = _RT_CACHE.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], curves, strict=True)):
+        return hit[1]
+    out = np.asarray([c.table(size) for c in curves], dtype=np.float64)
+    if len(_RT_CACHE) >= 64:
+        _RT_CACHE.clear()
+    _RT_CACHE[key] = (curves, out)
+    return out
+
+
 def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
     return np.require(a, dtype=dtype, requirements=["C", "W"])
 
@@ -110,7 +129,7 @@ def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, 
     table = _TABLE_BATCH
     f8, i8 = np.float64, np.int64
     while True:
-        rt = np.asarray([m.runtime.table(table) for m in prof.models], dtype=f8)
+        rt = _runtime_table(prof, table)
         # Every array C-contiguous and writable: numba compiles once per argument type, and a read-only trace
         # (or a strided view) is another type, which would mean another compile.
         out = loop(
