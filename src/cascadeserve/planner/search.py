@@ -30,6 +30,7 @@ from math import comb
 import numpy as np
 
 from cascadeserve.cascade import Cascade, evaluate, pareto_front
+from cascadeserve.planner.bitcount import extend_counts
 from cascadeserve.profile import Profile
 
 __all__ = ["EXACT_LIMIT", "Candidate", "Frontier", "search_cascades", "space_size"]
@@ -269,14 +270,12 @@ class _Exact:
             return
         n_reach = _count(reach)
         w2 = np.repeat(work + n_reach / self.n * self.cost[x], n_lv)
-        # [p, n_lv, words] by broadcasting (row i*n_lv + j: prefix i, level j), flattened to rows
-        new_reach = (reach[:, None, :] & un[None, :, :]).reshape(p * n_lv, -1)
-        sure_right = (reach[:, None, :] & ~un[None, :, :] & self.correct_bits[x]).reshape(p * n_lv, -1)
-        c2 = np.repeat(corr, n_lv) + _count(sure_right)
-        nr = _count(new_reach)
+        # row i*n_lv + j: prefix i extended at level j; the counts in one compiled pass (bitcount.py)
+        nr, right, still_ok = extend_counts(reach, un, self.correct_bits[x], self.oracle[x + 1])
+        c2 = np.repeat(corr, n_lv) + right
         # stage x answers nobody (pure cost) or everybody (later stages unreachable): dominated or duplicate
         useful = (nr > 0) & (nr < np.repeat(n_reach, n_lv))
-        ub = (c2 + _count(new_reach & self.oracle[x + 1])) / self.n
+        ub = (c2 + still_ok) / self.n
         lb = w2 + nr / self.n * self.min_cost_after[x + 1]
         self.evaluated += len(useful)
         keep = useful & ~self._dominated(ub, lb)
@@ -284,7 +283,8 @@ class _Exact:
             return
         idx = np.flatnonzero(keep)
         th2 = np.concatenate([th[idx // n_lv], self.level_vals[x][idx % n_lv][:, None]], axis=1)
-        self.expand((*models, x), th2, new_reach[idx], c2[idx], w2[idx])
+        new_reach = reach[idx // n_lv] & un[idx % n_lv]  # the kept rows' unsure sets only
+        self.expand((*models, x), th2, new_reach, c2[idx], w2[idx])
 
 
 def _exact(
