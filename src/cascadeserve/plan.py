@@ -261,10 +261,16 @@ class GearPlan(_Frozen):
             for m in g.models:
                 if m not in known:
                     raise PlanError(f"gear {g.qps_low:g}-{g.qps_high:g} QPS uses unknown model {m!r}", path=path)
+        # one pass over the replicas (the planner's SP4 simulates plans of dozens of replicas many times over)
+        mem = {m.name: m.memory_mb for m in profile.models}
+        per_device: dict[str, list[str]] = {}
+        for r in self.replicas:
+            per_device.setdefault(r.device, []).append(r.model)
         for d in self.devices:
-            used = sum(profile.model(r.model).memory_mb for r in self.replicas if r.device == d.name)
+            models = per_device.get(d.name, [])
+            used = sum(mem[m] for m in models)
             if used > d.memory_mb + 1e-9:
-                on = ", ".join(r.model for r in self.replicas if r.device == d.name)
+                on = ", ".join(models)
                 raise PlanError(
                     f"device {d.name!r} is overfilled: its replicas ({on}) need {used:g} MB but it has "
                     f"{d.memory_mb:g} MB",

@@ -44,3 +44,40 @@ def test_compare_reports_progress_on_stderr_and_keeps_the_systems_order(
     assert parse_json(out)["systems"] == ["ms+", "dynba"]
     assert "tiny: cost grid: ms+ done" in err and "tiny: cost grid: dynba done" in err
     assert "(2/2," in err
+
+
+def _twitter(tmp_path: Path, counts: dict[int, int], seconds: int = 1300) -> str:
+    """A per-second count file with the Twitter trace's name: zero everywhere but ``counts``."""
+    path = tmp_path / "tweets_per_second.txt"
+    row = [0] * seconds
+    for s, c in counts.items():
+        row[s] = c
+    path.write_text(" ".join(map(str, row)) + "\n")
+    return str(path)
+
+
+def test_compare_defaults_to_the_paper_window_on_the_twitter_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # seconds 3 and 7 lie in the first 20 minutes; the burst at 1,250 s lies outside and must not count
+    trace = _twitter(tmp_path, {3: 40, 7: 20, 1250: 500})
+    args = _args(tmp_path, trace, systems="dynba", max_devices=2, jobs=1)
+    assert run([*args, "--max-qps", "60"]) == 0
+    w = stdout_json(capsys)["workload"]
+    assert w["window"] == "0:1200" and "paper" in w["window_source"]
+    assert w["drop_zero"] is True and "paper" in w["drop_zero_source"]
+    assert w["peak_source"] == "--max-qps 60 given" and w["peak_qps"] == 60.0
+    # two non-zero seconds (40, 20) scaled to a peak of 60: 60 + 30 requests, every one replayed
+    assert w["requests"] == 90
+    assert "window 0:1200 s (the paper's default" in w["description"] and "all 90 requests" in w["description"]
+
+
+def test_compare_defaults_to_the_paper_peak_on_the_twitter_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _twitter(tmp_path, {5: 3})
+    args = _args(tmp_path, trace, systems="dynba", max_devices=1, jobs=1)
+    assert run(args) == 0
+    out = stdout_json(capsys)
+    assert out["workload"]["peak_qps"] == 7600.0 and out["workload"]["requests"] == 7600
+    assert out["scaling"] == "peak scaled to 7600 QPS (the paper's default for the Twitter trace, §6.1)"

@@ -86,3 +86,18 @@ def test_u_is_the_minimum_max_utilisation() -> None:
     assert abs(bal.u - 0.75) < 1e-6
     shares = bal.shares(["a", "a", "b"], "a")
     assert abs(shares[1] - 0.75) < 1e-6 and abs(sum(shares.values()) - 1) < 1e-9
+
+
+def test_a_cached_solution_is_the_very_same_answer() -> None:
+    """``solved`` caches HiGHS's answer by the normalised LP: the same cascade at twice the load normalises to
+    the same LP, so the second call solves nothing and returns exactly twice the first's QPS."""
+    models, devices, t = ["a", "a", "b"], [0, 1, 1], [1e-3, 1e-3, 2e-3]
+    solved: dict[tuple[bytes, bytes], np.ndarray] = {}
+    one = balance(models, devices, t, {"a": 100.0, "b": 50.0}, 2, solved=solved)
+    assert len(solved) == 1
+    fresh = balance(models, devices, t, {"a": 100.0, "b": 50.0}, 2)
+    assert np.array_equal(one.q, fresh.q) and one.u == fresh.u
+    two = balance(models, devices, t, {"a": 200.0, "b": 100.0}, 2, solved=solved)
+    assert len(solved) == 1  # a hit
+    assert np.array_equal(two.q, 2 * one.q)
+    assert np.array_equal(two.q, balance(models, devices, t, {"a": 200.0, "b": 100.0}, 2).q)

@@ -7,9 +7,15 @@
 
 ``--batch-overhead-ms`` (both; default: the profile's recorded ``batch_overhead_ms``) charges every system a fixed
 cost per batch beyond the profiled runtime: it goes into the :class:`~cascadeserve.baselines.Workload`, so every
-system's plans and estimates include it. The trace scaling (``family_max_qps``) does not. Without ``--max-qps`` both
-scale the trace's peak to what ``--capacity-devices`` devices serve with the most accurate model alone in batches
-within half the middle latency SLO (``eval planner`` uses the same rule), and say so (``scaling``).
+system's plans and estimates include it. The trace scaling (``family_max_qps``) does not.
+
+The workload (:mod:`cascadeserve.eval.shape`): on the Twitter trace (``tweets_per_second.txt``) both default to the
+paper's shape, the first 20 minutes with zero seconds dropped, scaled to a peak of 7,600 QPS; whatever the user
+gives (``--window``, ``--drop-zero/--keep-zero``, ``--max-qps``, or ``--capacity-devices`` for the family scaling)
+wins. Otherwise, without ``--max-qps``, both scale the trace's peak to what ``--capacity-devices`` (default 4)
+devices serve with the most accurate model alone in batches within half the middle latency SLO (``eval planner``
+uses the same rule). The output states every choice and its source (``workload``, ``scaling``), and the number of
+requests every system replays in full.
 """
 
 from __future__ import annotations
@@ -25,13 +31,10 @@ from rich.table import Table
 from cascadeserve.baselines import LoadTime, System, Workload, all_systems
 from cascadeserve.cli.common import (
     ArrivalOpt,
-    DropZeroOpt,
-    MaxQpsOpt,
     ProfileOverheadOpt,
     SeedOpt,
     TraceFormatOpt,
     TraceOpt,
-    WindowOpt,
     parse_floats,
     trace_options,
 )
@@ -40,6 +43,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.eval import compare as run_compare
 from cascadeserve.eval import family_max_qps, run_all, write_report
 from cascadeserve.eval.plots import plot_ablation, plot_heatmaps
+from cascadeserve.eval.shape import WorkloadShape, workload_shape
 from cascadeserve.planner import QpsDistribution
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.traces import build_trace, guess_format
@@ -54,11 +58,40 @@ JobsOpt = Annotated[int, typer.Option("--jobs", help="Systems evaluated in paral
 SystemsOpt = Annotated[str, typer.Option("--systems", help="Comma-separated subset of the systems (default: all).")]
 LoadOpt = Annotated[float, typer.Option("--cocktail-load-s", help="Cocktail+: fixed model load time in seconds.")]
 CapDevOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--capacity-devices",
-        help="Without --max-qps: scale the peak to what this many devices serve with the best model.",
+        help="Scale the peak to what this many devices serve with the best model (default 4; on the Twitter trace "
+        "the default peak is the paper's 7,600 QPS, and giving this option asks for the family scaling instead). "
+        "--max-qps wins over both.",
         min=1,
+        show_default=False,
+    ),
+]
+MaxQpsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-qps",
+        help="Scale the trace so its busiest second hits this (default: the Twitter trace 7,600 QPS, the paper's; "
+        "other traces: see --capacity-devices).",
+        show_default=False,
+    ),
+]
+WindowOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--window",
+        help="START:DURATION in seconds of trace time (default: the whole trace; the Twitter trace "
+        "tweets_per_second.txt: 0:1200, the paper's first 20 minutes). Nothing else shortens the replay.",
+        show_default=False,
+    ),
+]
+DropZeroOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--drop-zero/--keep-zero",
+        help="Drop seconds with no requests before scaling (default: keep; the Twitter trace: drop, as the paper).",
+        show_default=False,
     ),
 ]
 
@@ -96,7 +129,19 @@ def _progress(name: str) -> Callable[[str], None]:
     return say
 
 
-@app.command("compare")
+_SHAPE_HELP = (
+    " On the Twitter trace (tweets_per_second.txt) the workload defaults to the paper's (§6.1): the first 20 minutes,"
+    " zero seconds dropped, scaled to a peak of 7,600 QPS; --window, --drop-zero/--keep-zero, --max-qps and"
+    " --capacity-devices override each. Every system replays every request of the window (nothing is shortened);"
+    " the output states each choice, where it came from, and the number of requests."
+)
+
+
+@app.command(
+    "compare",
+    help="Minimum devices per system to meet each (p95, accuracy) cell, and cascadeserve's savings (Fig. 7)."
+    + _SHAPE_HELP,
+)
 def compare_cmd(
     profile: Annotated[Path, typer.Option(help="Profile directory.")],
     trace: TraceOpt,
@@ -105,7 +150,7 @@ def compare_cmd(
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
     window: WindowOpt = None,
-    drop_zero: DropZeroOpt = False,
+    drop_zero: DropZeroOpt = None,
     arrival: ArrivalOpt = "poisson",
     seed: SeedOpt = 0,
     max_devices: MaxDevOpt = 16,
@@ -114,7 +159,7 @@ def compare_cmd(
     systems: SystemsOpt = "",
     cocktail_load_s: LoadOpt = 1.0,
     batch_overhead_ms: ProfileOverheadOpt = None,
-    capacity_devices: CapDevOpt = 4,
+    capacity_devices: CapDevOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     plots: Annotated[Path | None, typer.Option("--plots", help="Write the heatmaps and ablation bars here.")] = None,
 ) -> None:
@@ -124,19 +169,25 @@ def compare_cmd(
     lats = parse_floats(latency_slos, "--latency-slos")
     if not lats:
         raise CascadeServeError("--latency-slos: give at least one value")
-    peak, scaling = _peak(prof, max_qps, capacity_devices, lats, trace)
+    shape = workload_shape(
+        trace, window=window, drop_zero=drop_zero, max_qps=max_qps, capacity_devices=capacity_devices
+    )
+    peak, scaling = _peak(prof, shape, lats)
     overhead = prof.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms
-    tr = trace_options(trace, trace_format, peak, window, drop_zero, arrival, seed).build()
-    dist = _qps_dist(trace, trace_format, window)
+    tr = trace_options(trace, trace_format, peak, shape.window, shape.drop_zero, arrival, seed).build()
+    dist = _qps_dist(trace, trace_format, shape.window)
     w = Workload(prof, tr, lats, accs, device_memory_mb, dist, seed, overhead)
+    described = _workload(shape, len(tr), float(tr.max_qps) if peak is None else peak)
     if not json_out:
         err_console.print(f"comparing {len(_systems(systems, cocktail_load_s))} systems on {tr!r}")
+        err_console.print(described["description"], highlight=False, markup=False)
     res = run_compare(
         w, _systems(systems, cocktail_load_s), max_devices, jobs=jobs, progress=_progress(prof.name)
     ).to_dict()
     res["command"] = invocation()
     res["batch_overhead_ms"] = overhead
     res["scaling"] = scaling
+    res["workload"] = described
     if plots is not None:
         plots.mkdir(parents=True, exist_ok=True)
         plot_heatmaps(res, plots / f"{prof.name}-cost-grid.png")
@@ -160,24 +211,38 @@ def compare_cmd(
         f"median savings {res['median_savings']}, min high-accuracy savings {res['min_high_accuracy_savings']}" + extra
     )
     console.print(scaling, highlight=False)
+    console.print(described["description"], highlight=False, markup=False)
 
 
-def _peak(
-    prof: Profile, max_qps: float | None, capacity_devices: int, lats: tuple[float, ...], trace: str
-) -> tuple[float | None, str]:
-    """The trace's peak QPS and a sentence saying where it came from: ``--max-qps``, a synthetic trace's own rate,
-    or (``compare`` and ``report`` alike, and ``eval planner`` by the same rule) what ``capacity_devices`` devices
-    serve with the most accurate model alone in batches within half the middle latency SLO."""
-    if max_qps is not None:
-        return max_qps, f"--max-qps {max_qps:g} given"
-    if trace.startswith("synthetic:"):
-        return None, "the synthetic trace at its own rate"
+def _peak(prof: Profile, shape: WorkloadShape, lats: tuple[float, ...]) -> tuple[float | None, str]:
+    """The trace's peak QPS and a sentence saying where it came from: ``--max-qps``, the paper's 7,600 QPS on the
+    Twitter trace, a synthetic trace's own rate, or (``compare`` and ``report`` alike, and ``eval planner`` by the
+    same rule) what ``capacity_devices`` devices serve with the most accurate model alone in batches within half
+    the middle latency SLO."""
+    if shape.max_qps is not None:
+        if shape.peak_why.endswith("given"):
+            return shape.max_qps, shape.peak_why
+        return shape.max_qps, f"peak scaled to {shape.max_qps:g} QPS ({shape.peak_why})"
+    if not shape.family_scaled:
+        return None, shape.peak_why
     mid = sorted(lats)[len(lats) // 2]
-    peak = float(round(family_max_qps(prof, capacity_devices, mid)))
-    return peak, (
-        f"peak scaled to {peak:g} QPS = what {capacity_devices} devices serve with the most accurate model "
-        f"in batches within {mid:g}/2 ms"
+    cap = shape.capacity_devices
+    peak = float(round(family_max_qps(prof, cap, mid)))
+    return (
+        peak,
+        f"peak scaled to {peak:g} QPS = what {cap} devices serve with the most accurate model "
+        f"in batches within {mid:g}/2 ms",
     )
+
+
+def _workload(shape: WorkloadShape, requests: int, peak: float) -> dict[str, object]:
+    """The ``workload`` entry of the output: every choice, its source, and the requests each system replays."""
+    return {
+        **shape.to_dict(),
+        "requests": int(requests),
+        "peak_qps": peak,
+        "description": shape.describe(requests, peak),
+    }
 
 
 def _default_targets(prof: Profile) -> tuple[float, ...]:
@@ -186,7 +251,10 @@ def _default_targets(prof: Profile) -> tuple[float, ...]:
     return tuple(round(lo + k * (hi - lo) / 4, 4) for k in (1, 2, 3, 4))
 
 
-@app.command("report")
+@app.command(
+    "report",
+    help="Run everything for each profile and write a markdown report with every table and figure." + _SHAPE_HELP,
+)
 def report_cmd(
     profile: Annotated[list[Path], typer.Option(help="Profile directory (repeat for several).")],
     trace: TraceOpt,
@@ -195,9 +263,9 @@ def report_cmd(
     accuracy_targets: AccOpt = "",
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
-    capacity_devices: CapDevOpt = 4,
+    capacity_devices: CapDevOpt = None,
     window: WindowOpt = None,
-    drop_zero: DropZeroOpt = False,
+    drop_zero: DropZeroOpt = None,
     arrival: ArrivalOpt = "poisson",
     seed: SeedOpt = 0,
     max_devices: MaxDevOpt = 16,
@@ -220,12 +288,20 @@ def report_cmd(
         prof = load_profile(pdir)
         accs = parse_floats(accuracy_targets, "--accuracy-targets") or _default_targets(prof)
         mid = sorted(lats)[len(lats) // 2]
-        found, scaling = _peak(prof, max_qps, capacity_devices, lats, "")  # report scales synthetic traces too
+        shape = workload_shape(
+            trace,
+            window=window,
+            drop_zero=drop_zero,
+            max_qps=max_qps,
+            capacity_devices=capacity_devices,
+            scale_synthetic=True,  # report scales synthetic traces too
+        )
+        found, scaling = _peak(prof, shape, lats)
         assert found is not None
         peak = found
         overhead = prof.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms
-        tr = trace_options(trace, trace_format, peak, window, drop_zero, arrival, seed).build()
-        dist = _qps_dist(trace, trace_format, window)
+        tr = trace_options(trace, trace_format, peak, shape.window, shape.drop_zero, arrival, seed).build()
+        dist = _qps_dist(trace, trace_format, shape.window)
         w = Workload(prof, tr, lats, accs, device_memory_mb, dist, seed, overhead)
         spike = build_trace(
             f"synthetic:spike:base={peak * 0.3:.0f},peak={peak:.0f},at=20,width=10,duration=60", seed=seed
@@ -248,6 +324,7 @@ def report_cmd(
         )
         d = res.to_dict()
         d["scaling"] = scaling
+        d["workload"] = _workload(shape, len(tr), peak)
         if overhead:
             d["scaling"] += (
                 f"; every system's plans and simulations charge {overhead:g} ms per batch beyond the "
@@ -255,6 +332,6 @@ def report_cmd(
             )
         results.append((d, curves, tl))
     cmd = invocation()
-    notes = "\n".join(f"- `{r[0]['profile']}`: {r[0]['scaling']}." for r in results)
+    notes = "\n".join(f"- `{r[0]['profile']}`: {r[0]['scaling']}; {r[0]['workload']['description']}." for r in results)
     path = write_report(out, results, cmd, notes)
     console.print(f"wrote {path}")

@@ -55,8 +55,14 @@ def balance(
     runtime_s: Sequence[float] | np.ndarray,
     demand: Mapping[str, float],
     n_devices: int,
+    *,
+    solved: dict[tuple[bytes, bytes], np.ndarray] | None = None,
 ) -> Balance:
-    """Solve the LP above. ``runtime_s[r]`` is replica r's seconds per sample; ``demand`` maps model -> QPS."""
+    """Solve the LP above. ``runtime_s[r]`` is replica r's seconds per sample; ``demand`` maps model -> QPS.
+
+    ``solved`` (optional, owned by the caller) caches HiGHS's answers by the normalised LP itself (its matrix and
+    right-hand side, byte for byte): the same cascade at another QPS usually normalises to the very same LP, and
+    HiGHS then returns the very same solution, so a hit changes no bit of the result."""
     n_rep = len(replica_models)
     t = np.asarray(runtime_s, dtype=np.float64)
     q = np.zeros(n_rep)
@@ -85,10 +91,16 @@ def balance(
     for k, m in enumerate(models):
         b[k] = -need[m] / dscale
     a[len(models) :, nv] = -1.0
-    res = linprog(c, A_ub=a, b_ub=b, bounds=(0, None), method="highs")
-    if res.status != 0:
+    key = (a.tobytes() + bytes(a.shape[1]), b.tobytes())
+    raw = None if solved is None else solved.get(key)
+    if raw is None:
+        res = linprog(c, A_ub=a, b_ub=b, bounds=(0, None), method="highs")
+        raw = np.asarray(res.x, dtype=np.float64) if res.status == 0 else np.empty(0)
+        if solved is not None:
+            solved[key] = raw
+    if not len(raw):
         return Balance(q, np.full(n_devices, math.inf), math.inf)
-    x = np.maximum(np.asarray(res.x, dtype=np.float64), 0.0) * dscale
+    x = np.maximum(raw, 0.0) * dscale
     q[var] = x[:nv]
     dev = np.asarray(replica_devices, dtype=np.int64)
     # HiGHS meets constraints only up to its feasibility tolerance (1e-7), so a model whose demand is tiny next to

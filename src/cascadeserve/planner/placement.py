@@ -14,7 +14,10 @@ model as a bottleneck) or when the LP says the load no longer fits (``u > 1``). 
 while a device is still over-full, no placement can realise the cascades: :class:`PlacementError`.
 
 Speed: replicas of a model on devices with the same capacity and the same set of models are interchangeable,
-so the LPs are solved once per such class, and a load whose cascade does not use the model is unaffected.
+so ``u_max`` is found once per such class, and a load whose cascade does not use the model is unaffected. Only
+``u`` is needed here (not the LP's shares), and a replica's runtime does not depend on its device, so ``u`` has a
+closed form (:func:`min_max_util`, Hall's condition for the transportation problem): the LP's optimum, without a
+solver call; above :data:`HALL_MAX_MODELS` models with load it falls back to the LP.
 """
 
 from __future__ import annotations
@@ -23,9 +26,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from cascadeserve.planner.lp import balance
 
-__all__ = ["Load", "PlacementError", "place_replicas"]
+__all__ = ["HALL_MAX_MODELS", "Load", "PlacementError", "min_max_util", "place_replicas"]
+
+HALL_MAX_MODELS = 12  # 2^12 model subsets; above that the LP is cheaper
 
 
 @dataclass(frozen=True)
@@ -44,7 +51,47 @@ class PlacementError(Exception):
         self.models = tuple(models)
 
 
+def min_max_util(replicas: Sequence[tuple[str, int]], load: Load) -> float | None:
+    """The load-balancing LP's optimal ``u`` (:func:`~cascadeserve.planner.lp.balance`) in closed form, or
+    ``None`` when more than :data:`HALL_MAX_MODELS` models carry load.
+
+    Every replica of model ``m`` costs ``runtime_s[m]`` per sample wherever it is, so the LP spreads each model's
+    work ``W_m = demand[m] · runtime_s[m]`` over the devices holding it, and a maximum utilisation ``u`` is
+    reachable exactly when every set ``S`` of models fits on the devices holding any of them:
+    ``Σ_{m∈S} W_m ≤ u · |N(S)|`` (Hall's condition; max-flow/min-cut). So ``u = max_S W(S) / |N(S)|``, and ``inf``
+    when a model with work has no replica.
+    """
+    need = [m for m, d in load.demand.items() if d > 0]
+    placed = {m for m, _ in replicas}
+    if any(m not in placed for m in need):
+        return math.inf  # as the LP: a model with demand and no replica cannot be served
+    models = [m for m in need if load.runtime_s.get(m, 0.0) > 0]
+    if not models:
+        return 0.0
+    k = len(models)
+    if k > HALL_MAX_MODELS:
+        return None
+    bit = {m: 1 << i for i, m in enumerate(models)}
+    masks: dict[int, int] = {}
+    for m, d in replicas:
+        b = bit.get(m)
+        if b is not None:
+            masks[d] = masks.get(d, 0) | b
+    dev_masks = np.fromiter(masks.values(), dtype=np.int64, count=len(masks))
+    subsets = np.arange(1, 1 << k, dtype=np.int64)
+    n_hold = ((subsets[:, None] & dev_masks[None, :]) != 0).sum(axis=1)
+    work = np.array([load.demand[m] * load.runtime_s[m] for m in models])
+    in_s = (subsets[:, None] >> np.arange(k)[None, :]) & 1
+    w_s = in_s @ work
+    if np.any(n_hold == 0):
+        return math.inf
+    return float(np.max(w_s / n_hold))
+
+
 def _u(replicas: Sequence[tuple[str, int]], load: Load, n_devices: int) -> float:
+    hall = min_max_util(replicas, load)
+    if hall is not None:
+        return hall
     models = [m for m, _ in replicas]
     devs = [d for _, d in replicas]
     t = [load.runtime_s.get(m, 0.0) for m in models]

@@ -358,7 +358,7 @@ class Planner:
         report.hit_iteration_cap = res.hit_cap
         report.simulations = len(memo.sims)  # one entry per simulation run (see Memo)
         report.simulated_requests = memo.sim_requests
-        report.lp_solves = len(memo.lp)  # one entry per LP solved
+        report.lp_solves = len(memo.lp_raw)  # one entry per LP HiGHS solved (placement needs none)
         if frontier is not None:
             report.frontier_size = len(frontier)
             report.frontier_method = frontier.method

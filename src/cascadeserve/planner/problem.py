@@ -101,11 +101,12 @@ def default_batch_caps(
 class Memo:
     """LP and simulation results of one fit, keyed by everything they depend on, and the work they took.
 
-    ``lp_solves`` and ``simulations`` in the report are the numbers of distinct LPs and simulations: each miss
-    stores exactly one entry, so they are the sizes of these dicts.
+    ``lp_solves`` and ``simulations`` in the report are the numbers of LPs HiGHS solved and of distinct
+    simulations: each miss stores exactly one entry, so they are the sizes of ``lp_raw`` and ``sims``.
     """
 
     lp: dict[tuple[Any, ...], Balance] = field(default_factory=dict)
+    lp_raw: dict[tuple[bytes, bytes], np.ndarray] = field(default_factory=dict)  # HiGHS answers by normalised LP
     sims: dict[tuple[Any, ...], tuple[bool, float]] = field(default_factory=dict)
     sim_requests: int = 0  # requests replayed by all simulations (a cache hit replays none)
 
@@ -185,6 +186,14 @@ class Problem:
         """Largest batch the runtime forms for ``model``, hence the largest minimum queue SP4 may give it: its cap."""
         return self.cap(model)
 
+    def t_worst(self, model: str) -> float:
+        """Pessimistic seconds per sample: the costliest amortised batch within the cap (SP4's runaway test)."""
+        key = (model, -1)  # batch sizes are positive, so -1 marks this entry of the runtime cache
+        v = self._t_cache.get(key)
+        if v is None:
+            v = self._t_cache[key] = max(self.t(model, b) for b in range(1, self.cap(model) + 1))
+        return v
+
     def t_opt(self, model: str) -> float:
         """Optimistic seconds per sample: the amortised cost at the cap, the cheapest batch the runtime forms."""
         return self.t(model, self.cap(model))
@@ -227,6 +236,7 @@ class Problem:
                 [runtime.get(m, 0.0) for m, _ in placement],
                 self.demand(c, qps),
                 self.n_dev,
+                solved=self.memo.lp_raw,
             )
             self.memo.lp[key] = hit
         return hit

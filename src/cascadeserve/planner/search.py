@@ -30,6 +30,7 @@ from math import comb
 import numpy as np
 
 from cascadeserve.cascade import Cascade, evaluate, pareto_front
+from cascadeserve.planner.bitcount import extend_counts
 from cascadeserve.profile import Profile
 
 __all__ = ["EXACT_LIMIT", "Candidate", "Frontier", "search_cascades", "space_size"]
@@ -107,12 +108,20 @@ def _to_frontier(
 ) -> Frontier:
     acc = np.array([f[2] for f in found])
     work = np.array([f[3] for f in found])
-    out: list[Candidate] = []
-    for i in pareto_front(acc, work).tolist():
-        models, th, _, _ = found[i]
-        ev = evaluate(profile, models, np.asarray([th]).reshape(1, -1))
-        out.append(Candidate(Cascade(models, th), float(ev.accuracy[0]), float(ev.work_ms[0]), tuple(ev.reach[0])))
-    return Frontier(tuple(out), method, evaluated)
+    front = pareto_front(acc, work).tolist()
+    # Re-evaluate the frontier with the one evaluator, one call per model order (not per point); work is taken
+    # row by row with the evaluator's own product, so each number is the one a single-point call gives.
+    by_models: dict[tuple[str, ...], list[int]] = {}
+    for i in front:
+        by_models.setdefault(found[i][0], []).append(i)
+    scored: dict[int, Candidate] = {}
+    for models, rows in by_models.items():
+        ev = evaluate(profile, models, np.asarray([found[i][1] for i in rows]).reshape(len(rows), -1))
+        per_sample = np.array([profile.model(m).runtime.per_sample_ms(ev.batch_size) for m in models])
+        for j, i in enumerate(rows):
+            work_ms = float((ev.reach[j : j + 1] @ per_sample)[0])
+            scored[i] = Candidate(Cascade(models, found[i][1]), float(ev.accuracy[j]), work_ms, tuple(ev.reach[j]))
+    return Frontier(tuple(scored[i] for i in front), method, evaluated)
 
 
 def _random(
@@ -140,17 +149,35 @@ def _random(
     return found, samples + len(names)
 
 
+def _words(bits: np.ndarray, nwords: int) -> np.ndarray:
+    """Packed bits (uint8, last axis) as ``nwords`` 64-bit words, zero-padded: popcounts and AND/NOT over words
+    are 8× fewer numpy elements than over bytes, with the same integer results (padding bits are zero)."""
+    pad = nwords * 8 - bits.shape[-1]
+    if pad:
+        bits = np.concatenate([bits, np.zeros((*bits.shape[:-1], pad), dtype=np.uint8)], axis=-1)
+    return np.ascontiguousarray(bits).view(np.uint64)
+
+
+def _count(words: np.ndarray) -> np.ndarray:
+    """Set bits per row (last axis summed)."""
+    return np.asarray(np.bitwise_count(words).sum(axis=-1, dtype=np.int64))
+
+
 class _Exact:
-    """Depth-first prefix expansion with branch-and-bound against the running frontier."""
+    """Depth-first prefix expansion with branch-and-bound against the running frontier.
+
+    Sample sets are bitsets of 64-bit words (:func:`_words`); a set's padding bits are always zero because every
+    set is an AND with the all-samples set or with a packed boolean row.
+    """
 
     def __init__(self, profile: Profile, names: list[str], lv: np.ndarray) -> None:
         self.names = names
         n = profile.n_samples
         self.n = n
-        self.nbytes = (n + 7) // 8
+        self.nwords = (n + 63) // 64
         rows = [profile.index(m) for m in names]
         self.cost = np.array([profile.models[r].runtime.per_sample_ms(1) for r in rows])
-        self.correct_bits = [np.packbits(profile.correct[r]) for r in rows]
+        self.correct_bits = [_words(np.packbits(profile.correct[r]), self.nwords) for r in rows]
         # unsure bitsets per model and distinct level: samples with certainty < threshold
         self.level_vals: list[np.ndarray] = []
         self.unsure: list[np.ndarray] = []
@@ -161,10 +188,10 @@ class _Exact:
             keep = [i for i in first.tolist() if 0 < cuts[i] < n]  # drop "answers all" and "answers none"
             vals = lv[keep]
             self.level_vals.append(vals)
-            self.unsure.append(np.packbits(cert[None, :] < vals[:, None], axis=1))
+            self.unsure.append(_words(np.packbits(cert[None, :] < vals[:, None], axis=1), self.nwords))
         # oracle bits: some model at position >= j is right
-        self.oracle = [np.zeros(self.nbytes, dtype=np.uint8) for _ in names]
-        acc = np.zeros(self.nbytes, dtype=np.uint8)
+        self.oracle = [np.zeros(self.nwords, dtype=np.uint64) for _ in names]
+        acc = np.zeros(self.nwords, dtype=np.uint64)
         for j in range(len(names) - 1, -1, -1):
             acc = acc | self.correct_bits[j]
             self.oracle[j] = acc.copy()
@@ -173,6 +200,10 @@ class _Exact:
         self.evaluated = 0
         self._fw = np.zeros(0)
         self._fa = np.zeros(0)
+
+    def all_samples(self) -> np.ndarray:
+        """The one-row bitset of every sample."""
+        return _words(np.packbits(np.ones(self.n, dtype=bool))[None, :], self.nwords)
 
     # running frontier: works ascending with the best accuracy at or below each work
     def _refresh(self) -> None:
@@ -196,8 +227,8 @@ class _Exact:
         self, models: tuple[int, ...], th: np.ndarray, reach: np.ndarray, corr: np.ndarray, work: np.ndarray, f: int
     ) -> None:
         """Finish prefixes with final model ``f``; record the Pareto-optimal completions."""
-        n_reach = np.bitwise_count(reach).sum(axis=1, dtype=np.int64)
-        acc = (corr + np.bitwise_count(reach & self.correct_bits[f]).sum(axis=1, dtype=np.int64)) / self.n
+        n_reach = _count(reach)
+        acc = (corr + _count(reach & self.correct_bits[f])) / self.n
         w = work + n_reach / self.n * self.cost[f]
         self.evaluated += len(acc)
         keep = pareto_front(acc, w)
@@ -237,34 +268,30 @@ class _Exact:
         n_lv = len(un)
         if n_lv == 0:
             return
-        n_reach = np.bitwise_count(reach).sum(axis=1, dtype=np.int64)
+        n_reach = _count(reach)
         w2 = np.repeat(work + n_reach / self.n * self.cost[x], n_lv)
-        r_rep = np.repeat(reach, n_lv, axis=0)
-        un_t = np.tile(un, (p, 1))
-        new_reach = r_rep & un_t
-        sure = r_rep & ~un_t
-        c2 = np.repeat(corr, n_lv) + np.bitwise_count(sure & self.correct_bits[x]).sum(axis=1, dtype=np.int64)
-        nr = np.bitwise_count(new_reach).sum(axis=1, dtype=np.int64)
+        # row i*n_lv + j: prefix i extended at level j; the counts in one compiled pass (bitcount.py)
+        nr, right, still_ok = extend_counts(reach, un, self.correct_bits[x], self.oracle[x + 1])
+        c2 = np.repeat(corr, n_lv) + right
         # stage x answers nobody (pure cost) or everybody (later stages unreachable): dominated or duplicate
         useful = (nr > 0) & (nr < np.repeat(n_reach, n_lv))
-        ub = (c2 + np.bitwise_count(new_reach & self.oracle[x + 1]).sum(axis=1, dtype=np.int64)) / self.n
+        ub = (c2 + still_ok) / self.n
         lb = w2 + nr / self.n * self.min_cost_after[x + 1]
         self.evaluated += len(useful)
         keep = useful & ~self._dominated(ub, lb)
         if not keep.any():
             return
-        th2 = np.concatenate([np.repeat(th, n_lv, axis=0), np.tile(self.level_vals[x], p)[:, None]], axis=1)
-        self.expand((*models, x), th2[keep], new_reach[keep], c2[keep], w2[keep])
+        idx = np.flatnonzero(keep)
+        th2 = np.concatenate([th[idx // n_lv], self.level_vals[x][idx % n_lv][:, None]], axis=1)
+        new_reach = reach[idx // n_lv] & un[idx % n_lv]  # the kept rows' unsure sets only
+        self.expand((*models, x), th2, new_reach, c2[idx], w2[idx])
 
 
 def _exact(
     profile: Profile, names: list[str], lv: np.ndarray
 ) -> tuple[list[tuple[tuple[str, ...], tuple[float, ...], float, float]], int]:
     ex = _Exact(profile, names, lv)
-    full = np.full((1, ex.nbytes), 0xFF, dtype=np.uint8)
-    tail = ex.n % 8
-    if tail:
-        full[0, -1] = (0xFF << (8 - tail)) & 0xFF
+    full = ex.all_samples()
     # single models first: they seed the frontier that prunes everything else
     for f in range(len(names)):
         ex._complete((), np.zeros((1, 0)), full, np.zeros(1, dtype=np.int64), np.zeros(1), f)

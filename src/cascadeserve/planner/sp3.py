@@ -21,12 +21,17 @@ from dataclasses import replace
 import numpy as np
 
 from cascadeserve.planner.loop import Step
-from cascadeserve.planner.placement import Load, PlacementError, place_replicas
+from cascadeserve.planner.lp import Balance
+from cascadeserve.planner.placement import Load, PlacementError, min_max_util, place_replicas
 from cascadeserve.planner.problem import Problem, RepKey
+from cascadeserve.planner.search import Candidate
 from cascadeserve.planner.solution import Issue, Solution
 from cascadeserve.planner.sp4 import bottleneck
 
 __all__ = ["sp3"]
+
+# Hall's bound equals the LP's u to rounding (~1e-15); within this of the feasibility limit the LP decides.
+_HALL_MARGIN = 1e-9
 
 
 def _loads(problem: Problem, sol: Solution) -> list[Load]:
@@ -45,6 +50,17 @@ def _place(problem: Problem, sol: Solution, forced: Mapping[str, int]) -> tuple[
     needed = sorted(sol.used_models())
     mem = {m: problem.profile.model(m).memory_mb for m in needed}
     return tuple(place_replicas(mem, [d.memory_mb for d in problem.devices], _loads(problem, sol), forced))
+
+
+def _lp_if_feasible(
+    problem: Problem, c: Candidate, qps: float, rt: Mapping[str, float], pl: tuple[RepKey, ...]
+) -> Balance | None:
+    """The balancing LP, or ``None`` where it is sure to be infeasible: its optimal ``u`` has a closed form
+    (:func:`~cascadeserve.planner.placement.min_max_util`), and above 1 no solve is needed."""
+    hall = min_max_util(pl, Load(problem.demand(c, qps), rt))
+    if hall is not None and hall > 1.0 + 1e-9 + _HALL_MARGIN:
+        return None
+    return problem.lp(c, qps, rt, pl)
 
 
 def _balance_ranges(problem: Problem, sol: Solution) -> tuple[Solution, bool, list[int]]:
@@ -71,10 +87,10 @@ def _balance_ranges(problem: Problem, sol: Solution) -> tuple[Solution, bool, li
                 util[d] += s * hi * dict(zip(c.models, c.reach, strict=True))[m] * rt[m]
             if util.max() <= 1.0 + 1e-9:
                 continue
-        bal = problem.lp(c, hi, rt, pl)
-        if not bal.feasible:
-            bal = problem.lp(c, hi, problem.runtimes_opt(c), pl)  # SP4 may still raise batch sizes
-            if not bal.feasible:
+        bal = _lp_if_feasible(problem, c, hi, rt, pl)
+        if bal is None or not bal.feasible:
+            bal = _lp_if_feasible(problem, c, hi, problem.runtimes_opt(c), pl)  # SP4 may still raise batch sizes
+            if bal is None or not bal.feasible:
                 failing.append(r)
                 shares_all[r], share_for_all[r], mq_all[r] = {}, None, {}
                 continue

@@ -23,7 +23,7 @@ minimum queue lengths, QPS); the plan under check carries the per-batch overhead
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -86,7 +86,7 @@ def _worst_util(problem: Problem, sol: Solution, r: int, qps: float) -> float:
     batch within its model's cap costs (SP4's test for a gear that cannot run away)."""
     c = sol.cand(r)
     reach = dict(zip(c.models, c.reach, strict=True))
-    worst = {m: max(problem.t(m, b) for b in range(1, problem.cap(m) + 1)) for m in c.models}
+    worst = {m: problem.t_worst(m) for m in c.models}
     util = np.zeros(problem.n_dev)
     for (m, d), s in sol.shares[r].items():
         util[d] += s * qps * reach[m] * worst[m]
@@ -132,6 +132,15 @@ def _holds(problem: Problem, sol: Solution, r: int, base: int) -> tuple[bool, bo
     return ok, keep, p95
 
 
+def _trials(problem: Problem, sol: Solution, r: int, cap: int) -> Iterator[int]:
+    """First-stage batches to try in range ``r``: 1, then from the smallest batch whose amortised utilisation is at
+    most :data:`_UTIL_TARGET` (``cap`` if none) up to ``cap``. Lazy: that start is only looked for when 1 fails,
+    and most ranges hold at 1."""
+    yield 1
+    start = next((b for b in range(1, cap + 1) if _util_at(problem, sol, r, b).max() <= _UTIL_TARGET), cap)
+    yield from range(max(start, 2), cap + 1)
+
+
 def sp4(problem: Problem, sol: Solution, error: Issue | None) -> tuple[Solution, Step[Issue]]:
     """Find a minimum queue length per range that the simulator accepts; blame the bottleneck where none does."""
     if error is not None:  # nothing comes after SP4; kept for symmetry
@@ -153,18 +162,12 @@ def sp4(problem: Problem, sol: Solution, error: Issue | None) -> tuple[Solution,
                     p95s[r] = p95
                     changed = True
                 continue
-        start = cap
-        for b in range(1, cap + 1):
-            if _util_at(problem, sol, r, b).max() <= _UTIL_TARGET:
-                start = b
-                break
         found = 0
         best_p95 = math.inf
         stale = 0
         # A minimum queue of 1 is work-conserving (a free replica takes its whole queue, so batches grow
         # with the load); the amortised estimate at batch 1 underrates it, so it is always tried first.
-        trials = ([1] if start > 1 else []) + list(range(start, cap + 1))
-        for sims, b in enumerate(trials, start=1):
+        for sims, b in enumerate(_trials(problem, sol, r, cap), start=1):
             ok, keep, p95 = _holds(problem, sol, r, b)
             if ok:
                 found = b

@@ -13,6 +13,7 @@ arrivals at once) and the runtime (one request at a time) make identical choices
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -24,7 +25,14 @@ __all__ = ["SmoothWeightedRoundRobin", "swrr_sequence"]
 
 
 def swrr_sequence(weights: Sequence[int]) -> np.ndarray:
-    """One period of the smooth weighted round-robin order for integer weights."""
+    """One period of the smooth weighted round-robin order for integer weights (a fresh array)."""
+    return _period(tuple(int(w) for w in weights)).copy()
+
+
+@functools.lru_cache(maxsize=1024)
+def _period(weights: tuple[int, ...]) -> np.ndarray:
+    # A pure function of the weights, cached: building a period is a Python loop over up to ``resolution``
+    # picks, and the planner's SP4 builds the same routers for many one-gear check plans.
     if any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError("weights must be non-negative with a positive sum")
     total = sum(weights)
