@@ -2,8 +2,8 @@
 
 The runtime calls an :class:`Observer` at a handful of points (admitted, shed, answered, batch finished,
 producer tick, plan swapped, thresholds re-tuned). :class:`NullObserver` ignores everything; :class:`Recorder`
-keeps plain records for tests and replay; the HTTP layer's Prometheus observer turns the same calls into metrics. Several observers
-combine with :class:`Fanout`.
+keeps plain records for tests and replay; the HTTP layer's Prometheus observer turns the same calls into metrics.
+Several observers combine with :class:`Fanout`.
 """
 
 from __future__ import annotations

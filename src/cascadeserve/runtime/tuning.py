@@ -15,10 +15,11 @@ applies it, with the simulator's semantics (``simulate.engine``'s ``complete_tun
   continuation, 1 otherwise). With labels as the reference (``"label"``) it waits in a bounded map by request id
   until the client's feedback gives its label (:meth:`ServingTuning.label`); a request without feedback, or whose
   record was not whole (an early exit that was not audited), never enters a label window.
-* **Decisions.** At every producer tick, after the gear decision, :meth:`ServingTuning.decide` asks the policy and
-  applies a change (``Generation.apply_thresholds``) to the serving generation's :class:`~cascadeserve.policy.PlanTables` in place (nothing queued
-  moves; requests in flight use the new thresholds from their next exit decision) and to wherever the
-  generation's transport holds other copies (the Ray backend broadcasts it to every server).
+* **Decisions.** At every producer tick, after the gear decision, :meth:`ServingTuning.decide` asks the policy,
+  and ``Generation.apply_thresholds`` applies a change to the serving generation's
+  :class:`~cascadeserve.policy.PlanTables` in place (nothing queued moves; requests in flight use the new
+  thresholds from their next exit decision) and to wherever its transport holds other copies (the Ray backend
+  broadcasts it to every server).
 """
 
 from __future__ import annotations
