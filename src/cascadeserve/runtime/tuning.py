@@ -86,7 +86,9 @@ class ServingTuning:
                 early.append(k)
         audit = [False] * len(batch)
         if early:
-            for k, a in zip(early, self.tuning.auditor.take(len(early)).tolist(), strict=True):
+            n_early = len(early)  # the policy's sampler decides which of them are audited
+            picks = self.tuning.auditor.take(n_early).tolist()
+            for k, a in zip(early, picks, strict=True):
                 audit[k] = a
         for gear, reqs in whole.items():
             self._whole(gear, reqs)
