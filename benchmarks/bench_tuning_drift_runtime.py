@@ -14,9 +14,9 @@ time. Side by side, on the same arrivals and sample order, one after another:
 * **best alone**: ``cnn-wide`` alone on the same devices.
 
 Reported: accuracy (labels) per window, device milliseconds per request (every batch's span on its emulated device,
-audits included; and the profiled runtime of the same batches, what the simulator charges), p95 latency, threshold changes, and agreement with ``cnn-wide`` over the drifted last third (the
-tuner's reference). ``--trace FILE`` writes the tuned run's timeline (thresholds, windowed agreement and work over
-time) for ``--plot``.
+audits included; and the profiled runtime of the same batches, what the simulator charges), p95 latency, threshold
+changes, and agreement with ``cnn-wide`` over the drifted last third (the tuner's reference). ``--trace FILE``
+writes the tuned run's timeline (thresholds, windowed agreement and work over time) for ``--plot``.
 
     .venv/bin/python benchmarks/bench_tuning_drift_runtime.py [--qps 150] [--seconds 60] [--runs 2]
         [--audit 0.1] [--trace out.json] [--plot docs/tuning-drift.png]
