@@ -15,9 +15,9 @@ from cascadeserve.profile import Profile
 from cascadeserve.runtime import RuntimeOptions
 
 
-def _infer(url: str, sample: int, rid: str) -> dict:  # type: ignore[type-arg]
+def _infer(client: httpx.Client, url: str, sample: int, rid: str) -> dict:  # type: ignore[type-arg]
     body = {"id": rid, "inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [sample]}]}
-    r = httpx.post(f"{url}/v2/models/toy/infer", json=body, timeout=10)
+    r = client.post(f"{url}/v2/models/toy/infer", json=body, timeout=10)
     assert r.status_code == 200, r.text
     return r.json()  # type: ignore[no-any-return]
 
@@ -31,12 +31,12 @@ def test_feedback_labels_feed_the_tuner_and_changes_are_logged(toy_profile: Prof
 
     plan = toy_plan(toy_profile)
     plan = plan.model_copy(update={"gears": (plan.gears[0].model_copy(update={"thresholds": (0.15,)}),)})
-    with serving(toy_profile, plan, runtime_options=RuntimeOptions(tuning=tuning)) as s:
+    with serving(toy_profile, plan, runtime_options=RuntimeOptions(tuning=tuning)) as s, httpx.Client() as client:
         url = s.url
         before = httpx.get(f"{url}/v2/cascade/plan", timeout=10).json()
         assert before["tuning"]["reference"] == "label" and before["tuning"]["audit_fraction"] == 0.5
         assert before["tuning"]["gears"][0]["thresholds"] == [0.15] and before["tuning"]["recent_changes"] == []
-        models = [_infer(url, i, f"q{i}")["outputs"][2]["data"][0] for i in range(40)]
+        models = [_infer(client, url, i, f"q{i}")["outputs"][2]["data"][0] for i in range(24)]
         early = sum(m == "m0" for m in models)
         last = len(models) - early
         assert early >= 2 and last >= 5
@@ -49,15 +49,15 @@ def test_feedback_labels_feed_the_tuner_and_changes_are_logged(toy_profile: Prof
         # one feedback per request: whole records (answered by m1, or audited: every second early exit) enter
         # the label window; an early exit that was not audited has no record and enters nothing
         records = 0
-        for i in range(40):
-            r = httpx.post(f"{url}/v2/models/toy/feedback", json={"id": f"q{i}", "label": int(toy_profile.labels[i])})
+        for i in range(24):
+            r = client.post(f"{url}/v2/models/toy/feedback", json={"id": f"q{i}", "label": int(toy_profile.labels[i])})
             assert r.status_code == 200, r.text
             records += r.json()["tuning_records"]
         assert records == last + early // 2
         assert rt.tuning.pending == 0
         changed = 0.0
         for _ in range(300):  # the producer's next tick re-tunes and logs the change
-            changed = metric(httpx.get(f"{url}/metrics", timeout=10).text, "cascadeserve_threshold_changes_total")
+            changed = metric(client.get(f"{url}/metrics", timeout=10).text, "cascadeserve_threshold_changes_total")
             if changed >= 1:
                 break
             time.sleep(0.01)
