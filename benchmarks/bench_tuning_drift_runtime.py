@@ -95,9 +95,11 @@ def timeline(
         acc[b] += a.label == profile.labels[samples[i]]
         gear_votes[b][a.gear] = gear_votes[b].get(a.gear, 0) + 1
     work = np.zeros(n_b)
+    prof = np.zeros(n_b)
     for e in rec.batches:
         b = min(n_b - 1, max(0, int((e.start - start) // bucket_s)))
         work[b] += (e.end - e.start) * 1000.0
+        prof[b] += profile.models[e.row].runtime.seconds(e.size) * 1000.0
     changes = [
         {"t": d.at - start, "gear": d.gear, "new": list(d.new), "reason": d.reason} for d in rec.threshold_changes
     ]
@@ -108,6 +110,7 @@ def timeline(
         "agreement": (agree / np.maximum(cnt, 1))[keep].tolist(),
         "accuracy": (acc / np.maximum(cnt, 1))[keep].tolist(),
         "work_ms_per_request": (work / np.maximum(cnt, 1))[keep].tolist(),
+        "profiled_ms_per_request": (prof / np.maximum(cnt, 1))[keep].tolist(),
         "gear": [max(v, key=lambda g: v[g]) if v else -1 for v, k in zip(gear_votes, keep, strict=True) if k],
         "changes": changes,
     }

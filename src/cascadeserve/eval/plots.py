@@ -162,6 +162,7 @@ def plot_tuning(doc: dict[str, Any], path: Path) -> Path:
     systems = doc["systems"]
     fig, axes = plt.subplots(3, 1, figsize=(7.5, 7.5), sharex=True)
     tuned = systems.get("tuned")
+    line0 = next(iter(systems.values()))
     end = max(s["t"][-1] + s["bucket_s"] for s in systems.values())
     if tuned is not None:
         # the gears that changed, or else the one that served most of the run
@@ -184,12 +185,13 @@ def plot_tuning(doc: dict[str, Any], path: Path) -> Path:
     colors = {"fixed": "tab:blue", "tuned": "tab:red", "best alone": "tab:green"}
     for name, s in systems.items():
         axes[1].plot(s["t"], s["agreement"], label=name, color=colors.get(name))
-        axes[2].plot(s["t"], s["work_ms_per_request"], label=name, color=colors.get(name))
+        axes[2].plot(s["t"], s.get("profiled_ms_per_request", s["work_ms_per_request"]), label=name,
+                     color=colors.get(name))  # fmt: skip
     target = min(float(v) for v in doc["targets"].values())
     axes[1].axhline(target, color="black", linestyle="--", linewidth=0.8, label="tuner target")
     axes[1].set_ylabel("agreement with cnn-wide")
     axes[1].legend(fontsize=7)
-    axes[2].set_ylabel("device ms / request")
+    axes[2].set_ylabel("device ms / request" + (" (profiled)" if "profiled_ms_per_request" in line0 else ""))
     axes[2].set_xlabel("time (s); shifted images replace clean ones from 20 % to 60 % of the run")
     fig.suptitle(f"digits drift stream on emulated devices, {doc['qps']:g} QPS, audit {doc['audit']:g}", fontsize=10)
     fig.tight_layout()
