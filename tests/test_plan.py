@@ -450,3 +450,10 @@ def test_a_schema_1_plan_without_gears_says_so() -> None:
     with pytest.raises(PlanError) as info:
         GearPlan.from_json(json.dumps(raw))
     assert info.value.message == "gears: Field required"
+
+
+def test_audit_fraction_is_optional_and_checked() -> None:
+    assert GearPlan.model_validate(base()).audit_fraction == 0.0  # a plan written before the field loads as 0
+    assert GearPlan.model_validate({**base(), "audit_fraction": 0.05}).audit_fraction == 0.05
+    with pytest.raises(PlanError, match="audit_fraction"):
+        GearPlan.from_json(json.dumps({**base(), "audit_fraction": 1.5}))

@@ -188,7 +188,7 @@ EXPECTED: dict[str, list[str]] = {
         "write_report",
     ],
     "cascadeserve.eval.grid": ["CompareResult", "SystemGrid", "compare", "evaluate_system", "min_devices"],
-    "cascadeserve.eval.plots": ["plot_ablation", "plot_curves", "plot_heatmaps", "plot_timeline"],
+    "cascadeserve.eval.plots": ["plot_ablation", "plot_curves", "plot_heatmaps", "plot_timeline", "plot_tuning"],
     "cascadeserve.eval.report": ["family_max_qps", "grid_table", "run_all", "versions", "write_report"],
     "cascadeserve.eval.timeline": ["degradation", "pareto", "sliding", "trade_off_curves"],
     "cascadeserve.eval.fidelity": [
@@ -247,6 +247,8 @@ EXPECTED: dict[str, list[str]] = {
         "local_runtime",
     ],
     "cascadeserve.runtime.transport": ["LocalTransport", "Transport", "Waker"],
+    "cascadeserve.runtime.tuning": ["ServingTuning", "TuningFactory", "change_json", "continuation"],
+    "cascadeserve.http.tuning": ["drop_tuning_report", "tuned_plan_json"],
     "cascadeserve.runtime.placement": ["LocalPlacement", "Placement"],
     "cascadeserve.simulate": ["BatchRecord", "SimResult", "Simulator", "simulate"],
     "cascadeserve.simulate.engine": ["Simulator", "simulate", "tick_windows"],

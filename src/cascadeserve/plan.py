@@ -189,6 +189,10 @@ class GearPlan(_Frozen):
     # Clipper's per-replica cap, sized against batch_target_ms (default: derived from the p95 SLO).
     batching: Literal["plan", "aimd", "quantile"] = "plan"
     batch_target_ms: float | None = Field(default=None, gt=0)
+    # Online threshold tuning (serve --tune): the share of early exits audited (also run through the later stages,
+    # off the critical path). The planner sized the plan for that extra work; serve --tune audits this share by
+    # default. 0: planned without audits. (An optional field with a default: plans without it still load.)
+    audit_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
     notes: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")

@@ -268,3 +268,36 @@ def test_ray_refuses_a_non_aimd_batch_limit_before_starting_anything(toy_profile
     opts = RuntimeOptions(batch_limit=QuantileBatchLimit(0.01))
     with pytest.raises(ValueError, match="batch_limit"):
         RayRuntime(plan, toy_profile.model_names, profile=toy_profile, options=opts)
+
+
+def test_a_threshold_change_reaches_every_server(toy_profile: Profile) -> None:
+    """Online tuning's hot swap on Ray: broadcast to every server like a gear switch, and then their exits use it."""
+    from cascadeserve.policy.tuning import OnlineTuning, ThresholdDecision
+
+    plan = two_gear_plan(low_high=1e5, max_wait_ms=5.0)  # gear 0 (m0 -> m1) throughout
+    opts = RuntimeOptions(tuning=lambda tables: OnlineTuning.for_plan(tables, toy_profile, min_records=10**9))
+
+    async def main() -> tuple[list[list[tuple[float, ...]]], list[Answer | BaseException]]:
+        rt = RayBackend().emulated_runtime(toy_profile, plan, options=opts)
+        await rt.start()
+        gen = rt.current
+        assert gen.tuning is not None and gen.tables.thresholds_of(0) == (0.5,)
+        gen.apply_thresholds(ThresholdDecision(0, (0.5,), (1.0,), 0.9, 0.95, 1.0, "periodic", 0.0))
+        handles = server_actors(rt)
+        seen: list[list[tuple[float, ...]]] = []
+        for _ in range(200):  # fire and forget, as a gear switch: wait (generously) until both servers have it
+            seen = [list(map(tuple, await h.thresholds.remote(gen.number))) for h in handles.values()]
+            if all(s[0] == (1.0,) for s in seen):
+                break
+            await asyncio.sleep(0.05)
+        reqs = [r for i in range(20) for r in rt.submit([i])]
+        answers = await asyncio.wait_for(_gather(reqs), timeout=30)
+        await rt.stop(grace_s=1.0)
+        return seen, answers
+
+    seen, answers = asyncio.run(main())
+    assert len(seen) == 2 and all(s[0] == (1.0,) for s in seen)
+    # threshold 1.0: m0 is sure of nothing short of certainty 1, so (almost) everything goes on to m1
+    certain = toy_profile.certainties[0, :20] >= 1.0
+    assert all(isinstance(a, Answer) for a in answers)
+    assert [a.model for a in answers if isinstance(a, Answer)] == ["m0" if c else "m1" for c in certain]

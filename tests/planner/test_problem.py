@@ -98,3 +98,29 @@ def test_fixed_caps_override_the_rule() -> None:
     assert pl.plan_ is not None and pl.plan_.gears[0].replicas[0].max_batch == 8
     with pytest.raises(ValueError, match="batch caps"):
         Planner(batch_caps={"enc": 0})
+
+
+def test_a_plan_with_audits_sizes_for_the_later_stages_they_run(toy_profile: Profile) -> None:
+    """Online tuning audits a share f of the early exits: each later stage runs reach + f·(1 − reach) of the
+    requests. The capacity model charges it, and the plan records f (serve --tune's default)."""
+    slo, devs = SLO(kind="p95_ms", value=50.0), [Device(name="d0", memory_mb=1000.0)]
+    cand = Candidate(Cascade(("m0", "m1", "m2"), (0.5, 0.5)), 0.9, 1.0, (1.0, 0.4, 0.1))
+    plain = make_problem(toy_profile, devs, slo, 100.0, Planner(n_ranges=1)._options(toy_profile), 1, "zipf")
+    audited = make_problem(
+        toy_profile, devs, slo, 100.0, Planner(n_ranges=1, audit_fraction=0.1)._options(toy_profile), 1, "zipf"
+    )
+    assert audited.reach(cand) == pytest.approx((1.0, 0.46, 0.19)) and plain.reach(cand) == (1.0, 0.4, 0.1)
+    assert audited.demand(cand, 100.0) == pytest.approx({"m0": 100.0, "m1": 46.0, "m2": 19.0})
+    assert audited.work_opt(cand) > plain.work_opt(cand)
+    assert audited.capacity_qps(cand)[0] < plain.capacity_qps(cand)[0]
+    # a whole fit near capacity (SP4's simulations audit too): half the early exits audited leave no room for the
+    # m1 -> m2 cascade at 1,000-2,000 QPS, so the planner gives up accuracy to carry the audit work
+    fits = {f: Planner(n_ranges=2, seed=0, audit_fraction=f).fit(toy_profile, devs, slo, 2000.0) for f in (0.0, 0.5)}
+    plans = {f: p.plan_ for f, p in fits.items()}
+    assert plans[0.0] is not None and plans[0.5] is not None
+    assert plans[0.0].audit_fraction == 0.0 and plans[0.5].audit_fraction == 0.5
+    assert plans[0.0].gears[0].models == ("m1", "m2") and plans[0.5].gears[0].models == ("m2",)
+    acc = {f: p.report_.plan_accuracy for f, p in fits.items() if p.report_ is not None}
+    assert acc[0.5] < acc[0.0]
+    with pytest.raises(ValueError, match="audit_fraction"):
+        Planner(audit_fraction=1.5)

@@ -10,7 +10,7 @@ import numpy as np
 from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
-from cascadeserve.runtime import Answer, FakeClock, Recorder, Request, RuntimeOptions, emulated_runtime
+from cascadeserve.runtime import Answer, FakeClock, Recorder, Request, Runtime, RuntimeOptions, emulated_runtime
 from cascadeserve.simulate.engine import tick_windows
 
 
@@ -18,6 +18,7 @@ from cascadeserve.simulate.engine import tick_windows
 class Replay:
     requests: list[Request]
     recorder: Recorder
+    runtime: Runtime | None = None
 
     def answers(self) -> list[Answer]:
         return [r.future.result() for r in self.requests]
@@ -37,8 +38,9 @@ async def replay(
     drain_at: float | None = None,
     options: RuntimeOptions | None = None,
     slowdowns: Slowdowns | None = None,
+    samples: Sequence[int] | None = None,
 ) -> Replay:
-    """Submit request ``i`` (sample ``i mod n``) at ``arrivals[i]``, switch to drain triggers at ``drain_at``.
+    """Submit request ``i`` (sample ``i mod n``, or ``samples[i]``) at ``arrivals[i]``; drain triggers at ``drain_at``.
 
     ``drain_at`` defaults to the end of the last arrival window, where the simulator switches to its drain
     triggers. (The simulator lets those fire from its last device event in that window, a moment a real server
@@ -62,7 +64,7 @@ async def replay(
         if i == 0 or t != arrivals[i - 1]:
             # The simulator's order within an instant: the producer's tick, then every arrival, then device events.
             await clock.advance_to(t, up_to_order=-1)
-        reqs += rt.submit([i % profile.n_samples])
+        reqs += rt.submit([i % profile.n_samples if samples is None else int(samples[i])])
     if not drained:
         await clock.advance_to(drain_at, up_to_order=_BEFORE_TICK)
         rt.drain()
@@ -71,7 +73,7 @@ async def replay(
         assert nxt is not None
         await clock.advance_to(nxt)
     await rt.stop(grace_s=0.0)
-    return Replay(reqs, rec)
+    return Replay(reqs, rec, rt)
 
 
 def two_gear_plan(

@@ -128,6 +128,8 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
     extra = [f"qps_scale {plan.qps_scale:g}", f"alpha {plan.alpha:g}"]
     if plan.batch_overhead_ms:
         extra.append(f"batch overhead {plan.batch_overhead_ms:g} ms")
+    if plan.audit_fraction:
+        extra.append(f"sized for auditing {plan.audit_fraction:.1%} of early exits")
     extra += [f"{k}: {v}" for k, v in plan.notes.items() if k != "planner"]
     console.print("; ".join(extra), highlight=False)
 
@@ -159,6 +161,15 @@ def plan(
             min=0,
         ),
     ] = 4,
+    audit_fraction: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of early exits that online threshold tuning will audit (serve --tune): the plan is sized for "
+            "the later stages they also run, and records the share (serve --tune's default).",
+        ),
+    ] = 0.0,
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
@@ -195,6 +206,7 @@ def plan(
         seed=seed,
         batch_overhead_ms=batch_overhead_ms,
         trace_rounds=trace_rounds,
+        audit_fraction=audit_fraction,
     )
     check = QpsDistribution.parse(qps_dist).arrivals(max_qps, seed)
     status_console = err_console if as_json else console

@@ -17,6 +17,12 @@ Overload is bounded by time: a request that would wait more than ``--max-wait-sl
 (which drains at the plan's capacity, its highest gear's QPS, or ``--capacity-qps``) is shed at once with 503 and a
 Retry-After computed from the backlog; every request has a deadline (``--timeout-ms``, default ten SLOs). The plan
 hot-swap endpoint is off unless ``--admin-token`` is given; ``--auth-token`` guards inference.
+
+``--tune`` turns on online threshold tuning (:mod:`cascadeserve.runtime.tuning`): ``--audit-fraction`` of the
+early exits (default: the plan's ``audit_fraction``, else 2 %) also run the later stages off the critical path, and
+every producer tick the tuner may re-tune the gear's thresholds to hold ``--tune-target`` (default: each gear's
+score on the profile less ``--tune-budget``) against ``--tune-reference`` (the last stage's prediction, or labels
+from the feedback endpoint). Changes show in ``/metrics`` and ``GET /v2/cascade/plan``.
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.plan import GearPlan, load_plan
-from cascadeserve.policy import DEFAULT_SLO_MS
+from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
+from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile, load_profile, record_batch_overhead
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
+from cascadeserve.runtime.tuning import TuningFactory
 
 __all__ = ["serve"]
 
@@ -112,7 +120,6 @@ def serve(
             "simulate include it.",
         ),
     ] = True,
-
     cache_size: Annotated[
         int, typer.Option(help="Prediction cache entries (LRU by input bytes; hits skip every queue); 0: off.")
     ] = 0,
@@ -133,6 +140,39 @@ def serve(
     default_output: Annotated[
         int | None, typer.Option(help="Clipper API default output when no stage answered by the SLO.")
     ] = None,
+    tune: Annotated[
+        bool,
+        typer.Option(
+            "--tune",
+            help="Online threshold tuning: audit a share of early exits (they also run the later stages, off the "
+            "critical path) and re-tune the gear's thresholds by Apparate's hill climbing to hold the target.",
+        ),
+    ] = False,
+    tune_target: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="With --tune: accuracy to hold against the reference (default: each gear's score on the profile "
+            "less --tune-budget).",
+        ),
+    ] = None,
+    tune_budget: Annotated[float, typer.Option(min=0.0, max=1.0, help="With --tune: accuracy budget.")] = 0.01,
+    audit_fraction: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="With --tune: share of early exits audited (default: the plan's audit_fraction, else 0.02).",
+        ),
+    ] = None,
+    tune_reference: Annotated[
+        str,
+        typer.Option(
+            help="With --tune: 'audit' (the last stage's prediction on audited and unsure requests) or 'label' "
+            "(labels from POST /v2/models/{m}/feedback; requests without feedback enter no window)."
+        ),
+    ] = "audit",
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     _check_options(max_in_flight, max_wait_slos, capacity_qps, slo_ms, timeout_ms, max_body_bytes, grace_s)
@@ -158,11 +198,18 @@ def serve(
         )
 
     clipper = _clipper_options(cache_size, batching, gear_plan)
+    tuning = _tuning_options(tune, tune_target, tune_budget, audit_fraction, tune_reference, gear_plan, prof)
     layer = _layer_options(alternative or [], selection, selection_store, slo_ms, default_output, prof)
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
     engine = _backend(backend, address, None if emulate else models)
+    if tuning is not None and backend == "ray":
+        err_console.print(
+            "warning: --tune on --backend ray: threshold changes reach every server, but the servers do not yet "
+            "audit early exits nor send whole records back, so the tuner's windows stay empty",
+            highlight=False,
+        )
     slo = slo_ms
     if slo is None:
         slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
@@ -178,6 +225,7 @@ def serve(
             capacity_qps=capacity_qps,
             slo_ms=slo,
             default_timeout_s=(timeout_ms if timeout_ms is not None else 10 * slo) / 1000.0,
+            tuning=tuning,
             **clipper,
         ),
         server_options=ServerOptions(
@@ -239,6 +287,34 @@ def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> d
     return out
 
 
+def _tuning_options(
+    tune: bool, target: float | None, budget: float, audit: float | None, reference: str, plan: GearPlan, prof: Profile
+) -> TuningFactory | None:
+    """``serve --tune``: the factory of each served plan's online tuning, checked up front (one line per option)."""
+    if not tune:
+        for opt, v in (("--tune-target", target), ("--audit-fraction", audit)):
+            if v is not None:
+                raise CascadeServeError(f"{opt} needs --tune")
+        return None
+    if reference not in ("audit", "label"):
+        raise CascadeServeError(f"--tune-reference: {reference!r} is not one of audit, label")
+    fraction = audit if audit is not None else (plan.audit_fraction or 0.02)
+    if not fraction > 0:
+        raise CascadeServeError("--audit-fraction: must be above 0")
+
+    rows = {m: prof.index(m) for m in prof.model_names}
+
+    def make(tables: PlanTables) -> OnlineTuning:
+        # targets and stage costs come from the profile's rows (a real-model runtime numbers its models as its
+        # config does); the windows and decisions are per gear and stage, whatever the numbering
+        return OnlineTuning.for_plan(
+            PlanTables(tables.plan, rows), prof, target=target, budget=budget, audit_fraction=fraction,
+            reference=reference,
+        )  # fmt: skip
+
+    return make
+
+
 def _layer_options(
     alternatives: list[str], selection: str, store: Path, slo_ms: float | None, default: int | None, prof: Profile
 ) -> ClipperOptions:
@@ -257,6 +333,7 @@ def _layer_options(
         slo_ms=slo_ms,
         default_output=default,
     )
+
 
 def _check_options(
     max_in_flight: int,

@@ -76,8 +76,13 @@ def simulate(
     ] = None,
     tune_budget: Annotated[float, typer.Option(min=0.0, max=1.0, help="With --tune: accuracy budget.")] = 0.01,
     audit_fraction: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="With --tune: fraction of early exits audited.")
-    ] = 0.02,
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="With --tune: fraction of early exits audited (default: the plan's audit_fraction, else 0.02).",
+        ),
+    ] = None,
     tune_reference: Annotated[
         str, typer.Option(help="With --tune: 'audit' (last stage's prediction) or 'label' (true labels).")
     ] = "audit",
@@ -93,6 +98,8 @@ def simulate(
         gear_plan = gear_plan.model_copy(update={"batch_overhead_ms": prof.batch_overhead_ms})
     if tune_reference not in ("audit", "label"):
         raise CascadeServeError(f"--tune-reference {tune_reference!r}: use audit or label")
+    if audit_fraction is None:
+        audit_fraction = gear_plan.audit_fraction or 0.02
     if not audit_fraction > 0:
         raise CascadeServeError("--audit-fraction must be above 0")
     tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_ablation", "plot_curves", "plot_heatmaps", "plot_timeline"]
+__all__ = ["plot_ablation", "plot_curves", "plot_heatmaps", "plot_timeline", "plot_tuning"]
 
 COLORS = {
     "cascadeserve": "tab:red",
@@ -150,5 +150,52 @@ def plot_ablation(result: dict[str, Any], path: Path) -> Path:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_tuning(doc: dict[str, Any], path: Path) -> Path:
+    """Online threshold tuning under data drift (``benchmarks/bench_tuning_drift_runtime.py``): the tuned run's
+    thresholds over time (per gear and stage), windowed agreement with the most accurate model against the tuner's
+    target, and device work per request, for the fixed, tuned and most-accurate-alone systems."""
+    plt = _plt()
+    systems = doc["systems"]
+    fig, axes = plt.subplots(3, 1, figsize=(7.5, 7.5), sharex=True)
+    tuned = systems.get("tuned")
+    line0 = next(iter(systems.values()))
+    end = max(s["t"][-1] + s["bucket_s"] for s in systems.values())
+    if tuned is not None:
+        # the gears that changed, or else the one that served most of the run
+        shown = {c["gear"] for c in tuned["changes"]} or {max(set(tuned["gear"]), key=tuned["gear"].count)}
+        for g, start in doc["initial"].items():
+            gear = int(g)
+            if gear not in shown:
+                continue
+            for stage, t0 in enumerate(start):
+                ts, vs = [0.0], [t0]
+                for c in tuned["changes"]:
+                    if c["gear"] == gear:
+                        ts.append(c["t"])
+                        vs.append(c["new"][stage])
+                ts.append(end)
+                vs.append(vs[-1])
+                axes[0].step(ts, vs, where="post", label=f"gear {gear} stage {stage}")
+    axes[0].set_ylabel("threshold (tuned)")
+    axes[0].legend(fontsize=7, ncol=2)
+    colors = {"fixed": "tab:blue", "tuned": "tab:red", "best alone": "tab:green"}
+    for name, s in systems.items():
+        axes[1].plot(s["t"], s["agreement"], label=name, color=colors.get(name))
+        axes[2].plot(s["t"], s.get("profiled_ms_per_request", s["work_ms_per_request"]), label=name,
+                     color=colors.get(name))  # fmt: skip
+    target = min(float(v) for v in doc["targets"].values())
+    axes[1].axhline(target, color="black", linestyle="--", linewidth=0.8, label="tuner target")
+    axes[1].set_ylabel("agreement with cnn-wide")
+    axes[1].legend(fontsize=7)
+    axes[2].set_ylabel("device ms / request" + (" (profiled)" if "profiled_ms_per_request" in line0 else ""))
+    axes[2].set_xlabel("time (s); shifted images replace clean ones from 20 % to 60 % of the run")
+    fig.suptitle(f"digits drift stream on emulated devices, {doc['qps']:g} QPS, audit {doc['audit']:g}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

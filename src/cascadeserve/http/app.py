@@ -10,6 +10,7 @@ Routes::
     GET  /v2/models/stats                        the same, for every model
     GET  /metrics                                Prometheus text format
     GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one (admin token)
+                             (with serve --tune: the thresholds in force, and a "tuning" report of recent changes)
     GET  /openapi.json  (also /v2/openapi.json)  the OpenAPI document, generated from every registered route
 
 Every row of an infer request becomes one runtime request with its own path through the cascade; the response
@@ -50,6 +51,7 @@ from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, che
 from cascadeserve.http.fastpath import InferFastPath, server_error
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openapi import InferRequest, describe, openapi_document
+from cascadeserve.http.tuning import tuned_plan_json
 from cascadeserve.http.v2 import (
     DTYPES,
     HEADER_LENGTH,
@@ -356,10 +358,14 @@ class _Api:
 
     @describe(responses=(401, 403), secured=True)
     async def get_plan(self, request: Request) -> Response:
-        """The gear plan in force."""
+        """The gear plan in force. With online tuning (``serve --tune``), its gears carry the thresholds in force
+        and ``tuning`` reports the targets, windows and the recent threshold changes (ignored when PUT back)."""
         if (bad := self._auth(request)) is not None:
             return bad
-        return Response(self.runtime.plan.to_json(), media_type="application/json")
+        tuning = self.runtime.tuning
+        if tuning is None:
+            return Response(self.runtime.plan.to_json(), media_type="application/json")
+        return JSONResponse(tuned_plan_json(self.runtime.plan, tuning))
 
     @describe(body=GearPlan, responses=(401, 403, 413, 422), secured=True)
     async def put_plan(self, request: Request) -> Response:

@@ -58,6 +58,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.policy.cache import input_key
 from cascadeserve.policy.selection import Pick, SelectionPolicy
 from cascadeserve.runtime import Answer, DeadlineExceeded, Overloaded, Runtime, ServingError
+from cascadeserve.runtime import Request as RuntimeRequest
 from cascadeserve.store import MemorySelectionStore, SelectionStore, Selector, SqliteSelectionStore
 
 if TYPE_CHECKING:
@@ -195,16 +196,28 @@ class ClipperLayer:
                     context,
                     getattr(r, "pick", None),
                     getattr(r, "members", None),
+                    _request_id(r),
                 )
                 for r, a in zip(reqs, answers, strict=True)
             ],
         )
 
     def feedback(self, pairs: Sequence[tuple[str, object]]) -> dict[str, Any]:
-        out = apply_feedback(self.log, pairs, self.outcomes, self.selector)
+        out = apply_feedback(self.log, pairs, self.outcomes, self.selector, self._label_sink())
         self.feedback_accepted += out["accepted"]
         self.feedback_correct += out["correct"]
         return out
+
+    def _label_sink(self) -> Callable[[AnsweredRow, int], bool] | None:
+        """Where labels go for online tuning with labels as the reference (the primary runtime alone serves)."""
+        tuning = self.runtime.tuning if self.selector is None and self.runtime.generations else None
+        if tuning is None or tuning.reference != "label":
+            return None
+
+        def sink(row: AnsweredRow, label: int) -> bool:
+            return row.request is not None and tuning.label(row.request, label)
+
+        return sink
 
     # -- routes -----------------------------------------------------------------------------------------------
     def routes(self, api: Any) -> list[Route]:
@@ -325,6 +338,11 @@ class ClipperLayer:
         except FeedbackError as e:
             return _error(e.message, e.status)
         return JSONResponse(result)
+
+
+def _request_id(r: Any) -> int | None:
+    """The runtime request id of a served row (``None`` for a row of the selection layer, or a cache hit)."""
+    return r.rid if isinstance(r, RuntimeRequest) and r.rid >= 0 else None
 
 
 def _error(message: str, status: int, headers: Mapping[str, str] | None = None) -> Response:

@@ -20,6 +20,7 @@ import hmac
 from collections.abc import Callable, Collection, Mapping
 
 from cascadeserve.errors import CascadeServeError
+from cascadeserve.http.tuning import drop_tuning_report
 from cascadeserve.plan import DEFAULT_MAX_WAIT_MS, GearPlan
 
 __all__ = ["AuthError", "PlanRejected", "check_bearer", "check_plan", "parse_plan"]
@@ -54,8 +55,10 @@ def check_bearer(header: str | None, tokens: Collection[str], *, what: str) -> N
 
 def parse_plan(body: bytes) -> GearPlan:
     """A plan from a request body, or :class:`PlanRejected` naming the field."""
+    text = body.decode("utf-8", errors="replace")
+    text = drop_tuning_report(text)  # a plan read from GET under serve --tune may be PUT back as it is
     try:
-        return GearPlan.from_json(body.decode("utf-8", errors="replace"))
+        return GearPlan.from_json(text)
     except CascadeServeError as e:
         raise PlanRejected(f"plan: {e}") from None
     except RecursionError:

@@ -13,7 +13,11 @@ and it
 
 * updates the selection policy (:class:`~cascadeserve.store.Selector`) of the request's context;
 * appends ``(certainty, correct)`` to :class:`StageOutcomes`, a bounded window per answering model (cascade
-  stage): what a threshold tuner reads to see how each stage's certainty predicts its correctness online.
+  stage): what a threshold tuner reads to see how each stage's certainty predicts its correctness online;
+* under ``serve --tune --tune-reference label``, gives the label to the runtime's tuning: a row whose request ran
+  every stage of its gear (answered by the last stage, or an audited early exit whose continuation finished) adds
+  its whole record to the gear's window with the label as the reference (``tuning_records`` in the answer counts
+  them). Other rows (early exits that were not audited), and requests that never get feedback, add nothing.
 
 An id that was never answered, or has left the window, is 404; a label that is not an integer (or a list of the
 wrong length) is 400 naming the field. Feedback for a request is accepted once: the id leaves the window.
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +55,7 @@ class AnsweredRow:
     context: str = ""
     pick: Pick | None = None  # exp3: the alternative that served it and its probability
     members: tuple[int | None, ...] | None = None  # exp4: each alternative's label (None: no answer)
+    request: int | None = None  # the runtime's request id (online tuning with labels as the reference)
 
 
 class AnsweredLog:
@@ -127,8 +132,12 @@ def apply_feedback(
     pairs: Sequence[tuple[str, object]],
     outcomes: StageOutcomes,
     selector: Selector | None,
+    on_label: Callable[[AnsweredRow, int], bool] | None = None,
 ) -> dict[str, Any]:
-    """Check every pair first (nothing is applied when one is bad), then update the selection and the windows."""
+    """Check every pair first (nothing is applied when one is bad), then update the selection and the windows.
+
+    ``on_label`` (online tuning with labels as the reference) hears every labelled row and says whether it added a
+    whole record to a tuning window; their count is the answer's ``tuning_records``."""
     checked: list[tuple[str, tuple[AnsweredRow, ...], list[int]]] = []
     for k, (rid, value) in enumerate(pairs):
         rows = log.peek(rid)
@@ -146,6 +155,7 @@ def apply_feedback(
         checked.append((rid, rows, labels))
     correct = 0
     total = 0
+    records = 0
     for rid, rows, labels in checked:
         log.take(rid)
         for row, label in zip(rows, labels, strict=True):
@@ -153,9 +163,14 @@ def apply_feedback(
             correct += ok
             total += 1
             outcomes.add(row.model, row.certainty, ok)
+            if on_label is not None and on_label(row, label):
+                records += 1
             if selector is not None:
                 if row.pick is not None:
                     selector.feedback_exp3(row.pick, ok, row.context)
                 elif row.members is not None:
                     selector.feedback_exp4(row.members, label, row.context)
-    return {"accepted": total, "correct": correct}
+    out: dict[str, Any] = {"accepted": total, "correct": correct}
+    if on_label is not None:
+        out["tuning_records"] = records
+    return out

@@ -3,7 +3,9 @@
 Counters and histograms are updated from the runtime's observer calls; queue lengths, requests in flight and
 the current gear are read from the runtime when ``/metrics`` is scraped, so the hot path never touches a gauge.
 Exactly-once answering is visible as ``admitted_total == answered_total`` once traffic stops (and
-``duplicate_answers_refused_total`` counts the second answers the runtime refused).
+``duplicate_answers_refused_total`` counts the second answers the runtime refused). With online threshold tuning
+(``serve --tune``): ``cascadeserve_threshold_changes_total{gear,reason}``, and at scrape time the thresholds in force
+(``cascadeserve_threshold{gear,stage}``), each gear's window accuracy, target and record count.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cascadeserve.http.stats import InferenceStats
+from cascadeserve.policy.tuning import ThresholdDecision
 from cascadeserve.runtime import Answer, BatchEvent, NullObserver, Request, ServingError, TickEvent
 from cascadeserve.runtime.request import ClientGone, DeadlineExceeded, ModelFailed
 
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from cascadeserve.runtime import Runtime
+    from cascadeserve.runtime.tuning import ServingTuning
 
 __all__ = ["CONTENT_TYPE", "PrometheusObserver"]
 
@@ -56,6 +60,12 @@ class PrometheusObserver(NullObserver):
         self.exits_c = Counter("cascadeserve_exits", "Requests answered per cascade stage.", ["stage"], registry=r)
         self.switches_c = Counter("cascadeserve_gear_switches", "Gear switches by the producer.", registry=r)
         self.swaps_c = Counter("cascadeserve_plan_swaps", "Plan hot-swaps.", registry=r)
+        self.threshold_c = Counter(
+            "cascadeserve_threshold_changes",
+            "Threshold changes by online tuning (serve --tune), per gear and reason.",
+            ["gear", "reason"],
+            registry=r,
+        )
         self._outcomes = {
             k: self.answered_c.labels(k) for k in ("ok", "fallback", "deadline", "model_error", "client_gone", "other")
         }
@@ -112,6 +122,9 @@ class PrometheusObserver(NullObserver):
     def plan_swapped(self, generation: int) -> None:
         self.swaps_c.inc()
 
+    def thresholds_changed(self, decision: ThresholdDecision, generation: int) -> None:
+        self.threshold_c.labels(str(decision.gear), decision.reason).inc()
+
 
 class _RuntimeCollector(Collector):
     def __init__(self, runtime: Runtime) -> None:
@@ -131,3 +144,38 @@ class _RuntimeCollector(Collector):
         yield q
         yield gear
         yield flight
+        tuning = rt.tuning if rt.accepting or rt.generations else None
+        if tuning is not None:
+            yield from _tuning_gauges(tuning)
+
+
+def _tuning_gauges(tuning: ServingTuning) -> Iterator[Metric]:
+    """Online tuning's state: the thresholds in force per gear and stage, and each gear's window accuracy."""
+    th = GaugeMetricFamily(
+        "cascadeserve_threshold",
+        "Certainty threshold in force per gear and stage (online tuning).",
+        labels=["gear", "stage"],
+    )
+    acc = GaugeMetricFamily(
+        "cascadeserve_tuning_window_accuracy",
+        "Accuracy of the thresholds in force on the gear's window of reference outcomes.",
+        labels=["gear"],
+    )
+    target = GaugeMetricFamily(
+        "cascadeserve_tuning_target", "The accuracy online tuning holds per gear.", labels=["gear"]
+    )
+    size = GaugeMetricFamily(
+        "cascadeserve_tuning_window_records", "Whole records in the gear's window.", labels=["gear"]
+    )
+    for g in range(tuning.tables.n_gears):
+        for stage, t in enumerate(tuning.tables.thresholds_of(g)):
+            th.add_metric([str(g), str(stage)], t)
+        a = tuning.window_accuracy(g)
+        if a is not None:
+            acc.add_metric([str(g)], a)
+        target.add_metric([str(g)], tuning.tuning.tuner.target[g])
+        size.add_metric([str(g)], len(tuning.tuning.tuner.windows[g]))
+    yield th
+    yield acc
+    yield target
+    yield size

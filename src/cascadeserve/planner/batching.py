@@ -49,6 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy import PlanTables
+from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 from cascadeserve.traces import poisson
@@ -131,7 +133,11 @@ def keeps_up(latency_s: np.ndarray, slo_ms: float | None = None) -> tuple[bool, 
 
 
 def _run(profile: Profile, plan: GearPlan, arrivals: np.ndarray, slo_ms: float | None) -> LoadCheck:
-    res = simulate(profile, plan, arrivals)
+    tuning = None
+    if plan.audit_fraction > 0:  # sized for online tuning's audits: their device work is part of the check
+        tuning = OnlineTuning.audits_only(PlanTables(plan, {m: profile.index(m) for m in profile.model_names}),
+                                          plan.audit_fraction)  # fmt: skip
+    res = simulate(profile, plan, arrivals, tuning=tuning)
     lat = res.latency_s
     if len(lat) == 0:
         return LoadCheck(True, 0.0, 0.0, 0)

@@ -70,6 +70,7 @@ def _gear_plan(
         gears=gears,
         alpha=problem.options.alpha,
         batch_overhead_ms=problem.overhead_ms,
+        audit_fraction=problem.options.audit_fraction,
         slo=slo,
         qps_scale=qps_scale,
         notes=notes or {},

@@ -188,6 +188,9 @@ class Planner:
       times the planner may plan again against a retargeted internal SLO (tighter when the plan's replay of those
       arrivals misses the SLO; looser when it meets it with slack, unless ``trace_loosen`` is False), keeping the
       best plan that meets the SLO on the replay (:mod:`cascadeserve.planner.tracecheck`).
+    * ``audit_fraction`` (default 0): the share of early exits that online threshold tuning audits (``serve
+      --tune``); every later stage's demand includes them (:meth:`~cascadeserve.planner.problem.Problem.reach`), and
+      the plan records the fraction, which ``serve --tune`` then audits by default.
     """
 
     def __init__(
@@ -207,7 +210,10 @@ class Planner:
         batch_overhead_ms: float | None = None,
         trace_rounds: int = 4,
         trace_loosen: bool = True,
+        audit_fraction: float = 0.0,
     ) -> None:
+        if not 0.0 <= audit_fraction <= 1.0:
+            raise ValueError(f"audit_fraction must lie in [0, 1], got {audit_fraction!r}")
         if trace_rounds < 0:
             raise ValueError(f"trace_rounds must be ≥ 0, got {trace_rounds!r}")
         if batch_overhead_ms is not None and not (batch_overhead_ms >= 0 and math.isfinite(batch_overhead_ms)):
@@ -230,6 +236,7 @@ class Planner:
         self.batch_overhead_ms = None if batch_overhead_ms is None else float(batch_overhead_ms)
         self.trace_rounds = trace_rounds
         self.trace_loosen = trace_loosen
+        self.audit_fraction = float(audit_fraction)
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 
@@ -345,6 +352,7 @@ class Planner:
             alpha=self.alpha,
             batch_overhead_ms=float(overhead),
             batch_caps=tuple(sorted((self.batch_caps or {}).items())),
+            audit_fraction=self.audit_fraction,
         )
 
     @staticmethod

@@ -17,6 +17,11 @@ result is the one that would have been computed), it only saves the work and cou
 A per-batch overhead (``Planner(batch_overhead_ms=…)``) is part of every batch duration here (:meth:`batch_ms`), so
 every amortised runtime, ``b_max`` and the capacity estimates include it.
 
+**Audits.** With ``Planner(audit_fraction=f)`` (online threshold tuning, ``serve --tune``) every stage after the
+first also runs the audited share ``f`` of the early exits before it (:meth:`Problem.reach`): the demand, the
+capacity estimates, the LP and the expected batches all include that work, and the plan records ``f``. (SP4's
+simulations do not replay audits; the LP's utilisation bound carries them.)
+
 **Batch caps: one meaning for the batch.** Each model gets a batch cap (:meth:`Problem.cap`) that goes into the plan
 (``GearReplica.max_batch``), so the simulator and every runtime never form a larger batch (the policy's
 :func:`~cascadeserve.policy.batch_size` applies it). By default (:func:`default_batch_caps`) it is the batch size
@@ -64,6 +69,7 @@ class Options:
     batch_overhead_ms: float
     batch_caps: tuple[tuple[str, int], ...] = ()  # fixed per-model caps overriding the default rule
     tick_s: float = 0.1  # the producer's QPS measurement window (SP4 checks above each range's top by its noise)
+    audit_fraction: float = 0.0  # online tuning's audited share of early exits: they also run the later stages
 
 
 def best_batch(ms: np.ndarray, latency_ms: float | None) -> int:
@@ -201,7 +207,7 @@ class Problem:
     def stage_batches(self, c: Candidate, base: int) -> dict[str, float]:
         """Expected batch per model when the first stage fires batches of ``base``: a later stage receives the
         uncertain part of each first-stage batch in one chunk (§4.5); no batch exceeds its model's cap."""
-        pairs = enumerate(zip(c.models, c.reach, strict=True))
+        pairs = enumerate(zip(c.models, self.reach(c), strict=True))
         return {
             m: float(min(self.cap(m), base)) if k == 0 else min(float(self.cap(m)), max(1.0, base * f))
             for k, (m, f) in pairs
@@ -214,12 +220,21 @@ class Problem:
         return {m: self.t_opt(m) for m in c.models}
 
     # -- demand and capacity -----------------------------------------------------------------------------------
+    def reach(self, c: Candidate) -> tuple[float, ...]:
+        """The fraction of requests each stage of ``c`` runs on, audits included: with online tuning a fraction
+        ``f`` of the early exits before stage ``k`` also run it (off the critical path, but on the devices), so
+        stage ``k`` sees ``reach_k + f·(1 - reach_k)`` (:class:`~cascadeserve.policy.tuning.AuditSampler`)."""
+        f = self.options.audit_fraction
+        if not f:
+            return c.reach
+        return tuple(r if k == 0 else r + f * (1.0 - r) for k, r in enumerate(c.reach))
+
     def demand(self, c: Candidate, qps: float) -> dict[str, float]:
         """Requests per second each model of ``c`` sees at ``qps`` (a later stage sees only what reaches it)."""
-        return {m: qps * f for m, f in zip(c.models, c.reach, strict=True)}
+        return {m: qps * f for m, f in zip(c.models, self.reach(c), strict=True)}
 
     def work_opt(self, c: Candidate) -> float:
-        return sum(f * self.t_opt(m) for m, f in zip(c.models, c.reach, strict=True))
+        return sum(f * self.t_opt(m) for m, f in zip(c.models, self.reach(c), strict=True))
 
     def capacity_ok(self, c: Candidate, qps: float) -> bool:
         """Whether ``c`` could carry ``qps`` on all devices at optimistic runtimes (SP2's cheap pre-filter)."""
@@ -251,7 +266,7 @@ class Problem:
             if self.profile.model(m).memory_mb <= dev.memory_mb
         ]
         bal = self.lp(c, 1.0, self.runtimes_opt(c), fits)
-        reach = dict(zip(c.models, c.reach, strict=True))
+        reach = dict(zip(c.models, self.reach(c), strict=True))
         worst = max(c.models, key=lambda m: reach[m] * self.t_opt(m))
         return (1.0 / bal.u if bal.u > 0 and math.isfinite(bal.u) else 0.0), worst
 

@@ -437,6 +437,16 @@ class OnlineTuning:
         )
         return cls(tuner, audit_fraction, reference)
 
+    @classmethod
+    def audits_only(cls, tables: PlanTables, audit_fraction: float) -> OnlineTuning:
+        """Audit sampling with no tuning: the device work of a plan served with ``--tune`` (audited early exits run
+        the later stages too) and thresholds that never change. The planner's simulations of a plan sized for
+        audits (``GearPlan.audit_fraction``) use it."""
+        n_stages = {g: len(tables.gear_rows(g)) for g in range(len(tables.plan.gears))}
+        stage_ms = {g: np.zeros(k) for g, k in n_stages.items()}
+        tuner = ThresholdTuner(0.0, stage_ms, n_stages=n_stages, capacity=1, period_s=np.inf, min_records=1 << 62)
+        return cls(tuner, audit_fraction, "audit")
+
     def record(
         self, gear: int, certainty: np.ndarray, prediction: np.ndarray, label: np.ndarray, audited: np.ndarray
     ) -> None:

@@ -26,6 +26,10 @@ only), so a poison row fails alone (or falls back to an earlier stage's answer, 
 its batch are served. Rows whose scores come back NaN or Inf fail (or fall back) the same way, and an error while
 applying a batch's results answers every row not yet answered or sent on: no request of a batch can be left
 hanging.
+
+With online threshold tuning on (``Generation.tuning``), :meth:`~cascadeserve.runtime.tuning.ServingTuning.on_batch`
+first extends each row's trail and feeds the whole records; an audited early exit is answered first and then a
+continuation of it is forwarded (it answers nobody and is dropped where a model fails on it).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
 from cascadeserve.runtime.queue import ReplicaQueue
 from cascadeserve.runtime.request import Answer, ModelFailed, Request
+from cascadeserve.runtime.tuning import continuation
 
 __all__ = ["Consumer"]
 
@@ -205,9 +210,18 @@ class Consumer:
         name = gen.model_names[row]
         stage = tables.stage
         answered = 0
-        rows = zip(batch, sure.tolist(), labels.tolist(), certs.tolist(), garbage, strict=True)
-        for req, ok, label, cert, bad in rows:
+        sure_l, labels_l, certs_l = sure.tolist(), labels.tolist(), certs.tolist()
+        tuning = gen.tuning
+        # online tuning: trails, whole records, and which early exits are audited (runtime/tuning.py)
+        audit = None if tuning is None else tuning.on_batch(row, batch, sure_l, labels_l, certs_l, garbage)
+        nxt = tables.next_row
+        rows = zip(batch, sure_l, labels_l, certs_l, garbage, strict=True)
+        for k, (req, ok, label, cert, bad) in enumerate(rows):
             req.compute_s += t1 - t0
+            if req.audit:  # an audit continuation (answered already): on to the next stage, unless this was the last
+                if not bad and nxt[req.gear, row] >= 0:
+                    gen.forward(req, row, t1)
+                continue
             if req.done:  # its deadline answered it while the batch ran: refuse a second answer
                 self.observer.refused_duplicate()
                 continue
@@ -215,19 +229,21 @@ class Consumer:
                 gen.answer_early(req, t1, ModelFailed(name, ValueError("the model returned non-finite scores")))
             elif ok:
                 answered += 1
-                req.resolve(
-                    Answer(
-                        label=int(label),
-                        certainty=float(cert),
-                        model=name,
-                        stage=int(stage[req.gear, row]),
-                        gear=req.gear,
-                        queue_s=req.queue_s,
-                        compute_s=req.compute_s,
-                        finished=t1,
-                        emulated=emulated,
-                    )
+                answer = Answer(
+                    label=int(label),
+                    certainty=float(cert),
+                    model=name,
+                    stage=int(stage[req.gear, row]),
+                    gear=req.gear,
+                    queue_s=req.queue_s,
+                    compute_s=req.compute_s,
+                    finished=t1,
+                    emulated=emulated,
                 )
+                req.resolve(answer)  # first: an audit never delays the answer
+                if audit is not None and audit[k]:
+                    req.best = (int(label), float(cert), row)
+                    gen.forward(continuation(req, answer), row, t1)
             else:
                 req.best = (int(label), float(cert), row)
                 self._forwarded.add(req)

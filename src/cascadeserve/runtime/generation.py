@@ -13,7 +13,10 @@ The generation's adaptive batch limit (``batch_limit``: an AIMD or p99-fit cap, 
 ``batching`` field by :func:`~cascadeserve.policy.adaptive.batch_limit_for`) is asked and updated by the
 consumers for this generation's replicas; each generation has its own, so a hot-swapped plan starts afresh while
 the old one drains with its own. When the runtime caches answers, :meth:`Generation.release` stores each cascade
-answer in the :class:`~cascadeserve.policy.cache.PredictionCache` under the key its request looked up.
+answer in the :class:`~cascadeserve.policy.cache.PredictionCache` under the key its request looked up. With
+online tuning (a ``tuning`` factory, ``serve --tune``), :attr:`Generation.tuning` holds this generation's
+:class:`~cascadeserve.runtime.tuning.ServingTuning`, and :meth:`Generation.tune` applies the producer tick's
+threshold decision.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.policy import BatchTrigger, GearSchedule, PlanTables, Routers, on_deadline
 from cascadeserve.policy.adaptive import BatchLimit, batch_limit_for
 from cascadeserve.policy.cache import PredictionCache
+from cascadeserve.policy.tuning import ThresholdDecision
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.observer import Observer
 from cascadeserve.runtime.queue import Admission
 from cascadeserve.runtime.request import Answer, Request, ServingError
 from cascadeserve.runtime.transport import LocalTransport, Transport
+from cascadeserve.runtime.tuning import ServingTuning, TuningFactory
 
 __all__ = ["Generation"]
 
@@ -51,6 +56,7 @@ class Generation:
         transport: Transport | None = None,
         emulated: bool = False,
         cache: PredictionCache[Answer] | None = None,
+        tuning: TuningFactory | None = None,
     ) -> None:
         self.number = number
         self.plan = plan
@@ -71,6 +77,8 @@ class Generation:
         # keyed by this plan's replica indices, as in the simulator
         self.batch_limit = batch_limit if batch_limit is not None else batch_limit_for(plan)
         self.cache = cache
+        # online threshold tuning (runtime/tuning.py): this generation's own, on its own tables
+        self.tuning = None if tuning is None else ServingTuning(tuning(self.tables), self.tables)
         self.in_flight = 0
         self.live: set[Request] = set()  # admitted and not yet answered (failed on a hard stop)
         self.draining = False
@@ -85,6 +93,24 @@ class Generation:
         if not self.draining:
             self.triggers = self.tables.triggers_for(gear)
         self.transport.on_gear(gear)
+
+    def tune(self, now: float) -> None:
+        """The producer tick's threshold decision for the gear in force, applied here and through the transport."""
+        if self.tuning is None or self.draining:
+            return
+        d = self.tuning.decide(now, self.gear)
+        if d is not None:
+            self.apply_thresholds(d)
+
+    def apply_thresholds(self, d: ThresholdDecision) -> None:
+        """Hot-swap ``d.gear``'s thresholds to ``d.new``: in this generation's tables (every later exit decision,
+        requests in flight included), through the transport (remote servers), and to the observer (metrics)."""
+        if self.tuning is not None:
+            self.tuning.applied(d)
+        else:
+            self.tables.set_thresholds(d.gear, d.new)
+        self.transport.on_thresholds(d.gear, d.new)
+        self.observer.thresholds_changed(d, self.number)
 
     def q0(self) -> int:
         """The first stage's queue length in the current gear (the hysteresis input)."""

@@ -1,9 +1,9 @@
 """Observers: how the runtime reports what it did, without metrics code inside the decisions.
 
 The runtime calls an :class:`Observer` at a handful of points (admitted, shed, answered, batch finished,
-producer tick, plan swapped). :class:`NullObserver` ignores everything; :class:`Recorder` keeps plain records
-for tests and replay; the HTTP layer's Prometheus observer turns the same calls into metrics. Several observers
-combine with :class:`Fanout`.
+producer tick, plan swapped, thresholds re-tuned). :class:`NullObserver` ignores everything; :class:`Recorder`
+keeps plain records for tests and replay; the HTTP layer's Prometheus observer turns the same calls into metrics.
+Several observers combine with :class:`Fanout`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cascadeserve.policy import GearDecision
+from cascadeserve.policy.tuning import ThresholdDecision
 from cascadeserve.runtime.request import Answer, Request, ServingError
 
 __all__ = ["BatchEvent", "Fanout", "NullObserver", "Observer", "Recorder", "TickEvent"]
@@ -59,6 +60,8 @@ class Observer(Protocol):
 
     def plan_swapped(self, generation: int) -> None: ...
 
+    def thresholds_changed(self, decision: ThresholdDecision, generation: int) -> None: ...
+
 
 class NullObserver:
     def admitted(self, n: int) -> None:
@@ -82,6 +85,9 @@ class NullObserver:
     def plan_swapped(self, generation: int) -> None:
         return None
 
+    def thresholds_changed(self, decision: ThresholdDecision, generation: int) -> None:
+        return None
+
 
 @dataclass
 class Recorder(NullObserver):
@@ -89,6 +95,7 @@ class Recorder(NullObserver):
 
     batches: list[BatchEvent] = field(default_factory=list)
     ticks: list[TickEvent] = field(default_factory=list)
+    threshold_changes: list[ThresholdDecision] = field(default_factory=list)
     n_admitted: int = 0
     n_shed: int = 0
     n_answered: int = 0
@@ -115,6 +122,9 @@ class Recorder(NullObserver):
 
     def tick(self, event: TickEvent) -> None:
         self.ticks.append(event)
+
+    def thresholds_changed(self, decision: ThresholdDecision, generation: int) -> None:
+        self.threshold_changes.append(decision)
 
 
 class Fanout(NullObserver):
@@ -150,3 +160,7 @@ class Fanout(NullObserver):
     def plan_swapped(self, generation: int) -> None:
         for o in self.observers:
             o.plan_swapped(generation)
+
+    def thresholds_changed(self, decision: ThresholdDecision, generation: int) -> None:
+        for o in self.observers:
+            o.thresholds_changed(decision, generation)

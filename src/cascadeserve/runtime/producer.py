@@ -68,6 +68,7 @@ class Producer:
         switched = decision.gear != gen.gear
         if switched:
             gen.set_gear(decision.gear)
+        gen.tune(t)  # online threshold tuning (if on): after the gear decision, as the simulator's tick
         self.observer.tick(TickEvent(t, decision, switched, gen.number))
         return decision
 

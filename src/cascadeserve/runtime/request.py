@@ -113,6 +113,7 @@ class Request:
 
     __slots__ = (
         "arrival",
+        "audit",
         "best",
         "cache_epoch",
         "cache_key",
@@ -127,6 +128,7 @@ class Request:
         "queue_s",
         "rid",
         "timer",
+        "trail",
     )
 
     def __init__(
@@ -154,6 +156,10 @@ class Request:
         self.timer: asyncio.Task[None] | None = None
         self.cache_key: Any = None  # the prediction cache's key when the runtime caches answers (a miss)
         self.cache_epoch = 0  # the cache's epoch at lookup: an answer of an invalidated epoch is not stored
+        # Threshold tuning (runtime/tuning.py): (certainty, prediction) of every stage run so far, and whether this
+        # is an audit continuation (an answered early exit running the rest of its cascade, off the critical path)
+        self.trail: list[tuple[float, int]] | None = None
+        self.audit = False
 
     @property
     def done(self) -> bool:

@@ -35,6 +35,10 @@ prediction cache (:class:`~cascadeserve.policy.cache.PredictionCache`): :meth:`R
 the cache holds at once (``Answer.cached``; it never reaches admission or a queue), and a plan swap that changes
 the cascades empties it.
 
+Online threshold tuning: ``RuntimeOptions.tuning`` (a factory of :class:`~cascadeserve.policy.tuning.OnlineTuning`
+over a generation's tables) turns on audit sampling and Apparate's threshold tuning in every generation served,
+with the simulator's semantics (:mod:`cascadeserve.runtime.tuning`); :attr:`Runtime.tuning` is the current one's.
+
 All of it runs on one asyncio event loop; only model code runs on device threads. Everything that *decides*
 lives in :mod:`cascadeserve.policy` and is shared with the simulator.
 """
@@ -78,6 +82,7 @@ from cascadeserve.runtime.request import (
     ServingError,
     TooLarge,
 )
+from cascadeserve.runtime.tuning import ServingTuning, TuningFactory
 
 __all__ = ["Runtime", "RuntimeOptions", "answer_early", "arm_deadline"]
 
@@ -105,6 +110,8 @@ class RuntimeOptions:
     deadline_slack_s: float = 0.0  # deadline timers fire this much late (a remote server answers at the deadline)
     batching: Batching | None = None  # overrides each served plan's batching field (serve --batching)
     cache_size: int | None = None  # prediction cache entries (serve --cache-size); None or 0: no cache
+    # online threshold tuning (serve --tune): builds each served plan's OnlineTuning from its generation's tables
+    tuning: TuningFactory | None = None
 
 
 class Runtime:
@@ -215,6 +222,11 @@ class Runtime:
     @property
     def gear(self) -> int:
         return self.current.gear
+
+    @property
+    def tuning(self) -> ServingTuning | None:
+        """The serving generation's online threshold tuning (``None`` unless ``RuntimeOptions.tuning``)."""
+        return self.current.tuning
 
     @property
     def in_flight(self) -> int:
@@ -398,6 +410,7 @@ class Runtime:
             gear_schedule=self.options.gear_schedule,
             transport=self.placement.transport(number, plan),
             cache=self.cache,
+            tuning=self.options.tuning,
         )
         self.placement.place(gen)
         self.generations.append(gen)

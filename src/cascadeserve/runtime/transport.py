@@ -8,7 +8,8 @@ sends requests for replicas in other processes to those processes, and reports t
 needs no subclass of the generation or of the consumer.
 
 A transport also hears of the generation's two state changes that the queues must react to: a gear switch (the
-triggers changed) and the start of a drain (every queue may now fire at once).
+triggers changed) and the start of a drain (every queue may now fire at once), and of a threshold change by online
+tuning (a transport whose replicas live elsewhere must pass it on).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class Transport(Protocol):
         """The generation started draining."""
         ...
 
+    def on_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
+        """The generation's ``gear`` now exits with ``thresholds`` (online tuning; its own tables already do)."""
+        ...
+
 
 class LocalTransport:
     """Every replica's queue in this process; each arrival wakes the consumer of the replica's device."""
@@ -83,6 +88,9 @@ class LocalTransport:
 
     def on_drain(self) -> None:
         self.wake_all()
+
+    def on_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
+        return None  # the consumers here read the generation's own tables, already changed
 
     def wake_all(self) -> None:
         for waker in dict.fromkeys(w for w in self.wakers if w is not None):

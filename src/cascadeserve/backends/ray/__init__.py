@@ -30,6 +30,10 @@ Topology::
   well within one 100 ms tick), and every tick it polls each server with the gears of all live generations (a
   repair path: a restarted server gets its gear back) and reads back the first stage's queue lengths, whose sum is
   the Q0 of the α·Q0 hysteresis (one tick old, the price of not centralising the queues).
+* **Thresholds** re-tuned online (``serve --tune``) are broadcast like a gear: ``set_thresholds`` to every server,
+  and a server the front end (re)installs a plan on gets the thresholds in force. Not built yet: audit
+  continuations and whole records on the servers, so on Ray the front end's tuner only sees what reaches it
+  (labels for whole records): the thresholds change where a decision is applied (``Generation.apply_thresholds``).
 * **Hot-swap** works as on the local backend: the new plan becomes a new generation on the front end and on every
   server (servers for new devices are started), the old one drains everywhere, and no request moves between
   generations.

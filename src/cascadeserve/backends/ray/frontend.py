@@ -118,6 +118,9 @@ class RayPlacement:
         handle.open.remote(
             gen.number, gen.plan, gen.gear, self.fleet.handles, _device_models(gen.plan, device, self.models)
         )
+        if gen.tuning is not None:  # a (re)started server gets the thresholds in force, not the plan's
+            for g in range(gen.tables.n_gears):
+                handle.set_thresholds.remote(gen.number, g, gen.tables.thresholds_of(g))
         if gen.draining:
             handle.drain.remote(gen.number)
 

@@ -189,6 +189,17 @@ class InferenceServer:
         if gen is not None:
             gen.set_gear(gear)
 
+    async def set_thresholds(self, number: int, gear: int, thresholds: Sequence[float]) -> None:
+        """Online tuning re-tuned ``gear`` of generation ``number``: exits decided here use ``thresholds`` from now."""
+        gen = self.gens.get(number)
+        if gen is not None:
+            gen.tables.set_thresholds(gear, tuple(thresholds))
+
+    async def thresholds(self, number: int) -> list[tuple[float, ...]]:
+        """The thresholds in force here for every gear of generation ``number`` (what the front end last sent)."""
+        gen = self.gens[number]
+        return [gen.tables.thresholds_of(g) for g in range(gen.tables.n_gears)]
+
     async def drain(self, number: int | None = None) -> None:
         """Drain one generation (a hot-swap replaced it) or all (the front end is stopping).
 

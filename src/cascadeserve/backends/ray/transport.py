@@ -79,3 +79,7 @@ class FrontTransport:
 
     def on_drain(self) -> None:
         self.fleet.broadcast(self.plan, "drain", self.number)
+
+    def on_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
+        # online tuning: every server decides exits with its own tables, so each one gets the change (as a gear)
+        self.fleet.broadcast(self.plan, "set_thresholds", self.number, gear, thresholds)
