@@ -131,7 +131,8 @@ def _merge(arr: np.ndarray, parts: list[tuple[np.ndarray, SimResult, float, floa
         end = len(res.tick_times)
         if k + 1 < len(parts):  # this plan's ticks stop where the next one's begin
             end = min(end, round((parts[k + 1][2] - t0) / tick))
-        for lst, a in zip(ticks, (res.tick_times + t0, res.tick_qps, res.tick_gear, res.tick_q0, res.tick_busy)):
+        series = (res.tick_times + t0, res.tick_qps, res.tick_gear, res.tick_q0, res.tick_busy)
+        for lst, a in zip(ticks, series, strict=True):
             lst.append(a[:end])
     tick_busy = np.concatenate(ticks[4]) if ticks[4] else np.zeros((0, 0))
     return SimResult(
