@@ -146,11 +146,13 @@ class Runtime:
         self._producer: Producer | None = None
         self._producer_task: asyncio.Task[None] | None = None
         self.accepting = False
+        self.tick_listeners: list[Callable[[float, float], None]] = []  # (t, qps) after every producer tick
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
         gen = self._new_generation(self._initial_plan, 0.0)
         self._producer = Producer(gen, self.clock, self.observer)
+        self._producer.listeners = self.tick_listeners
         await self.placement.start()
         if self.options.run_producer:
             self._producer_task = asyncio.get_running_loop().create_task(self._producer.run())
