@@ -17,6 +17,9 @@ Overload is bounded by time: a request that would wait more than ``--max-wait-sl
 (which drains at the plan's capacity, its highest gear's QPS, or ``--capacity-qps``) is shed at once with 503 and a
 Retry-After computed from the backlog; every request has a deadline (``--timeout-ms``, default ten SLOs). The plan
 hot-swap endpoint is off unless ``--admin-token`` is given; ``--auth-token`` guards inference.
+
+Load drift: ``--replan auto|notify|off`` re-plans in a child process when the measured QPS distribution leaves the
+plan's (:mod:`cascadeserve.runtime.replanner`); ``--qps-scaling`` is appendix C.2's online QPS scaling.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.plan import GearPlan, load_plan
 from cascadeserve.policy import DEFAULT_SLO_MS
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
+from cascadeserve.policy.replan import scaling_applies
 from cascadeserve.profile import Profile, load_profile, record_batch_overhead
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
+from cascadeserve.runtime.replanner import ReplanOptions, drift_settings
 
 __all__ = ["serve"]
 
@@ -112,7 +117,6 @@ def serve(
             "simulate include it.",
         ),
     ] = True,
-
     cache_size: Annotated[
         int, typer.Option(help="Prediction cache entries (LRU by input bytes; hits skip every queue); 0: off.")
     ] = 0,
@@ -133,6 +137,36 @@ def serve(
     default_output: Annotated[
         int | None, typer.Option(help="Clipper API default output when no stage answered by the SLO.")
     ] = None,
+    replan: Annotated[
+        str,
+        typer.Option(
+            help="Load drift (issue 17): every second, compare the measured QPS distribution over the plan's ranges "
+            "(the last --replan-window-s) with the plan's (two-sample KS distance, the largest gap between the two "
+            "CDFs); over --replan-threshold, re-plan for the measured one in a child process. auto: swap the new "
+            "plan in when its predicted objective is better (nothing dropped); notify: log it and expose it "
+            "(GET /v2/cascade/plan notes, metrics) without swapping; off: do neither."
+        ),
+    ] = "off",
+    replan_threshold: Annotated[
+        float, typer.Option(help="KS distance (0-1] between measured and planned range weights that triggers.")
+    ] = 0.25,
+    replan_window_s: Annotated[
+        float, typer.Option(help="Seconds of per-tick QPS the distribution is measured over.")
+    ] = 3600.0,
+    replan_min_s: Annotated[
+        float, typer.Option(help="Measure this long before the first drift decision or QPS-scale estimate.")
+    ] = 300.0,
+    replan_cooldown_s: Annotated[
+        float, typer.Option(help="After a drift decision, wait this long for the next.")
+    ] = 600.0,
+    replan_timeout_s: Annotated[float, typer.Option(help="Stop a re-plan that runs longer than this.")] = 300.0,
+    qps_scaling: Annotated[
+        str,
+        typer.Option(
+            help="Appendix C.2: multiply measured QPS by a factor re-estimated every second (least squares between "
+            "measured and planned QPS quantiles) before the gear lookup. auto: for accuracy-SLO plans only; on; off."
+        ),
+    ] = "auto",
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     _check_options(max_in_flight, max_wait_slos, capacity_qps, slo_ms, timeout_ms, max_body_bytes, grace_s)
@@ -185,6 +219,17 @@ def serve(
         ),
         backend=engine,
         clipper=layer,
+        replan=_replan_options(
+            replan,
+            qps_scaling,
+            gear_plan,
+            profile,
+            threshold=replan_threshold,
+            window_s=replan_window_s,
+            min_s=replan_min_s,
+            cooldown_s=replan_cooldown_s,
+            timeout_s=replan_timeout_s,
+        ),
     )
     server = Server(
         built,
@@ -257,6 +302,50 @@ def _layer_options(
         slo_ms=slo_ms,
         default_output=default,
     )
+
+
+def _replan_options(
+    mode: str,
+    scaling: str,
+    plan: GearPlan,
+    profile: Path,
+    *,
+    threshold: float,
+    window_s: float,
+    min_s: float,
+    cooldown_s: float,
+    timeout_s: float,
+) -> ReplanOptions | None:
+    """``--replan`` and ``--qps-scaling`` as the runtime's options (``None``: neither is on), checked up front."""
+    if mode not in ("auto", "notify", "off"):
+        raise CascadeServeError(f"--replan: {mode!r} is not one of auto, notify, off")
+    if scaling not in ("auto", "on", "off"):
+        raise CascadeServeError(f"--qps-scaling: {scaling!r} is not one of auto, on, off")
+    if not 0 < threshold <= 1:
+        raise CascadeServeError(f"--replan-threshold: {threshold} must be in (0, 1]")
+    for opt, v in (("--replan-window-s", window_s), ("--replan-min-s", min_s), ("--replan-timeout-s", timeout_s)):
+        if not (v > 0 and v < float("inf")):
+            raise CascadeServeError(f"{opt}: {v} must be a positive number")
+    if min_s > window_s:
+        raise CascadeServeError(f"--replan-min-s: {min_s} is longer than --replan-window-s ({window_s})")
+    if not cooldown_s >= 0:
+        raise CascadeServeError(f"--replan-cooldown-s: {cooldown_s} must not be negative")
+    on = None if scaling == "auto" else scaling == "on"
+    if mode == "off" and not (on if on is not None else scaling_applies(plan)):
+        return None
+    if mode != "off" and plan.slo is None:
+        raise CascadeServeError("--replan: the plan records no SLO, so it cannot be re-planned")
+    settings = drift_settings(
+        mode,
+        tick_ms=plan.tick_ms,
+        window_s=window_s,
+        min_s=min_s,
+        threshold=threshold,
+        cooldown_s=cooldown_s,
+        scaling=on,
+    )
+    return ReplanOptions(settings, profile, timeout_s)
+
 
 def _check_options(
     max_in_flight: int,
