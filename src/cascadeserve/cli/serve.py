@@ -31,6 +31,15 @@ from typing import Annotated, Any
 
 import typer
 
+from cascadeserve.cli.common import (
+    QpsScalingOpt,
+    ReplanCooldownOpt,
+    ReplanMinOpt,
+    ReplanOpt,
+    ReplanThresholdOpt,
+    ReplanWindowOpt,
+    drift_settings_from,
+)
 from cascadeserve.cli.root import app, err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
@@ -38,10 +47,9 @@ from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.plan import GearPlan, load_plan
 from cascadeserve.policy import DEFAULT_SLO_MS
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
-from cascadeserve.policy.replan import scaling_applies
 from cascadeserve.profile import Profile, load_profile, record_batch_overhead
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
-from cascadeserve.runtime.replanner import ReplanOptions, drift_settings
+from cascadeserve.runtime.replanner import ReplanOptions
 
 __all__ = ["serve"]
 
@@ -137,36 +145,15 @@ def serve(
     default_output: Annotated[
         int | None, typer.Option(help="Clipper API default output when no stage answered by the SLO.")
     ] = None,
-    replan: Annotated[
-        str,
-        typer.Option(
-            help="Load drift (issue 17): every second, compare the measured QPS distribution over the plan's ranges "
-            "(the last --replan-window-s) with the plan's (two-sample KS distance, the largest gap between the two "
-            "CDFs); over --replan-threshold, re-plan for the measured one in a child process. auto: swap the new "
-            "plan in when its predicted objective is better (nothing dropped); notify: log it and expose it "
-            "(GET /v2/cascade/plan notes, metrics) without swapping; off: do neither."
-        ),
-    ] = "off",
-    replan_threshold: Annotated[
-        float, typer.Option(help="KS distance (0-1] between measured and planned range weights that triggers.")
-    ] = 0.25,
-    replan_window_s: Annotated[
-        float, typer.Option(help="Seconds of per-tick QPS the distribution is measured over.")
-    ] = 3600.0,
-    replan_min_s: Annotated[
-        float, typer.Option(help="Measure this long before the first drift decision or QPS-scale estimate.")
+    replan: ReplanOpt = "off",
+    replan_threshold: ReplanThresholdOpt = 0.25,
+    replan_window_s: ReplanWindowOpt = 3600.0,
+    replan_min_s: ReplanMinOpt = 300.0,
+    replan_cooldown_s: ReplanCooldownOpt = 600.0,
+    replan_timeout_s: Annotated[
+        float, typer.Option(help="Stop a re-plan (a child process) that runs longer than this.")
     ] = 300.0,
-    replan_cooldown_s: Annotated[
-        float, typer.Option(help="After a drift decision, wait this long for the next.")
-    ] = 600.0,
-    replan_timeout_s: Annotated[float, typer.Option(help="Stop a re-plan that runs longer than this.")] = 300.0,
-    qps_scaling: Annotated[
-        str,
-        typer.Option(
-            help="Appendix C.2: multiply measured QPS by a factor re-estimated every second (least squares between "
-            "measured and planned QPS quantiles) before the gear lookup. auto: for accuracy-SLO plans only; on; off."
-        ),
-    ] = "auto",
+    qps_scaling: QpsScalingOpt = "off",
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     _check_options(max_in_flight, max_wait_slos, capacity_qps, slo_ms, timeout_ms, max_body_bytes, grace_s)
@@ -317,34 +304,12 @@ def _replan_options(
     timeout_s: float,
 ) -> ReplanOptions | None:
     """``--replan`` and ``--qps-scaling`` as the runtime's options (``None``: neither is on), checked up front."""
-    if mode not in ("auto", "notify", "off"):
-        raise CascadeServeError(f"--replan: {mode!r} is not one of auto, notify, off")
-    if scaling not in ("auto", "on", "off"):
-        raise CascadeServeError(f"--qps-scaling: {scaling!r} is not one of auto, on, off")
-    if not 0 < threshold <= 1:
-        raise CascadeServeError(f"--replan-threshold: {threshold} must be in (0, 1]")
-    for opt, v in (("--replan-window-s", window_s), ("--replan-min-s", min_s), ("--replan-timeout-s", timeout_s)):
-        if not (v > 0 and v < float("inf")):
-            raise CascadeServeError(f"{opt}: {v} must be a positive number")
-    if min_s > window_s:
-        raise CascadeServeError(f"--replan-min-s: {min_s} is longer than --replan-window-s ({window_s})")
-    if not cooldown_s >= 0:
-        raise CascadeServeError(f"--replan-cooldown-s: {cooldown_s} must not be negative")
-    on = None if scaling == "auto" else scaling == "on"
-    if mode == "off" and not (on if on is not None else scaling_applies(plan)):
-        return None
-    if mode != "off" and plan.slo is None:
-        raise CascadeServeError("--replan: the plan records no SLO, so it cannot be re-planned")
-    settings = drift_settings(
-        mode,
-        tick_ms=plan.tick_ms,
-        window_s=window_s,
-        min_s=min_s,
-        threshold=threshold,
-        cooldown_s=cooldown_s,
-        scaling=on,
+    if not (timeout_s > 0 and timeout_s < float("inf")):
+        raise CascadeServeError(f"--replan-timeout-s: {timeout_s} must be a positive number")
+    settings = drift_settings_from(
+        mode, scaling, plan, threshold=threshold, window_s=window_s, min_s=min_s, cooldown_s=cooldown_s
     )
-    return ReplanOptions(settings, profile, timeout_s)
+    return None if settings is None else ReplanOptions(settings, profile, timeout_s)
 
 
 def _check_options(

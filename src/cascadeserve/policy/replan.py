@@ -110,6 +110,31 @@ class DriftSettings:
     check_every: int = 10  # ticks between estimates and decisions (1 s at 100 ms)
     scaling: bool | None = None  # None: scaling_applies(plan)
 
+    @classmethod
+    def from_seconds(
+        cls,
+        mode: ReplanMode,
+        *,
+        tick_ms: float,
+        window_s: float,
+        min_s: float,
+        threshold: float,
+        cooldown_s: float,
+        check_s: float = 1.0,
+        scaling: bool | None = None,
+    ) -> DriftSettings:
+        """Settings from seconds (the CLI's units) at a plan's producer tick."""
+        tick = tick_ms / 1000.0
+        return cls(
+            mode=mode,
+            window_ticks=max(1, round(window_s / tick)),
+            min_ticks=max(1, round(min_s / tick)),
+            threshold=threshold,
+            cooldown_s=cooldown_s,
+            check_every=max(1, round(check_s / tick)),
+            scaling=scaling,
+        )
+
 
 class LoadDrift:
     """The producer's load-drift state (module docstring): feed it every tick's QPS, apply what it returns."""

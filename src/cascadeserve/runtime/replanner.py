@@ -26,7 +26,6 @@ import contextlib
 import logging
 import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from cascadeserve.policy.drift import DriftDecision
 from cascadeserve.policy.replan import DriftSettings, LoadDrift, ReplanVerdict
 from cascadeserve.runtime.server import Runtime
 
-__all__ = ["REPLAN_COMMAND", "ReplanOptions", "ReplanStats", "Replanner", "drift_settings"]
+__all__ = ["REPLAN_COMMAND", "ReplanOptions", "ReplanStats", "Replanner"]
 
 log = logging.getLogger("cascadeserve.replan")
 REPLAN_COMMAND: tuple[str, ...] = (sys.executable, "-m", "cascadeserve.planner.replan")
@@ -208,29 +207,3 @@ class Replanner:
                 await task
         self._dir.cleanup()
 
-
-def drift_settings(
-    mode: str,
-    *,
-    tick_ms: float,
-    window_s: float,
-    min_s: float,
-    threshold: float,
-    cooldown_s: float,
-    check_s: float = 1.0,
-    scaling: bool | None = None,
-) -> DriftSettings:
-    """:class:`DriftSettings` from seconds (the CLI's units) at the plan's tick."""
-    tick = tick_ms / 1000.0
-    modes: Sequence[str] = ("auto", "notify", "off")
-    if mode not in modes:
-        raise ValueError(f"{mode!r} is not one of auto, notify, off")
-    return DriftSettings(
-        mode=mode,  # type: ignore[arg-type]
-        window_ticks=max(1, round(window_s / tick)),
-        min_ticks=max(1, round(min_s / tick)),
-        threshold=threshold,
-        cooldown_s=cooldown_s,
-        check_every=max(1, round(check_s / tick)),
-        scaling=scaling,
-    )
