@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy import QpsMeter
 from cascadeserve.policy.drift import DriftDecision
 from cascadeserve.policy.replan import DriftSettings, LoadDrift, ReplanVerdict, plan_in_force
 from cascadeserve.profile import Profile
@@ -85,6 +86,7 @@ def simulate_replanning(
     scale = np.full(n_ticks + 1, plan.qps_scale)
     plans, swap_ticks = [plan], [0]
     events: list[ReplanEvent] = []
+    meter = QpsMeter(tick)
     pending: tuple[DriftDecision, float, int] | None = None  # decision, ready at, started at tick
     for w in range(1, n_ticks):
         t_w = w * tick
@@ -99,7 +101,8 @@ def simulate_replanning(
                 swap_ticks.append(w)
                 drift.replanned(new)
                 scale[w] = new.qps_scale  # the new generation's selector starts with its plan's own scale
-        lt = drift.tick(float(counts[w - 1]) / tick, t_w)  # the window that closed at t_w, as the meter measures
+        meter.record(int(counts[w - 1]))  # the window that closed at t_w, measured as the engine and runtime do
+        lt = drift.tick(meter.tick(t_w), t_w)
         scale[w + 1] = lt.scale
         if lt.drift is not None and pending is None:
             pending = (lt.drift, t_w + delay_s, w)
