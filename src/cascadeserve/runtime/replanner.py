@@ -84,6 +84,14 @@ class Replanner:
 
     # -- every tick (on the event loop: cheap, except one O(window) check per second) --------------------------
     def on_tick(self, t: float, qps: float) -> None:
+        try:
+            self._on_tick(t, qps)
+        except Exception as e:  # the producer's tick loop must never die of the drift watch
+            self.stats.failed += 1
+            self.stats.last = f"the load-drift watch failed on a tick: {e!r}"
+            log.warning("%s", self.stats.last)
+
+    def _on_tick(self, t: float, qps: float) -> None:
         plan = self.runtime.plan
         drift = self._drift
         if drift is None:
