@@ -328,7 +328,9 @@ class Runtime:
 
     # -- plans -------------------------------------------------------------------------------------------------
     def swap_plan(self, plan: GearPlan) -> int:
-        """Serve new requests with ``plan``; requests in flight finish under the plan that admitted them."""
+        """Serve new requests with ``plan``; requests in flight finish under the plan that admitted them (each request
+        holds its generation from admission on: :func:`~cascadeserve.policy.replan.plan_in_force`'s rule, which the
+        simulator applies by time)."""
         if self.options.gear_schedule is not None:
             raise ValueError(
                 "this runtime has a gear schedule, whose gear indices are those of its initial plan: it cannot "
