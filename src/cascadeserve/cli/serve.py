@@ -23,6 +23,9 @@ early exits (default: the plan's ``audit_fraction``, else 2 %) also run the late
 every producer tick the tuner may re-tune the gear's thresholds to hold ``--tune-target`` (default: each gear's
 score on the profile less ``--tune-budget``) against ``--tune-reference`` (the last stage's prediction, or labels
 from the feedback endpoint). Changes show in ``/metrics`` and ``GET /v2/cascade/plan``.
+
+Load drift: ``--replan auto|notify|off`` re-plans in a child process when the measured QPS distribution leaves the
+plan's (:mod:`cascadeserve.runtime.replanner`); ``--qps-scaling`` is appendix C.2's online QPS scaling.
 """
 
 from __future__ import annotations
@@ -34,6 +37,15 @@ from typing import Annotated, Any
 
 import typer
 
+from cascadeserve.cli.common import (
+    QpsScalingOpt,
+    ReplanCooldownOpt,
+    ReplanMinOpt,
+    ReplanOpt,
+    ReplanThresholdOpt,
+    ReplanWindowOpt,
+    drift_settings_from,
+)
 from cascadeserve.cli.root import app, err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
@@ -45,6 +57,8 @@ from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile, load_profile, record_batch_overhead
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 from cascadeserve.runtime.tuning import TuningFactory
+
+from cascadeserve.runtime.replanner import ReplanOptions
 
 __all__ = ["serve"]
 
@@ -173,6 +187,16 @@ def serve(
             "(labels from POST /v2/models/{m}/feedback; requests without feedback enter no window)."
         ),
     ] = "audit",
+
+    replan: ReplanOpt = "off",
+    replan_threshold: ReplanThresholdOpt = 0.25,
+    replan_window_s: ReplanWindowOpt = 3600.0,
+    replan_min_s: ReplanMinOpt = 300.0,
+    replan_cooldown_s: ReplanCooldownOpt = 600.0,
+    replan_timeout_s: Annotated[
+        float, typer.Option(help="Stop a re-plan (a child process) that runs longer than this.")
+    ] = 300.0,
+    qps_scaling: QpsScalingOpt = "off",
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     _check_options(max_in_flight, max_wait_slos, capacity_qps, slo_ms, timeout_ms, max_body_bytes, grace_s)
@@ -233,6 +257,17 @@ def serve(
         ),
         backend=engine,
         clipper=layer,
+        replan=_replan_options(
+            replan,
+            qps_scaling,
+            gear_plan,
+            profile,
+            threshold=replan_threshold,
+            window_s=replan_window_s,
+            min_s=replan_min_s,
+            cooldown_s=replan_cooldown_s,
+            timeout_s=replan_timeout_s,
+        ),
     )
     server = Server(
         built,
@@ -333,6 +368,28 @@ def _layer_options(
         slo_ms=slo_ms,
         default_output=default,
     )
+
+
+
+def _replan_options(
+    mode: str,
+    scaling: str,
+    plan: GearPlan,
+    profile: Path,
+    *,
+    threshold: float,
+    window_s: float,
+    min_s: float,
+    cooldown_s: float,
+    timeout_s: float,
+) -> ReplanOptions | None:
+    """``--replan`` and ``--qps-scaling`` as the runtime's options (``None``: neither is on), checked up front."""
+    if not (timeout_s > 0 and timeout_s < float("inf")):
+        raise CascadeServeError(f"--replan-timeout-s: {timeout_s} must be a positive number")
+    settings = drift_settings_from(
+        mode, scaling, plan, threshold=threshold, window_s=window_s, min_s=min_s, cooldown_s=cooldown_s
+    )
+    return None if settings is None else ReplanOptions(settings, profile, timeout_s)
 
 
 def _check_options(

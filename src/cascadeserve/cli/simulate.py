@@ -3,6 +3,9 @@
 Every batch is charged the plan's ``batch_overhead_ms``; a plan that carries none is charged the profile's recorded
 one (``profile measure`` and ``serve --emulate`` record the runtime's measured per-batch cost), so that without any
 flag the simulation predicts what ``serve`` of the plan does. ``--batch-overhead-ms`` overrides both.
+
+``--replan`` and ``--qps-scaling`` simulate ``serve``'s load-drift options (:mod:`cascadeserve.simulate.replan`):
+the same scaling and drift decisions per tick, a re-plan taking ``--replan-delay-s`` of simulated time.
 """
 
 from __future__ import annotations
@@ -18,19 +21,28 @@ from cascadeserve.cli.common import (
     ArrivalOpt,
     DropZeroOpt,
     MaxQpsOpt,
+    QpsScalingOpt,
+    ReplanCooldownOpt,
+    ReplanMinOpt,
+    ReplanOpt,
+    ReplanThresholdOpt,
+    ReplanWindowOpt,
     SeedOpt,
     TraceFormatOpt,
     TraceOpt,
     WindowOpt,
+    drift_settings_from,
     trace_options,
 )
 from cascadeserve.cli.root import app, console, print_json
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.plan import load_plan
+from cascadeserve.plan import GearPlan, load_plan
+from cascadeserve.planner.replan import replan
 from cascadeserve.policy import PlanTables
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import simulate as run_simulation
+from cascadeserve.simulate.replan import simulate_replanning
 
 __all__ = ["read_sample_order", "simulate"]
 
@@ -86,6 +98,15 @@ def simulate(
     tune_reference: Annotated[
         str, typer.Option(help="With --tune: 'audit' (last stage's prediction) or 'label' (true labels).")
     ] = "audit",
+    replan: ReplanOpt = "off",
+    replan_threshold: ReplanThresholdOpt = 0.25,
+    replan_window_s: ReplanWindowOpt = 3600.0,
+    replan_min_s: ReplanMinOpt = 300.0,
+    replan_cooldown_s: ReplanCooldownOpt = 600.0,
+    replan_delay_s: Annotated[
+        float, typer.Option(min=0.0, help="With --replan: simulated seconds a re-plan takes (serve's child process).")
+    ] = 5.0,
+    qps_scaling: QpsScalingOpt = "off",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Simulate the plan on the trace and print latency percentiles, accuracy and gear switches."""
@@ -114,8 +135,39 @@ def simulate(
             tables, prof, target=tune_target, budget=tune_budget, audit_fraction=audit_fraction,
             reference=tune_reference,
         )  # fmt: skip
-    res = run_simulation(prof, gear_plan, tr.arrivals, samples=samples, tuning=tuning)
+    drift = drift_settings_from(
+        replan,
+        qps_scaling,
+        gear_plan,
+        threshold=replan_threshold,
+        window_s=replan_window_s,
+        min_s=replan_min_s,
+        cooldown_s=replan_cooldown_s,
+    )
+    replanned: dict[str, object] | None = None
+    if drift is not None:
+        if tuning is not None:
+            raise CascadeServeError("--replan/--qps-scaling and --tune do not run together yet")
+        run = simulate_replanning(
+            prof, gear_plan, tr.arrivals, settings=drift, samples=samples, delay_s=replan_delay_s,
+            replanner=lambda weights, current: _replan_or_none(prof, current, weights),
+        )  # fmt: skip
+        res = run.result
+        replanned = {
+            "swap_times_s": run.swap_times,
+            "replans": [
+                {"started_s": e.started, "finished_s": e.finished, "ks_distance": e.drift.distance,
+                 "measured": list(e.drift.measured), "verdict": None if e.verdict is None else e.verdict.action,
+                 "reason": "the planner failed" if e.verdict is None else e.verdict.reason}
+                for e in run.events
+            ],
+            "qps_scale_last": float(run.tick_scale[-1]) if len(run.tick_scale) else 1.0,
+        }  # fmt: skip
+    else:
+        res = run_simulation(prof, gear_plan, tr.arrivals, samples=samples, tuning=tuning)
     summary = {"trace": tr.source, "batch_overhead_ms": gear_plan.batch_overhead_ms, **res.summary()}
+    if replanned is not None:
+        summary["replan"] = replanned
     if tune:
         summary["threshold_changes"] = [
             {"at_s": d.at, "gear": d.gear, "old": list(d.old), "new": list(d.new), "reason": d.reason,
@@ -144,7 +196,17 @@ def simulate(
         table.add_row(key, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}")
     if tune:
         table.add_row("threshold_changes", f"{len(res.threshold_changes):,}")
+    if replanned is not None:
+        table.add_row("plan swaps at (s)", ", ".join(f"{t:g}" for t in run.swap_times) or "none")
     console.print(table)
+
+
+def _replan_or_none(profile: Profile, plan: GearPlan, weights: np.ndarray) -> GearPlan | None:
+    """The re-planned plan, or ``None`` when the planner fails (as a server logs a failed re-plan and goes on)."""
+    try:
+        return replan(profile, plan, weights)
+    except CascadeServeError:
+        return None
 
 
 def read_sample_order(path: Path, profile: Profile) -> np.ndarray:

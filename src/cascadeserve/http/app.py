@@ -62,6 +62,7 @@ from cascadeserve.http.v2 import (
 )
 from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
+from cascadeserve.runtime.replanner import Replanner
 
 __all__ = [
     "ROUTERS",
@@ -114,6 +115,7 @@ class _Api:
         self._dtype = DTYPES[model.input.datatype]
         self._lookup: Callable[[np.ndarray], list[Any]] = self._sample_rows if model.emulated else self._rows
         self.layer = ClipperLayer(runtime, model.name)  # selection, feedback, Clipper's REST (http/clipper.py)
+        self.replanner: Replanner | None = None  # serve --replan: its state goes into GET /v2/cascade/plan's notes
 
     # -- health and metadata -----------------------------------------------------------------------------------
     def _auth(self, request: Request, *, admin: bool = False) -> Response | None:
@@ -362,10 +364,13 @@ class _Api:
         and ``tuning`` reports the targets, windows and the recent threshold changes (ignored when PUT back)."""
         if (bad := self._auth(request)) is not None:
             return bad
+        plan = self.runtime.plan
+        if self.replanner is not None:
+            plan = plan.model_copy(update={"notes": {**plan.notes, **self.replanner.notes()}})
         tuning = self.runtime.tuning
         if tuning is None:
-            return Response(self.runtime.plan.to_json(), media_type="application/json")
-        return JSONResponse(tuned_plan_json(self.runtime.plan, tuning))
+            return Response(plan.to_json(), media_type="application/json")
+        return JSONResponse(tuned_plan_json(plan, tuning))
 
     @describe(body=GearPlan, responses=(401, 403, 413, 422), secured=True)
     async def put_plan(self, request: Request) -> Response:
@@ -470,6 +475,7 @@ def create_app(
     options: ServerOptions | None = None,
     clipper: ClipperLayer | None = None,
     routers: Sequence[Router] = ROUTERS,
+    replanner: Replanner | None = None,
 ) -> ASGIApp:
     """The ASGI app over ``runtime`` (started and stopped with the app's lifespan).
 
@@ -483,6 +489,7 @@ def create_app(
     api = _Api(runtime, model, obs, opts)
     if clipper is not None:
         api.layer = clipper
+    api.replanner = replanner
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -491,6 +498,8 @@ def create_app(
         try:
             yield
         finally:
+            if replanner is not None:
+                await replanner.stop()
             await api.layer.stop(opts.stop_grace_s)
             await runtime.stop(opts.stop_grace_s)
 

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 from cascadeserve.http.app import ServedModel, ServerOptions, create_app
 from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.http.metrics import PrometheusObserver
+from cascadeserve.http.replan import ReplanCollector
 from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import (
@@ -38,6 +39,7 @@ from cascadeserve.runtime import (
     RuntimeOptions,
 )
 from cascadeserve.runtime.observer import Fanout
+from cascadeserve.runtime.replanner import Replanner, ReplanOptions
 
 __all__ = ["App", "Server", "build_app"]
 
@@ -50,6 +52,7 @@ class App:
     runtime: Runtime
     metrics: PrometheusObserver
     model: ServedModel
+    replanner: Replanner | None = None
 
 
 def build_app(
@@ -65,6 +68,7 @@ def build_app(
     observer: Observer | None = None,
     backend: Backend | None = None,
     clipper: ClipperOptions | None = None,
+    replan: ReplanOptions | None = None,
 ) -> App:
     """A served cascade: emulated devices (answers from ``profile``) or ``models`` on the ``backend``'s devices
     (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process)."""
@@ -95,8 +99,12 @@ def build_app(
         served = ServedModel(name or profile.name, models.input, False, None, check)
     # Clipper's layer: alternatives (one runtime each, same backend), selection, SLO and default output
     layer = None if clipper is None else clipper.layer(runtime, served.name, make)
-    asgi = create_app(runtime, served, metrics=metrics, options=server_options, clipper=layer)
-    return App(asgi, runtime, metrics, served)
+    replanner = None
+    if replan is not None:  # serve --replan: watch the load, re-plan in a child process (http/replan.py's metrics)
+        replanner = Replanner(runtime, replan)
+        metrics.registry.register(ReplanCollector(replanner))
+    asgi = create_app(runtime, served, metrics=metrics, options=server_options, clipper=layer, replanner=replanner)
+    return App(asgi, runtime, metrics, served, replanner)
 
 
 class _DrainingServer(uvicorn.Server):

@@ -127,5 +127,7 @@ def build_plan(problem: Problem, sol: Solution, qps_scale: float) -> GearPlan:
             "planner": "cascadeserve.planner (Algorithm 1)",
             "qps_dist": problem.dist.describe(),
             "planned_accuracy": f"{weighted_acc(problem, fr, sol.assign):.6f}",
+            # the distribution the plan was made for, per range: what serve --replan measures drift against
+            "qps_weights": ",".join(f"{w:.6g}" for w in problem.weights),
         },
     )

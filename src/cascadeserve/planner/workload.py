@@ -12,6 +12,8 @@ The plan's accuracy is the time-weighted mean of its gears' accuracies, so SP2 n
   sees, :meth:`~cascadeserve.traces.Trace.qps_samples`); the weight of a range is the fraction of windows whose
   QPS falls in it (windows above ``max_qps`` count for the last range). Every range keeps a tiny floor weight
   so that ranges the trace never visits still prefer accuracy.
+* **Given weights** (``weights:w1,w2,...``, one per range, lowest QPS first; normalised): what a server measured
+  (``serve --replan``, :mod:`cascadeserve.planner.replan`). The same floor applies.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class QpsDistribution:
     exponent: float = ZIPF_EXPONENT
     trace: str | None = None
     window: str | None = None
+    given: tuple[float, ...] = ()
     _cache: dict[tuple[float, int], np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     _samples: dict[float, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
@@ -74,11 +77,23 @@ class QpsDistribution:
             if sep and head and tail.count(":") == 1 and all(x.replace(".", "", 1).isdigit() for x in tail.split(":")):
                 body, window = head, tail
             return cls("empirical", trace=body, window=window)
-        raise CascadeServeError(f"--qps-dist {spec!r}: use zipf, zipf:<exponent> or trace:<trace spec>")
+        if s.startswith("weights:"):
+            try:
+                given = tuple(float(x) for x in s[8:].split(","))
+            except ValueError:
+                raise CascadeServeError(f"--qps-dist {spec!r}: the weights must be numbers") from None
+            if not all(w >= 0 and np.isfinite(w) for w in given) or sum(given) <= 0:
+                raise CascadeServeError(f"--qps-dist {spec!r}: the weights must be non-negative, not all zero")
+            return cls("weights", given=given)
+        raise CascadeServeError(
+            f"--qps-dist {spec!r}: use zipf, zipf:<exponent>, trace:<trace spec> or weights:<w1,w2,...>"
+        )
 
     def describe(self) -> str:
         if self.kind == "zipf":
             return f"zipf (exponent {self.exponent:g})"
+        if self.kind == "weights":
+            return "given weights " + ",".join(f"{w:.4g}" for w in self.given)
         return f"empirical from {self.trace}" + (f" window {self.window} s" if self.window else "")
 
     def samples(self, max_qps: float) -> np.ndarray | None:
@@ -111,6 +126,13 @@ class QpsDistribution:
             return hit
         if self.kind == "zipf":
             w = np.arange(1, n_ranges + 1, dtype=np.float64) ** -self.exponent
+        elif self.kind == "weights":
+            if len(self.given) != n_ranges:
+                raise CascadeServeError(
+                    f"--qps-dist weights: {len(self.given)} weights given for {n_ranges} ranges (--ranges)"
+                )
+            w = np.array(self.given, dtype=np.float64)
+            w = w / w.sum()
         else:
             qs = self.samples(max_qps)
             assert qs is not None

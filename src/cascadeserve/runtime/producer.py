@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cascadeserve.policy import GearDecision, QpsMeter
@@ -40,6 +40,9 @@ class Producer:
         self.last_qps = 0.0
         self._k = 0
         self._next_rid = 0
+        # called with (t, qps) after each tick's gear decision (serve --replan's load-drift watch); a runtime shares
+        # its own list here, so listeners added before or after start() are heard
+        self.listeners: list[Callable[[float, float], None]] = []
 
     def admit(self, payloads: Sequence[Any], deadline: float = math.inf) -> list[Request]:
         """Create and queue one request per payload (admission control is the caller's job)."""
@@ -70,6 +73,8 @@ class Producer:
             gen.set_gear(decision.gear)
         gen.tune(t)  # online threshold tuning (if on): after the gear decision, as the simulator's tick
         self.observer.tick(TickEvent(t, decision, switched, gen.number))
+        for listen in self.listeners:
+            listen(t, qps)
         return decision
 
     async def run(self) -> None:

@@ -153,11 +153,13 @@ class Runtime:
         self._producer: Producer | None = None
         self._producer_task: asyncio.Task[None] | None = None
         self.accepting = False
+        self.tick_listeners: list[Callable[[float, float], None]] = []  # (t, qps) after every producer tick
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
         gen = self._new_generation(self._initial_plan, 0.0)
         self._producer = Producer(gen, self.clock, self.observer)
+        self._producer.listeners = self.tick_listeners
         await self.placement.start()
         if self.options.run_producer:
             self._producer_task = asyncio.get_running_loop().create_task(self._producer.run())
@@ -338,7 +340,9 @@ class Runtime:
 
     # -- plans -------------------------------------------------------------------------------------------------
     def swap_plan(self, plan: GearPlan) -> int:
-        """Serve new requests with ``plan``; requests in flight finish under the plan that admitted them."""
+        """Serve new requests with ``plan``; requests in flight finish under the plan that admitted them (each request
+        holds its generation from admission on: :func:`~cascadeserve.policy.replan.plan_in_force`'s rule, which the
+        simulator applies by time)."""
         if self.options.gear_schedule is not None:
             raise ValueError(
                 "this runtime has a gear schedule, whose gear indices are those of its initial plan: it cannot "

@@ -36,6 +36,9 @@ off and cost one ``is None`` test per batch or tick when off:
   batch starting on a device after its slowdown time, as the emulated devices do;
 * ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`): the gear of every tick, decided in advance
   (an autoscaler given the future load, Cocktail+), in place of the measured-QPS selector;
+* ``qps_scale`` (one factor per tick, from :class:`~cascadeserve.policy.replan.LoadDrift`): appendix C.2's
+  measured-QPS scaling estimated online; the gear selector multiplies tick ``w``'s QPS by ``qps_scale[w]``
+  (:mod:`cascadeserve.simulate.replan` computes it and runs plan swaps);
 * ``tuning`` (:class:`~cascadeserve.policy.tuning.OnlineTuning`): audit sampling of early exits (they also run
   the remaining stages, answered already) and Apparate-style threshold tuning every tick; batches then take a
   vectorised path that also feeds whole records to the tuner's windows.
@@ -120,8 +123,14 @@ class Simulator:
         self._rt_tables = [m.runtime.table(_TABLE_BATCH) for m in profile.models]
 
     # ---------------------------------------------------------------------------------------------------------
-    def run(self, arrivals: Sequence[float] | np.ndarray, samples: np.ndarray | None = None) -> SimResult:
-        """Replay ``arrivals``; request ``i`` uses validation sample ``samples[i]`` (default ``i mod n``)."""
+    def run(
+        self,
+        arrivals: Sequence[float] | np.ndarray,
+        samples: np.ndarray | None = None,
+        qps_scale: np.ndarray | None = None,
+    ) -> SimResult:
+        """Replay ``arrivals``; request ``i`` uses validation sample ``samples[i]`` (default ``i mod n``); tick ``w``
+        scales its measured QPS by ``qps_scale[w]`` when given (the last factor holds past its end)."""
         wall0 = time.perf_counter()
         arr = np.asarray(arrivals, dtype=np.float64)
         if arr.ndim != 1:
@@ -432,6 +441,8 @@ class Simulator:
             if w > 0:
                 meter.record(bounds[w] - bounds[w - 1])
                 qps = meter.tick(t_w)
+                if qps_scale is not None and len(qps_scale):
+                    gear_policy.selector.qps_scale = float(qps_scale[min(w, len(qps_scale) - 1)])
                 q0 = tb.q0(gear, queued)
                 new_gear = gear_policy.decide(w, gear, qps, q0).gear
                 tick_qps[w] = qps

@@ -1,0 +1,219 @@
+"""Load drift (issue 17): ``--replan auto`` against ``--replan off``, in the simulator and on the runtime over HTTP.
+
+Workload: the Twitter trace (``../shared/data/traces/twitter_2021``) with a shape change: its first 300 s (a quiet
+night hour: mean 46, peak 73 tweets/s) followed by 300 s of hour 7 around that hour's busiest second (mean 270, peak
+338), both scaled by one factor so that the peak is ``--max-qps``. Profile: ``tests/data/profiles/tweets-sklearn``
+(three scikit-learn models on TweetEval), one device, accuracy SLO ``--accuracy`` (0.572), planned by the gear
+planner with its default Zipf QPS weights. Under an accuracy SLO the weights decide which ranges may use cheap
+cascades: Zipf says high load is rare, so the high ranges get the cheapest ones; when the load sits there, the run
+falls short of the SLO.
+
+Arms, on the same arrivals: ``off, no scaling`` (the plan as made); ``off`` (appendix C.2's online QPS scaling only,
+``serve``'s default for an accuracy SLO); ``auto`` (scaling, and re-planning in the background when the KS distance
+between the measured and the planned range weights passes 0.25 over the last 60 s, at most once a minute).
+
+* ``--sim``: :func:`cascadeserve.simulate.replan.simulate_replanning`, a re-plan taking the time the child
+  process took here (measured first), ``--runs`` arrival seeds, medians.
+* ``--runtime``: ``serve --emulate`` in this process (uvicorn on 127.0.0.1, the re-plan in a child process) and the
+  open-loop load generator over HTTP; the accuracy is checked against the labels on the client.
+
+    .venv/bin/python benchmarks/bench_replan.py [--sim] [--runtime] [--max-qps 150] [--sim-max-qps 150 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.eval.loadgen import run_load
+from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.plan import SLO, Device, GearPlan
+from cascadeserve.planner import Planner
+from cascadeserve.planner.replan import replan
+from cascadeserve.policy.replan import DriftSettings
+from cascadeserve.profile import Profile, load_profile
+from cascadeserve.runtime import LocalBackend, RuntimeOptions
+from cascadeserve.runtime.replanner import ReplanOptions
+from cascadeserve.simulate.replan import simulate_replanning
+from cascadeserve.traces import arrivals_from_counts, load_per_second_counts, scale_counts
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "tests" / "data" / "profiles" / "tweets-sklearn"
+TRACE = ROOT.parent / "shared" / "data" / "traces" / "twitter_2021" / "tweets_per_second.txt"
+PHASE_S = 300
+
+
+def drift_counts(max_qps: float, phase_s: int = PHASE_S) -> np.ndarray:
+    c = load_per_second_counts(TRACE)
+    busy = c[7 * 3600 : 8 * 3600]
+    peak = int(busy.argmax())
+    start = max(0, peak - phase_s // 2)
+    return scale_counts(np.concatenate([c[:phase_s], busy[start : start + phase_s]]), max_qps)
+
+
+def zipf_plan(profile: Profile, max_qps: float, accuracy: float) -> GearPlan:
+    p = Planner(n_ranges=10).fit(
+        profile, (Device(name="dev0", memory_mb=16000),), SLO(kind="accuracy", value=accuracy), max_qps
+    )
+    assert p.plan_ is not None
+    return p.plan_
+
+
+def settings(mode: str, scaling: bool) -> DriftSettings:
+    return DriftSettings(
+        mode=mode,  # type: ignore[arg-type]
+        window_ticks=600,
+        min_ticks=300,
+        threshold=0.25,
+        cooldown_s=60.0,
+        check_every=10,
+        scaling=scaling,
+    )
+
+
+ARMS = (("off, no scaling", "off", False), ("off", "off", True), ("auto", "auto", True))
+
+
+def child_replan_s(plan: GearPlan) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "p.json"
+        plan.save(src)
+        t0 = time.perf_counter()
+        w = ",".join(["0"] * 6 + ["0.3", "0.3", "0.3", "0.1"])
+        subprocess.run(
+            [sys.executable, "-m", "cascadeserve.planner.replan", str(PROFILE), str(src), w, str(Path(d) / "o.json")],
+            check=True,
+        )
+        return time.perf_counter() - t0
+
+
+def run_sim(
+    profile: Profile, max_qps: float, accuracy: float, runs: int, delay_s: float, phase_s: int
+) -> list[dict[str, Any]]:
+    plan = zipf_plan(profile, max_qps, accuracy)
+    counts = drift_counts(max_qps, phase_s)
+    rows = []
+    for name, mode, scaling in ARMS:
+        per: list[dict[str, float]] = []
+        for seed in range(runs):
+            arr = arrivals_from_counts(counts, seed=seed)
+            t0 = time.perf_counter()
+            run = simulate_replanning(
+                profile,
+                plan,
+                arr,
+                settings=settings(mode, scaling),
+                replanner=lambda w, p: replan(profile, p, w),
+                delay_s=delay_s,
+            )
+            r = run.result
+            late = r.arrivals >= phase_s
+            per.append(
+                {
+                    "accuracy": r.accuracy,
+                    "p95_ms": r.percentile_ms(95),
+                    "accuracy_phase2": float(r.correct[late].mean()),
+                    "p95_phase2_ms": float(np.percentile(r.latency_s[late], 95) * 1000),
+                    "unanswered": r.unanswered,
+                    "swaps": len(run.swap_times),
+                    "wall_s": time.perf_counter() - t0,
+                }
+            )
+            swaps = [round(t, 1) for t in run.swap_times]
+        row = {k: statistics.median(p[k] for p in per) for k in per[0]}
+        row.update({"arm": name, "max_qps": max_qps, "requests": len(arr), "swap_times_seed_last": swaps})
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def run_runtime(profile: Profile, max_qps: float, accuracy: float, phase_s: int) -> list[dict[str, Any]]:
+    plan = zipf_plan(profile, max_qps, accuracy)
+    arr = arrivals_from_counts(drift_counts(max_qps, phase_s), seed=0)
+    ids = profile.sample_ids
+    n = len(ids)
+    labels = profile.labels
+    rows = []
+    for name, mode, scaling in ARMS:
+        opts = ReplanOptions(settings(mode, scaling), PROFILE, timeout_s=120.0)
+        app = build_app(
+            profile,
+            plan,
+            emulate=True,
+            name="tweets",
+            runtime_options=RuntimeOptions(max_in_flight=4096),
+            server_options=ServerOptions(stop_grace_s=5.0),
+            backend=LocalBackend(),
+            replan=opts,
+        )
+        server = Server(app, "127.0.0.1", 0, grace_s=5.0).start()
+        try:
+            t0 = time.perf_counter()
+            rep = asyncio.run(run_load(server.url, "tweets", arr, sample_ids=ids, labels=labels))
+            late = arr[rep.ok_index] >= phase_s  # answered requests of the second window
+            wall = time.perf_counter() - t0
+            rp = app.replanner
+            stats = rp.stats if rp is not None else None
+            row = {
+                "arm": name,
+                "max_qps": max_qps,
+                "sent": rep.sent,
+                "ok": rep.ok,
+                "dropped": rep.sent - rep.ok,
+                "accuracy": rep.accuracy,
+                "p95_ms": rep.p95_ms,
+                "p95_phase2_ms": float(np.percentile(rep.latency_ms[late], 95)) if late.any() else None,
+                "server_p95_ms": rep.server_p95_ms,
+                "send_lag_p99_ms": rep.send_lag_p99_ms,
+                "generation": app.runtime.current.number,
+                "replans": None if stats is None else {"started": stats.started, "swapped": stats.swapped},
+                "history": [] if stats is None else stats.history,
+                "wall_s": wall,
+                "samples": n,
+            }
+        finally:
+            server.stop()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sim", action="store_true")
+    ap.add_argument("--runtime", action="store_true")
+    ap.add_argument("--max-qps", type=float, default=150.0, help="the runtime arm's peak QPS")
+    ap.add_argument("--sim-max-qps", type=float, nargs="+", default=[150.0, 3000.0])
+    ap.add_argument("--accuracy", type=float, default=0.572)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--phase-s", type=int, default=PHASE_S, help="seconds of each of the two trace windows")
+    ap.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
+    a = ap.parse_args()
+    profile = load_profile(PROFILE)
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    out: dict[str, Any] = {}
+    if a.sim or not a.runtime:
+        delay = child_replan_s(zipf_plan(profile, a.sim_max_qps[0], a.accuracy))
+        print(f"re-plan in a child process: {delay:.2f} s (the simulated re-plan delay)", flush=True)
+        out["child_replan_s"] = delay
+        out["sim"] = [r for q in a.sim_max_qps for r in run_sim(profile, q, a.accuracy, a.runs, delay, a.phase_s)]
+    if a.runtime:
+        out["runtime"] = run_runtime(profile, a.max_qps, a.accuracy, a.phase_s)
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+    if a.out is not None:
+        a.out.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""``serve --replan`` over real HTTP on 127.0.0.1: a drift starts a re-plan in a child process while the server
+keeps answering, the better plan is swapped in mid-stream, and every accepted request is answered exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from tests.http.http_helpers import metric
+
+from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.plan import SLO, Device, GearPlan
+from cascadeserve.planner import Planner
+from cascadeserve.policy.replan import DriftSettings
+from cascadeserve.profile import Profile
+from cascadeserve.runtime import LocalBackend, RuntimeOptions
+from cascadeserve.runtime.replanner import ReplanOptions
+
+PROFILE = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
+FAST = DriftSettings(mode="auto", window_ticks=30, min_ticks=10, threshold=0.25, cooldown_s=1000.0, check_every=5)
+
+
+def _zipf_plan(profile: Profile) -> GearPlan:
+    # max 60 QPS: whatever rate the client reaches on a busy machine sits far from Zipf's weight on the lowest range
+    p = Planner(n_ranges=10).fit(
+        profile, (Device(name="dev0", memory_mb=16000),), SLO(kind="accuracy", value=0.572), 60
+    )
+    assert p.plan_ is not None
+    return p.plan_
+
+
+def _server(profile: Profile, opts: ReplanOptions) -> Server:
+    app = build_app(
+        profile,
+        _zipf_plan(profile),
+        emulate=True,
+        name="tweets",
+        runtime_options=RuntimeOptions(max_in_flight=4096),
+        server_options=ServerOptions(stop_grace_s=2.0),
+        backend=LocalBackend(),
+        replan=opts,
+    )
+    return Server(app, "127.0.0.1", 0, grace_s=2.0).start()
+
+
+async def _stream(url: str, ids: list[int], until: float, done: asyncio.Event) -> tuple[int, int, list[int]]:
+    """Send requests one after another from 6 clients until ``done`` (or ``until``); count sent and 200s."""
+    sent = ok = 0
+    other: list[int] = []
+    async with httpx.AsyncClient(timeout=30) as client:
+
+        async def worker(k: int) -> None:
+            nonlocal sent, ok
+            i = k
+            while not done.is_set() and time.monotonic() < until:
+                body = {
+                    "inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [ids[i % len(ids)]]}]
+                }
+                sent += 1
+                r = await client.post(f"{url}/v2/models/tweets/infer", json=body)
+                if r.status_code == 200:
+                    ok += 1
+                else:
+                    other.append(r.status_code)
+                i += 6
+                await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(worker(k) for k in range(6)))
+    return sent, ok, other
+
+
+def test_auto_swaps_a_replanned_plan_mid_stream_and_answers_everything(real_profile: Profile) -> None:
+    server = _server(real_profile, ReplanOptions(FAST, PROFILE, timeout_s=120.0))
+    try:
+        url, rt, rp = server.url, server.app.runtime, server.app.replanner
+        assert rp is not None
+        ids = [int(s) for s in real_profile.sample_ids[:500]]
+
+        async def drive() -> tuple[int, int, list[int], int]:
+            done = asyncio.Event()
+            answered_while_planning = 0
+
+            async def watch() -> None:
+                nonlocal answered_while_planning
+                async with httpx.AsyncClient(timeout=10) as c:
+                    while time.monotonic() < deadline:
+                        if rp.stats.running:  # the planner runs in its child process: the server still answers
+                            body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [1]}]}
+                            r = await c.post(f"{url}/v2/models/tweets/infer", json=body)
+                            answered_while_planning += r.status_code == 200
+                        if rp.stats.swapped:
+                            await asyncio.sleep(1.0)  # keep streaming a second after the swap
+                            done.set()
+                            return
+                        await asyncio.sleep(0.05)
+
+            deadline = time.monotonic() + 90
+            (sent, ok, other), _ = await asyncio.gather(_stream(url, ids, deadline, done), watch())
+            return sent, ok, other, answered_while_planning
+
+        sent, ok, other, during = asyncio.run(drive())
+        assert rp.stats.started >= 1 and rp.stats.swapped == 1, rp.stats
+        assert rt.current.number == 1 and during >= 1
+        assert other == [] and ok == sent  # every request answered, none failed across the swap
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        plan = httpx.get(f"{url}/v2/cascade/plan", timeout=10).json()
+        assert "swapped 1" in plan["notes"]["replan"] and "swapped in" in plan["notes"]["replan_last"]
+        assert plan["notes"]["replanned_from"] == "zipf (exponent 1.1)"
+    finally:
+        server.stop()
+    assert metric(text, "cascadeserve_admitted_total") == metric(text, "cascadeserve_answered_total")
+    assert metric(text, 'cascadeserve_replans_total{state="swapped"}') == 1.0
+    assert metric(text, "cascadeserve_load_drift_ks_distance") > 0.25
+    assert 0 < metric(text, "cascadeserve_qps_scale") < 10
+
+
+def test_a_failing_or_slow_planner_is_logged_and_serving_goes_on(real_profile: Profile) -> None:
+    failing = (sys.executable, "-c", "import sys; print('no planner here', file=sys.stderr); sys.exit(3)")
+    slow = (sys.executable, "-c", "import time; time.sleep(60)")
+    for command, named in ((failing, "exited 3: no planner here"), (slow, "ran past")):
+        server = _server(real_profile, ReplanOptions(FAST, PROFILE, timeout_s=1.0, command=command))
+        try:
+            rp = server.app.replanner
+            assert rp is not None
+            body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [3]}]}
+            t_end = time.monotonic() + 60
+            with httpx.Client(timeout=10) as c:
+                while rp.stats.failed == 0 and time.monotonic() < t_end:
+                    assert c.post(f"{server.url}/v2/models/tweets/infer", json=body).status_code == 200
+                    time.sleep(0.01)
+                assert c.post(f"{server.url}/v2/models/tweets/infer", json=body).status_code == 200
+            assert rp.stats.failed == 1 and rp.stats.swapped == 0 and named in rp.stats.last
+            assert server.app.runtime.current.number == 0
+            assert np.isfinite(rp.stats.distance)
+        finally:
+            server.stop()
