@@ -56,9 +56,8 @@ from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile, load_profile, record_batch_overhead
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
-from cascadeserve.runtime.tuning import TuningFactory
-
 from cascadeserve.runtime.replanner import ReplanOptions
+from cascadeserve.runtime.tuning import TuningFactory
 
 __all__ = ["serve"]
 
