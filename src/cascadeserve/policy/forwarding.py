@@ -29,7 +29,7 @@ def sure_mask(certainty: np.ndarray, threshold: float | np.ndarray) -> np.ndarra
     """Boolean mask of the samples this stage answers (``threshold`` a scalar, or one per sample)."""
     c = np.asarray(certainty, dtype=np.float64)
     if isinstance(threshold, (float, int)):  # numpy's float64 is a float; one scalar for the whole batch
-        return np.broadcast_to(np.asarray(_rule(c, float(threshold)), dtype=bool), c.shape).copy()
+        return np.asarray(_rule(c, float(threshold)), dtype=bool)  # elementwise: c's shape
     return np.asarray(_rule(c, np.asarray(threshold, dtype=np.float64)), dtype=bool)
 
 

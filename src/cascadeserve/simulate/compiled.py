@@ -104,7 +104,7 @@ def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, 
         raise ValueError(f"the compiled simulator does not apply {why}; use engine='auto' or 'python'")
     tb, prof, plan = sim.tables, sim.profile, sim.plan
     n, n_samples = len(arr), prof.n_samples
-    samp = np.arange(n, dtype=np.int64) % n_samples if sample_of is None else sample_of
+    samp = np.zeros(0, dtype=np.int64) if sample_of is None else sample_of  # empty: request i takes i mod n
     tick = sim.tick_s
     n_ticks = tick_windows(arr, tick)
     bounds = np.searchsorted(arr, tick * np.arange(n_ticks + 1), side="left") if n else np.zeros(1)
@@ -133,7 +133,9 @@ def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, 
         # Every array C-contiguous and writable: numba compiles once per argument type, and a read-only trace
         # (or a strided view) is another type, which would mean another compile.
         out = loop(
-            _plain(arr, f8), _plain(samp, i8), _plain(prof.certainties, f8), _plain(tb.threshold, f8),
+            _plain(arr, f8), _plain(samp, i8), n_samples, _plain(prof.certainties, f8),
+            np.ascontiguousarray(prof.predictions == prof.labels[None, :]), _plain(tb.stage, i8),
+            _plain(tb.threshold, f8),
             _plain(tb.next_row, i8), _plain(tb.first_row, i8), min_queue, caps, max_wait, rt,
             plan.batch_overhead_ms / 1000.0, tick, n_ticks, _plain(bounds, i8), dev_start, dev_flat,
             _plain(tb.replica_row, i8), _plain(tb.replica_device, i8), *routes,
@@ -144,14 +146,16 @@ def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, 
         if out[0] == 0:
             break
         table = 2 * int(out[0])  # a batch past the runtime table: rebuild it bigger and replay
-    _, finish, answer_row, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy, rec_f, rec_i = out
+    _, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy, rec_f, rec_i = out
     batches = [
         BatchRecord(float(f[0]), float(f[1]), int(i[0]), int(i[1]), int(i[2]), int(i[3]), int(i[4]))
         for f, i in zip(rec_f.tolist(), rec_i.tolist(), strict=True)
     ]
     return build_result(
         arrivals=arr,
-        samples=samp,
+        samples=None,
+        correct=correct,
+        stage=stage,
         finish=finish,
         answer_row=answer_row,
         gear=gear_of,

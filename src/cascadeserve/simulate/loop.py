@@ -47,7 +47,7 @@ SMALL_BATCH = 16  # the Python loop groups forwarded samples by first appearance
 
 
 def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plain arrays, no objects
-    arr, samp, cert, thr, next_row, first_row, min_queue, caps, max_wait,
+    arr, samp, n_samples, cert, right, stage_table, thr, next_row, first_row, min_queue, caps, max_wait,
     rt, overhead, tick, n_ticks, bounds, dev_start, dev_reps, replica_row, replica_device,
     route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs,
     highs, qps_scale, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
@@ -59,6 +59,9 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     t_len = rt.shape[1]
     finish = np.full(n, inf)
     answer_row = np.full(n, -1, np.int64)
+    correct = np.zeros(n, np.bool_)
+    stage = np.empty(n, np.int64)
+    by_index = samp.shape[0] == 0  # request i takes sample i mod n_samples
     gear_of = np.zeros(n, np.int64)
     shed = np.zeros(n if use_admission else 0, np.bool_)
     tick_qps = np.zeros(n_ticks)
@@ -289,8 +292,8 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                         rq[r, P_TAIL] = -1
                 row = replica_row[r]
                 if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
-                    return (size, finish, answer_row, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
-                            rec_f[:0], rec_i[:0])
+                    return (size, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear,
+                            tick_q0, tick_busy, rec_f[:0], rec_i[:0])
                 secs = rt[row, size] + overhead
                 busy[d] = True
                 busy_until[d] = t + secs
@@ -318,9 +321,12 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     i = node
                     node = nxt[i]
                     g = gear_of[i]
-                    if stage_exits(thr, g, row, cert[row, samp[i]]):
+                    s = i % n_samples if by_index else samp[i]
+                    if stage_exits(thr, g, row, cert[row, s]):
                         finish[i] = t
                         answer_row[i] = row
+                        correct[i] = right[row, s]
+                        stage[i] = stage_table[g, row]
                     else:
                         scratch[n_un] = i
                         n_un += 1
@@ -373,7 +379,11 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                             rq[rr, F_N] += 1
                             rep_dirty[rr] = True
                             dirty[replica_device[rr]] = True
-    return (0, finish, answer_row, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
+    last_row = stage_table.shape[1] - 1
+    for i in range(n):
+        if answer_row[i] < 0:  # as SimResult has always reported an unanswered request: the last row's stage
+            stage[i] = stage_table[gear_of[i], last_row]
+    return (0, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
             rec_f[:n_rec], rec_i[:n_rec])
 
 

@@ -106,7 +106,7 @@ class SimResult:
 def build_result(
     *,
     arrivals: np.ndarray,
-    samples: np.ndarray,
+    samples: np.ndarray | None,
     finish: np.ndarray,
     answer_row: np.ndarray,
     gear: np.ndarray,
@@ -125,14 +125,24 @@ def build_result(
     shed: np.ndarray | None,
     threshold_changes: list[ThresholdDecision],
     engine: str,
+    correct: np.ndarray | None = None,
+    stage: np.ndarray | None = None,
 ) -> SimResult:
-    """The :class:`SimResult` of a run, from per-request outcomes and busy seconds per tick (both engines)."""
+    """The :class:`SimResult` of a run, from per-request outcomes and busy seconds per tick (both engines).
+
+    ``correct`` and ``stage`` come precomputed from the compiled loop (which also takes ``samples=None``); the
+    Python loop leaves them to this function."""
     n = len(arrivals)
-    # An unanswered request (answer_row -1) is never correct; without the mask, -1 would index the last model.
-    correct = (
-        (predictions[answer_row, samples] == labels[samples]) & (answer_row >= 0) if n else np.zeros(0, dtype=bool)
-    )
-    stage = stage_table[gear, answer_row] if n else np.zeros(0, dtype=np.int64)
+    if correct is None:
+        assert samples is not None
+        # An unanswered request (answer_row -1) is never correct; without the mask, -1 would index the last model.
+        correct = (
+            (predictions[answer_row, samples] == labels[samples]) & (answer_row >= 0)
+            if n
+            else np.zeros(0, dtype=bool)
+        )
+    if stage is None:
+        stage = stage_table[gear, answer_row] if n else np.zeros(0, dtype=np.int64)
     d_count = tick_busy_s.shape[1]
     busy_frac = np.minimum(tick_busy_s[:n_ticks] / tick_s, 1.0) if n_ticks else np.zeros((0, d_count))
     return SimResult(
