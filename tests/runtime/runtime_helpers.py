@@ -24,6 +24,13 @@ class Replay:
         return [r.future.result() for r in self.requests]
 
 
+# The simulator switches to its drain triggers at the start of the drain instant, before anything at that instant:
+# it takes no gear decision there and fires that instant's device events under the drain triggers. A server's
+# producer keeps ticking, so the replay drains before the tick of that instant (order -1) runs: otherwise a gear
+# switch scheduled for the drain instant would set the new gear's triggers (another batch cap) first.
+_BEFORE_TICK = -2.0
+
+
 async def replay(
     profile: Profile,
     plan: GearPlan,
@@ -51,7 +58,7 @@ async def replay(
     drained = False
     for i, t in enumerate(arrivals):
         if not drained and t > drain_at:
-            await clock.advance_to(drain_at)
+            await clock.advance_to(drain_at, up_to_order=_BEFORE_TICK)
             rt.drain()
             drained = True
         if i == 0 or t != arrivals[i - 1]:
@@ -59,7 +66,7 @@ async def replay(
             await clock.advance_to(t, up_to_order=-1)
         reqs += rt.submit([i % profile.n_samples if samples is None else int(samples[i])])
     if not drained:
-        await clock.advance_to(drain_at)
+        await clock.advance_to(drain_at, up_to_order=_BEFORE_TICK)
         rt.drain()
     while not all(r.done for r in reqs):
         nxt = clock.next_deadline()

@@ -174,6 +174,55 @@ def test_a_gear_switch_at_a_tick_waits_for_that_instants_arrivals(toy_profile: P
     assert [(b.start, b.size) for b in sim.batches] == [(0.1, 2)]
 
 
+def test_a_gear_switch_scheduled_for_the_drain_instant_does_not_change_the_drain(toy_profile: Profile) -> None:
+    """Hypothesis found it (2026-11-23): m2 (min queue 3, cap 1) holds two forwarded samples when the last window
+    ends at 0.6 s, where the schedule would switch to a gear without m2. The simulator drains with the current
+    gear's drain triggers (cap 1: two batches of one); the replay used to let the producer tick at 0.6 s first, so
+    the runtime drained under the new gear's triggers and fired one batch of two."""
+    d = "d0"
+    plan = GearPlan(
+        profile=toy_profile.name,
+        devices=(Device(name=d, memory_mb=10_000),),
+        replicas=tuple(Replica(model=m, device=d) for m in ("m0", "m1", "m2")),
+        gears=(
+            Gear(
+                qps_low=0.0, qps_high=30.0, models=("m0", "m1", "m2"), thresholds=(0.2, 0.4),
+                replicas=(GearReplica(model="m0", device=d, share=1.0),
+                          GearReplica(model="m1", device=d, min_queue=2, share=1.0),
+                          GearReplica(model="m2", device=d, min_queue=3, share=1.0, max_batch=1)),
+            ),
+            Gear(qps_low=30.0, qps_high=60.0, models=("m0",), replicas=(GearReplica(model="m0", device=d, share=1.0),)),
+        ),
+    )  # fmt: skip
+    sim, _ = _compare(toy_profile, plan, [0.3995, 0.5], gear_schedule=GearSchedule((0, 0, 0, 0, 0, 0, 1)))
+    drained = [(b.row, b.size) for b in sim.batches if b.start >= 0.6]
+    assert drained == [(2, 1), (2, 1)]
+
+
+def test_a_gear_switch_at_a_tick_lowering_min_queue_waits_for_that_instants_arrival(toy_profile: Profile) -> None:
+    """Hypothesis found it (2026-11-23): request 0 waits under gear 2 (min queue 2) for a partner; at 0.1 s the tick
+    switches to gear 0 (min queue 1) on the same replica and request 1 arrives. The consumer's re-decision "at now,
+    after the arrivals" must wait its turn on the fake clock (it used to return at once because it was already
+    due), or request 0 fires alone before request 1 joins: one batch of two in both engines."""
+    plan = GearPlan(
+        profile=toy_profile.name,
+        devices=tuple(Device(name=f"d{i}", memory_mb=10_000) for i in range(3)),
+        replicas=(Replica(model="m0", device="d0"), Replica(model="m1", device="d0"), Replica(model="m1", device="d1")),
+        gears=(
+            Gear(qps_low=0.0, qps_high=20.0, models=("m1",),
+                 replicas=(GearReplica(model="m1", device="d0", share=1.0),
+                           GearReplica(model="m1", device="d1", share=0.0))),
+            Gear(qps_low=20.0, qps_high=40.0, models=("m0",),
+                 replicas=(GearReplica(model="m0", device="d0", share=1.0),)),
+            Gear(qps_low=40.0, qps_high=60.0, models=("m1",),
+                 replicas=(GearReplica(model="m1", device="d0", min_queue=2, share=1.0),
+                           GearReplica(model="m1", device="d1", share=0.0))),
+        ),
+    )  # fmt: skip
+    sim, _ = _compare(toy_profile, plan, [0.0005, 0.1], gear_schedule=GearSchedule((2, 0)))
+    assert [(b.start, b.size) for b in sim.batches] == [(0.1, 2)]
+
+
 def test_gear_schedule_starts_in_its_first_gear(toy_profile: Profile) -> None:
     plan = two_gear_plan(low_high=200.0, max_wait_ms=15.0)
     arrivals = np.append(np.sort(np.random.default_rng(5).uniform(0, 0.5, 40)), 0.505)

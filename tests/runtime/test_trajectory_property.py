@@ -96,9 +96,11 @@ def scenarios(draw: st.DrawFn) -> tuple[GearPlan, list[float], Hooks]:
     max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    # The same 60 scenarios every run, so that CI is not a lottery: a fresh-clone run on 2026-11-23 drew a
-    # disagreement (a gear schedule, arrivals [0, 0, 0.0005], a batch at 0.101 s of 2 on the runtime vs 1 + 1 in the
-    # simulator) that did not recur on re-runs. To hunt for more, set derandomize=False locally.
+    # The same 60 scenarios every run, so that CI is not a lottery. Hunting with derandomize=False and 1,500
+    # examples per seed (2026-11-23) found two disagreements, both pinned in test_trajectory.py: the replay let the
+    # producer tick before draining at the drain instant (a harness fault), and the fake clock ran a consumer's
+    # re-decision "at now, after the arrivals" at once because it was already due (it now waits its turn by order).
+    # Seeds 1-11 x 1,500 examples pass since. To hunt for more, set derandomize=False and raise max_examples.
     derandomize=True,
 )
 @given(scenarios())

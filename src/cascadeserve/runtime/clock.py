@@ -29,7 +29,7 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
-    async def sleep_until(self, when: float, *, order: int = 0) -> None:
+    async def sleep_until(self, when: float, *, order: int | None = None) -> None:
         """Wait until ``now() >= when``. Timers due at the same instant fire by ``order`` (a fake clock only)."""
         ...
 
@@ -51,7 +51,7 @@ class MonotonicClock:
     async def sleep(self, seconds: float) -> None:
         await self.sleep_until(time.monotonic() + seconds)
 
-    async def sleep_until(self, when: float, *, order: int = 0) -> None:
+    async def sleep_until(self, when: float, *, order: int | None = None) -> None:
         coarse = when - time.monotonic() - _PRECISE_S
         if coarse > 0:
             await asyncio.sleep(coarse)  # the loop timer, which may wake up to ~1 ms late, stops short
@@ -76,14 +76,17 @@ class FakeClock:
         # The deadline is ``now + seconds`` exactly, as in the simulator (``start + runtime``).
         await self.sleep_until(self._now + seconds)
 
-    async def sleep_until(self, when: float, *, order: int = 0) -> None:
-        if when <= self._now:
+    async def sleep_until(self, when: float, *, order: int | None = None) -> None:
+        # A wait for the current instant with an explicit order still waits its turn: a consumer that re-decides at
+        # ``now`` after a gear switch (order >= 0) must run after this instant's arrivals, as in the simulator,
+        # not before them. Without an order (``sleep``) a wait that is already due returns at once.
+        if when < self._now or (when == self._now and order is None):
             await asyncio.sleep(0)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Ties at one instant go by ``order``: the simulator handles simultaneous events in device order, with
         # the producer's tick first; devices and the producer pass their rank here so that we do the same.
-        heapq.heappush(self._timers, (when, order, next(self._seq), fut))
+        heapq.heappush(self._timers, (when, 0 if order is None else order, next(self._seq), fut))
         await fut
 
     @property
