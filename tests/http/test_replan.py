@@ -149,3 +149,30 @@ def test_a_failing_slow_or_refused_replan_is_logged_and_serving_goes_on(real_pro
             assert np.isfinite(rp.stats.distance)
         finally:
             server.stop()
+
+
+def test_notify_exposes_a_better_plan_without_swapping(real_profile: Profile) -> None:
+    notify = DriftSettings(
+        mode="notify", window_ticks=30, min_ticks=10, threshold=0.25, cooldown_s=1000.0, check_every=5
+    )
+    server = _server(real_profile, ReplanOptions(notify, PROFILE, timeout_s=120.0))
+    try:
+        rp = server.app.replanner
+        assert rp is not None
+        body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [5]}]}
+        t_end = time.monotonic() + 90
+        with httpx.Client(timeout=10) as c:
+            while rp.stats.finished == 0 and time.monotonic() < t_end:
+                assert c.post(f"{server.url}/v2/models/tweets/infer", json=body).status_code == 200
+                time.sleep(0.005)
+            plan = c.get(f"{server.url}/v2/cascade/plan").json()
+            text = c.get(f"{server.url}/metrics").text
+        assert rp.stats.notified == 1 and rp.stats.swapped == 0, rp.stats
+        assert server.app.runtime.current.number == 0  # nothing swapped
+        assert "not swapped in (--replan notify)" in plan["notes"]["replan_last"]
+        proposed = GearPlan.from_json(plan["notes"]["replan_proposed"])
+        assert proposed.notes["replanned_from"] == "zipf (exponent 1.1)"
+        assert metric(text, "cascadeserve_replan_proposed") == 1.0
+        assert metric(text, 'cascadeserve_replans_total{state="notified"}') == 1.0
+    finally:
+        server.stop()
