@@ -13,12 +13,13 @@ import numpy as np
 from tests.http.http_helpers import metric
 
 from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.http.control import PlanRejected
 from cascadeserve.plan import SLO, Device, GearPlan
 from cascadeserve.planner import Planner
 from cascadeserve.policy.replan import DriftSettings
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import LocalBackend, RuntimeOptions
-from cascadeserve.runtime.replanner import ReplanOptions
+from cascadeserve.runtime.replanner import REPLAN_COMMAND, ReplanOptions
 
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
 FAST = DriftSettings(mode="auto", window_ticks=30, min_ticks=10, threshold=0.25, cooldown_s=1000.0, check_every=5)
@@ -118,14 +119,24 @@ def test_auto_swaps_a_replanned_plan_mid_stream_and_answers_everything(real_prof
     assert 0 < metric(text, "cascadeserve_qps_scale") < 10
 
 
-def test_a_failing_or_slow_planner_is_logged_and_serving_goes_on(real_profile: Profile) -> None:
+def _refuse(plan: GearPlan) -> None:
+    raise PlanRejected("devices.0.name: refused for the test")
+
+
+def test_a_failing_slow_or_refused_replan_is_logged_and_serving_goes_on(real_profile: Profile) -> None:
     failing = (sys.executable, "-c", "import sys; print('no planner here', file=sys.stderr); sys.exit(3)")
     slow = (sys.executable, "-c", "import time; time.sleep(60)")
-    for command, named in ((failing, "exited 3: no planner here"), (slow, "ran past")):
-        server = _server(real_profile, ReplanOptions(FAST, PROFILE, timeout_s=1.0, command=command))
+    cases = ((failing, "exited 3: no planner here", None), (slow, "ran past", None))
+    cases += ((REPLAN_COMMAND, "refused for the test", _refuse),)  # a plan the deployment's checks refuse
+    for command, named, check in cases:
+        server = _server(
+            real_profile, ReplanOptions(FAST, PROFILE, timeout_s=1.0 if check is None else 120.0, command=command)
+        )
         try:
             rp = server.app.replanner
             assert rp is not None
+            if check is not None:
+                rp.check = check
             body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [3]}]}
             t_end = time.monotonic() + 60
             with httpx.Client(timeout=10) as c:
@@ -133,8 +144,35 @@ def test_a_failing_or_slow_planner_is_logged_and_serving_goes_on(real_profile: P
                     assert c.post(f"{server.url}/v2/models/tweets/infer", json=body).status_code == 200
                     time.sleep(0.01)
                 assert c.post(f"{server.url}/v2/models/tweets/infer", json=body).status_code == 200
-            assert rp.stats.failed == 1 and rp.stats.swapped == 0 and named in rp.stats.last
+            assert rp.stats.failed == 1 and rp.stats.swapped == 0 and named in rp.stats.last, rp.stats.last
             assert server.app.runtime.current.number == 0
             assert np.isfinite(rp.stats.distance)
         finally:
             server.stop()
+
+
+def test_notify_exposes_a_better_plan_without_swapping(real_profile: Profile) -> None:
+    notify = DriftSettings(
+        mode="notify", window_ticks=30, min_ticks=10, threshold=0.25, cooldown_s=1000.0, check_every=5
+    )
+    server = _server(real_profile, ReplanOptions(notify, PROFILE, timeout_s=120.0))
+    try:
+        rp = server.app.replanner
+        assert rp is not None
+        body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [5]}]}
+        t_end = time.monotonic() + 90
+        with httpx.Client(timeout=10) as c:
+            while rp.stats.finished == 0 and time.monotonic() < t_end:
+                assert c.post(f"{server.url}/v2/models/tweets/infer", json=body).status_code == 200
+                time.sleep(0.005)
+            plan = c.get(f"{server.url}/v2/cascade/plan").json()
+            text = c.get(f"{server.url}/metrics").text
+        assert rp.stats.notified == 1 and rp.stats.swapped == 0, rp.stats
+        assert server.app.runtime.current.number == 0  # nothing swapped
+        assert "not swapped in (--replan notify)" in plan["notes"]["replan_last"]
+        proposed = GearPlan.from_json(plan["notes"]["replan_proposed"])
+        assert proposed.notes["replanned_from"] == "zipf (exponent 1.1)"
+        assert metric(text, "cascadeserve_replan_proposed") == 1.0
+        assert metric(text, 'cascadeserve_replans_total{state="notified"}') == 1.0
+    finally:
+        server.stop()

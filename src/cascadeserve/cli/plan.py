@@ -147,7 +147,11 @@ def plan(
     max_qps: Annotated[float | None, typer.Option(help="The highest QPS to plan for.")] = None,
     ranges: Annotated[int, typer.Option(help="Number of equal QPS ranges (gears).", min=1)] = 10,
     qps_dist: Annotated[
-        str, typer.Option(help="QPS distribution: zipf (exponent 1.1), zipf:<exponent>, or trace:<trace spec>.")
+        str,
+        typer.Option(
+            help="QPS distribution: zipf (exponent 1.1), zipf:<exponent>, trace:<trace spec>, or weights:<w1,w2,...> "
+            "(one per range, lowest QPS first; what serve --replan measured)."
+        ),
     ] = "zipf",
     seed: Annotated[int, typer.Option(help="Random seed (cascade sampling, simulated arrivals).")] = 0,
     alpha: Annotated[float, typer.Option(help="Hysteresis factor α written into the plan.")] = 8.0,

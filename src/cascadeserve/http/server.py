@@ -24,6 +24,7 @@ from starlette.types import ASGIApp
 
 from cascadeserve.http.app import ServedModel, ServerOptions, create_app
 from cascadeserve.http.clipper import ClipperOptions
+from cascadeserve.http.control import check_plan
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.replan import ReplanCollector
 from cascadeserve.plan import GearPlan
@@ -101,7 +102,20 @@ def build_app(
     layer = None if clipper is None else clipper.layer(runtime, served.name, make)
     replanner = None
     if replan is not None:  # serve --replan: watch the load, re-plan in a child process (http/replan.py's metrics)
-        replanner = Replanner(runtime, replan)
+        def check_swap(p: GearPlan) -> None:
+            policy = runtime.admission_for(p)
+            budget = policy.budget
+            check_plan(
+                p,
+                runtime.plan,
+                runtime.model_names,
+                admission_limit=policy.limit,
+                wait_budget_ms=None if budget is None else budget.max_wait_s * 1000.0,
+                stall_ms=runtime.options.stall_after_s * 1000.0,
+                extra=check,
+            )
+
+        replanner = Replanner(runtime, replan, check_swap)
         metrics.registry.register(ReplanCollector(replanner))
     asgi = create_app(runtime, served, metrics=metrics, options=server_options, clipper=layer, replanner=replanner)
     return App(asgi, runtime, metrics, served, replanner)

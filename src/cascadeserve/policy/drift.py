@@ -122,6 +122,10 @@ class LoadDriftDetector:
         """One tick's measured QPS."""
         self._qps.append(qps)
 
+    def samples(self) -> np.ndarray:
+        """The per-tick QPS in the window, oldest first."""
+        return np.fromiter(self._qps, float, len(self._qps))
+
     def measured(self) -> np.ndarray:
         return range_weights(np.fromiter(self._qps, float, len(self._qps)), self.max_qps, len(self.planned))
 

@@ -162,8 +162,7 @@ class LoadDrift:
 
     def window(self) -> np.ndarray:
         """The measured QPS of the ticks in the window, oldest first."""
-        q = self.detector._qps
-        return np.fromiter(q, dtype=np.float64, count=len(q))
+        return self.detector.samples()
 
     def tick(self, qps: float, now: float) -> LoadTick:
         """Tick ``now`` measured ``qps``: the scale to use from the next tick on, and whether the load drifted."""
@@ -172,7 +171,7 @@ class LoadDrift:
         self._ticks += 1
         drift = None
         if self._ticks % self.settings.check_every == 0:
-            if self.scaling and len(det._qps) >= det.min_ticks:
+            if self.scaling and self._ticks >= det.min_ticks:
                 self.scale = scale_factor(self.window(), self._planned_q)
             drift = det.decide(now)
         return LoadTick(self.scale, drift)
@@ -180,7 +179,7 @@ class LoadDrift:
     def scale_for(self, plan: GearPlan) -> float:
         """The scale ``plan`` would be served with on the current window (its own when scaling does not apply)."""
         on = scaling_applies(plan) if self.settings.scaling is None else self.settings.scaling
-        if not on or len(self.detector._qps) < self.detector.min_ticks:
+        if not on or self._ticks < self.detector.min_ticks:
             return plan.qps_scale
         return scale_factor(self.window(), weight_quantiles(planned_weights(plan), plan.max_qps))
 
@@ -199,7 +198,7 @@ class LoadDrift:
         self._planned_q = weight_quantiles(self.detector.planned, plan.max_qps)
         self.scaling = scaling_applies(plan) if self.settings.scaling is None else self.settings.scaling
         self.scale = plan.qps_scale
-        if self.scaling and len(self.detector._qps) >= self.detector.min_ticks:
+        if self.scaling and self._ticks >= self.detector.min_ticks:
             self.scale = scale_factor(self.window(), self._planned_q)
 
 

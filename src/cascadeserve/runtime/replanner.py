@@ -26,6 +26,7 @@ import contextlib
 import logging
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,9 +72,12 @@ class ReplanStats:
 class Replanner:
     """Applies :class:`~cascadeserve.policy.replan.LoadDrift` to a runtime (module docstring)."""
 
-    def __init__(self, runtime: Runtime, options: ReplanOptions) -> None:
+    def __init__(
+        self, runtime: Runtime, options: ReplanOptions, check: Callable[[GearPlan], None] | None = None
+    ) -> None:
         self.runtime = runtime
         self.options = options
+        self.check = check  # the deployment's checks of a plan to swap in (those of PUT /v2/cascade/plan)
         self.stats = ReplanStats()
         self._drift: LoadDrift | None = None
         self._plan: GearPlan | None = None  # the plan ``_drift`` follows
@@ -123,6 +127,8 @@ class Replanner:
         )
         try:
             new = await self._run_planner(plan, weights, s.started)
+            if self.check is not None:
+                self.check(new)  # refuses a plan this deployment cannot serve, as PUT /v2/cascade/plan would
         except asyncio.CancelledError:
             raise
         except Exception as e:  # whatever went wrong, serving goes on
