@@ -137,7 +137,7 @@ def test_competitive_execution_takes_the_first_replica_to_answer() -> None:
             calls.append(time.monotonic())
             first = len(calls) == 1
         if first:
-            time.sleep(2.0)
+            time.sleep(4.0)  # far longer than a busy machine delays the two fast replicas
         return KV(k, v)
 
     fl = Dataflow(S)
@@ -148,7 +148,7 @@ def test_competitive_execution_takes_the_first_replica_to_answer() -> None:
     took = time.monotonic() - t0
     ex.close()
     assert [tuple(r) for r in out] == [(1, 2)] and len(calls) >= 2  # the third may start later
-    assert took < 1.5  # the two fast replicas answer; the slow one is not waited for
+    assert took < 3.5  # the two fast replicas answer; the slow one (4 s) is not waited for
 
 
 def test_batching_runs_queued_calls_in_one_invocation() -> None:
