@@ -8,32 +8,69 @@ device slowdowns and online tuning keep the Python loop. ``engine="compiled"`` r
 
 The first compiled run in a process loads the loop from numba's on-disk cache (``__pycache__`` beside the package,
 else ``NUMBA_CACHE_DIR`` or the user's cache directory), or compiles it once when no cache is there yet
-(:func:`warm_up` does that ahead of time).
+(:func:`cascadeserve.simulate.warm.warm_up` does that ahead of time).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
+from cascadeserve.plan import GearPlan
+from cascadeserve.policy import AdmissionPolicy, GearPolicy, PlanTables
+from cascadeserve.profile import Profile
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.queues import tick_windows
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 
-if TYPE_CHECKING:
-    from cascadeserve.profile import Profile
-    from cascadeserve.simulate.engine import Simulator
-
-__all__ = ["Engine", "run_compiled", "unsupported", "warm_up"]
+__all__ = ["Engine", "Run", "run_compiled", "unsupported"]
 
 Engine = Literal["auto", "compiled", "python"]
 
 _TABLE_BATCH = 4096
 
 
-def unsupported(sim: Simulator) -> str | None:
+class Run(Protocol):
+    """What the compiled path reads of a :class:`~cascadeserve.simulate.Simulator` (no import of the engine here:
+    the engine imports this module)."""
+
+    @property
+    def profile(self) -> Profile: ...
+
+    @property
+    def plan(self) -> GearPlan: ...
+
+    @property
+    def tables(self) -> PlanTables: ...
+
+    @property
+    def gear_policy(self) -> GearPolicy: ...
+
+    @property
+    def admission(self) -> AdmissionPolicy | None: ...
+
+    @property
+    def record_batches(self) -> bool: ...
+
+    @property
+    def tick_s(self) -> float: ...
+
+    @property
+    def batch_limit(self) -> object | None: ...
+
+    @property
+    def cache(self) -> object | None: ...
+
+    @property
+    def slowdowns(self) -> object | None: ...
+
+    @property
+    def tuning(self) -> object | None: ...
+
+
+def unsupported(sim: Run) -> str | None:
     """Why ``sim`` needs the Python loop (the first hook it has that the compiled loop does not apply), or None."""
     if sim.batch_limit is not None:
         return "an adaptive batch limit (batch_limit, or the plan's batching)"
@@ -46,7 +83,7 @@ def unsupported(sim: Simulator) -> str | None:
     return None
 
 
-def _routes(sim: Simulator) -> tuple[np.ndarray, ...]:
+def _routes(sim: Run) -> tuple[np.ndarray, ...]:
     tb = sim.tables
     route_of = np.full(tb.threshold.shape, -1, dtype=np.int64)
     starts: list[int] = []
@@ -97,7 +134,7 @@ def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
     return np.require(a, dtype=dtype, requirements=["C", "W"])
 
 
-def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float) -> SimResult:
+def run_compiled(sim: Run, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float) -> SimResult:
     """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``Simulator.run``)."""
     why = unsupported(sim)
     if why is not None:
@@ -175,20 +212,3 @@ def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, 
         threshold_changes=[],
         engine="compiled",
     )
-
-
-def warm_up() -> float:
-    """Compile (or load from cache) the loop and its kernels now; returns the seconds it took."""
-    t0 = time.perf_counter()
-    from cascadeserve.cascade import Cascade
-    from cascadeserve.plan import Device, fixed_plan
-    from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
-    from cascadeserve.simulate.engine import Simulator
-
-    models = [ModelProfile(f"m{i}", 1.0, RuntimeCurve((1, 8), (1.0, 2.0))) for i in range(2)]
-    labels = np.array([0, 1, 0, 1])
-    scores = {m.name: np.eye(2)[labels] + 0.1 * i for i, m in enumerate(models)}
-    prof = Profile.from_scores("warm", models, labels, scores, device="none")
-    plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.5,)), [Device(name="d0", memory_mb=10.0)], min_queue=2)
-    Simulator(prof, plan, engine="compiled").run(np.array([0.0, 0.01, 0.2]))
-    return time.perf_counter() - t0
