@@ -174,8 +174,8 @@ def _njit(fn: Callable[..., Any]) -> Any:
     import numba
     from numba.core.caching import FunctionCache
 
-    try:
-        FunctionCache(fn)  # type: ignore[no-untyped-call]  # numba's own look-up of a cache location; it would raise at the first call otherwise
+    try:  # numba's own look-up of a cache location, which would otherwise raise only at the first call
+        FunctionCache(fn)  # type: ignore[no-untyped-call]
     except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
         return numba.njit(fn)
     return numba.njit(cache=True)(fn)
