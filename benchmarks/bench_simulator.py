@@ -69,7 +69,7 @@ def main() -> None:
     compile_s = None
     if args.engine != "python":
         try:
-            from cascadeserve.simulate.compiled import warm_up
+            from cascadeserve.simulate.warm import warm_up
         except ImportError:  # an older src without the compiled loop
             pass
         else:

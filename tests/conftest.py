@@ -55,6 +55,6 @@ def shared_data() -> Path:
 def _compiled_simulator() -> None:
     """Compile the simulator's compiled loop (or load it from numba's on-disk cache) once per test session, before
     any test: otherwise the first test that simulates would pay for it (tens of seconds on a cold cache)."""
-    from cascadeserve.simulate.compiled import warm_up
+    from cascadeserve.simulate.warm import warm_up
 
     warm_up()

@@ -8,13 +8,13 @@ device slowdowns and online tuning keep the Python loop. ``engine="compiled"`` r
 
 The first compiled run in a process loads the loop from numba's on-disk cache (``__pycache__`` beside the package,
 else ``NUMBA_CACHE_DIR`` or the user's cache directory), or compiles it once when no cache is there yet
-(:func:`warm_up` does that ahead of time).
+(:func:`cascadeserve.simulate.warm.warm_up` does that ahead of time).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -23,10 +23,33 @@ from cascadeserve.simulate.queues import tick_windows
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 
 if TYPE_CHECKING:
+    from cascadeserve.plan import GearPlan
+    from cascadeserve.policy import AdmissionPolicy, GearPolicy, PlanTables
+    from cascadeserve.policy.adaptive import BatchLimit
+    from cascadeserve.policy.cache import PredictionCache
+    from cascadeserve.policy.tuning import OnlineTuning
     from cascadeserve.profile import Profile
-    from cascadeserve.simulate.engine import Simulator
+    from cascadeserve.profile.slowdown import Slowdowns
 
-__all__ = ["Engine", "run_compiled", "unsupported", "warm_up"]
+
+class Simulator(Protocol):
+    """What the compiled path reads of a :class:`~cascadeserve.simulate.engine.Simulator` (a protocol, so this
+    module does not import the engine, which imports it)."""
+
+    tables: PlanTables
+    profile: Profile
+    plan: GearPlan
+    tick_s: float
+    gear_policy: GearPolicy
+    admission: AdmissionPolicy | None
+    record_batches: bool
+    batch_limit: BatchLimit | None
+    cache: PredictionCache[int] | None
+    slowdowns: Slowdowns | None
+    tuning: OnlineTuning | None
+
+
+__all__ = ["Engine", "Simulator", "run_compiled", "unsupported"]
 
 Engine = Literal["auto", "compiled", "python"]
 
@@ -175,20 +198,3 @@ def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, 
         threshold_changes=[],
         engine="compiled",
     )
-
-
-def warm_up() -> float:
-    """Compile (or load from cache) the loop and its kernels now; returns the seconds it took."""
-    t0 = time.perf_counter()
-    from cascadeserve.cascade import Cascade
-    from cascadeserve.plan import Device, fixed_plan
-    from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
-    from cascadeserve.simulate.engine import Simulator
-
-    models = [ModelProfile(f"m{i}", 1.0, RuntimeCurve((1, 8), (1.0, 2.0))) for i in range(2)]
-    labels = np.array([0, 1, 0, 1])
-    scores = {m.name: np.eye(2)[labels] + 0.1 * i for i, m in enumerate(models)}
-    prof = Profile.from_scores("warm", models, labels, scores, device="none")
-    plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.5,)), [Device(name="d0", memory_mb=10.0)], min_queue=2)
-    Simulator(prof, plan, engine="compiled").run(np.array([0.0, 0.01, 0.2]))
-    return time.perf_counter() - t0

@@ -1,0 +1,31 @@
+"""Load or compile the simulator's compiled loop ahead of the first simulation (tests, benchmarks).
+
+It lives apart from :mod:`cascadeserve.simulate.compiled` because it runs a real
+:class:`~cascadeserve.simulate.engine.Simulator`, and the engine imports the compiled path: here the import goes one
+way only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.plan import Device, fixed_plan
+from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
+from cascadeserve.simulate.engine import Simulator
+
+__all__ = ["warm_up"]
+
+
+def warm_up() -> float:
+    """Compile (or load from cache) the loop and its kernels now; returns the seconds it took."""
+    t0 = time.perf_counter()
+    models = [ModelProfile(f"m{i}", 1.0, RuntimeCurve((1, 8), (1.0, 2.0))) for i in range(2)]
+    labels = np.array([0, 1, 0, 1])
+    scores = {m.name: np.eye(2)[labels] + 0.1 * i for i, m in enumerate(models)}
+    prof = Profile.from_scores("warm", models, labels, scores, device="none")
+    plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.5,)), [Device(name="d0", memory_mb=10.0)], min_queue=2)
+    Simulator(prof, plan, engine="compiled").run(np.array([0.0, 0.01, 0.2]))
+    return time.perf_counter() - t0
