@@ -14,49 +14,63 @@ else ``NUMBA_CACHE_DIR`` or the user's cache directory), or compiles it once whe
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
+from cascadeserve.plan import GearPlan
+from cascadeserve.policy import AdmissionPolicy, GearPolicy, PlanTables
+from cascadeserve.profile import Profile
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.queues import tick_windows
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 
-if TYPE_CHECKING:
-    from cascadeserve.plan import GearPlan
-    from cascadeserve.policy import AdmissionPolicy, GearPolicy, PlanTables
-    from cascadeserve.policy.adaptive import BatchLimit
-    from cascadeserve.policy.cache import PredictionCache
-    from cascadeserve.policy.tuning import OnlineTuning
-    from cascadeserve.profile import Profile
-    from cascadeserve.profile.slowdown import Slowdowns
-
-
-class Simulator(Protocol):
-    """What the compiled path reads of a :class:`~cascadeserve.simulate.engine.Simulator` (a protocol, so this
-    module does not import the engine, which imports it)."""
-
-    tables: PlanTables
-    profile: Profile
-    plan: GearPlan
-    tick_s: float
-    gear_policy: GearPolicy
-    admission: AdmissionPolicy | None
-    record_batches: bool
-    batch_limit: BatchLimit | None
-    cache: PredictionCache[int] | None
-    slowdowns: Slowdowns | None
-    tuning: OnlineTuning | None
-
-
-__all__ = ["Engine", "Simulator", "run_compiled", "unsupported"]
+__all__ = ["Engine", "Run", "run_compiled", "unsupported"]
 
 Engine = Literal["auto", "compiled", "python"]
 
 _TABLE_BATCH = 4096
 
 
-def unsupported(sim: Simulator) -> str | None:
+class Run(Protocol):
+    """What the compiled path reads of a :class:`~cascadeserve.simulate.Simulator` (no import of the engine here:
+    the engine imports this module)."""
+
+    @property
+    def profile(self) -> Profile: ...
+
+    @property
+    def plan(self) -> GearPlan: ...
+
+    @property
+    def tables(self) -> PlanTables: ...
+
+    @property
+    def gear_policy(self) -> GearPolicy: ...
+
+    @property
+    def admission(self) -> AdmissionPolicy | None: ...
+
+    @property
+    def record_batches(self) -> bool: ...
+
+    @property
+    def tick_s(self) -> float: ...
+
+    @property
+    def batch_limit(self) -> object | None: ...
+
+    @property
+    def cache(self) -> object | None: ...
+
+    @property
+    def slowdowns(self) -> object | None: ...
+
+    @property
+    def tuning(self) -> object | None: ...
+
+
+def unsupported(sim: Run) -> str | None:
     """Why ``sim`` needs the Python loop (the first hook it has that the compiled loop does not apply), or None."""
     if sim.batch_limit is not None:
         return "an adaptive batch limit (batch_limit, or the plan's batching)"
@@ -69,7 +83,7 @@ def unsupported(sim: Simulator) -> str | None:
     return None
 
 
-def _routes(sim: Simulator) -> tuple[np.ndarray, ...]:
+def _routes(sim: Run) -> tuple[np.ndarray, ...]:
     tb = sim.tables
     route_of = np.full(tb.threshold.shape, -1, dtype=np.int64)
     starts: list[int] = []
@@ -120,7 +134,7 @@ def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
     return np.require(a, dtype=dtype, requirements=["C", "W"])
 
 
-def run_compiled(sim: Simulator, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float) -> SimResult:
+def run_compiled(sim: Run, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float) -> SimResult:
     """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``Simulator.run``)."""
     why = unsupported(sim)
     if why is not None:

@@ -1,8 +1,8 @@
-"""Load or compile the simulator's compiled loop ahead of the first simulation (tests, benchmarks).
+"""Compile the simulator's compiled loop ahead of time: :func:`warm_up` runs one tiny simulation through it.
 
-It lives apart from :mod:`cascadeserve.simulate.compiled` because it runs a real
-:class:`~cascadeserve.simulate.engine.Simulator`, and the engine imports the compiled path: here the import goes one
-way only.
+The first compiled simulation in a process loads the loop from numba's on-disk cache, or compiles it when the cache
+is cold (tens of seconds); a benchmark or a test session calls :func:`warm_up` first so that no measured run and no
+single test pays for it.
 """
 
 from __future__ import annotations
