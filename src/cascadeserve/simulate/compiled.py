@@ -134,8 +134,11 @@ def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
     return np.require(a, dtype=dtype, requirements=["C", "W"])
 
 
-def run_compiled(sim: Run, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float) -> SimResult:
-    """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``Simulator.run``)."""
+def run_compiled(
+    sim: Run, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float, qps_scale: np.ndarray | None = None
+) -> SimResult:
+    """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``Simulator.run``; ``qps_scale``
+    as in ``Simulator.run``: tick ``w``'s factor, the last one holding past its end; default the plan's own)."""
     why = unsupported(sim)
     if why is not None:
         raise ValueError(f"the compiled simulator does not apply {why}; use engine='auto' or 'python'")
@@ -162,6 +165,11 @@ def run_compiled(sim: Run, arr: np.ndarray, sample_of: np.ndarray | None, wall0:
     adm = sim.admission
     bound = None if adm is None else adm.bound()
     routes = _routes(sim)
+    scales = (
+        _plain(np.asarray(qps_scale), np.float64)
+        if qps_scale is not None and len(qps_scale)
+        else np.asarray([gp.selector.qps_scale], dtype=np.float64)
+    )
     loop = build_loop()
     table = _TABLE_BATCH
     f8, i8 = np.float64, np.int64
@@ -176,7 +184,7 @@ def run_compiled(sim: Run, arr: np.ndarray, sample_of: np.ndarray | None, wall0:
             _plain(tb.next_row, i8), _plain(tb.first_row, i8), min_queue, caps, max_wait, rt,
             plan.batch_overhead_ms / 1000.0, tick, n_ticks, _plain(bounds, i8), dev_start, dev_flat,
             _plain(tb.replica_row, i8), _plain(tb.replica_device, i8), *routes,
-            np.asarray(gp.selector.qps_highs, dtype=f8), float(gp.selector.qps_scale),
+            np.asarray(gp.selector.qps_highs, dtype=f8), scales,
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
             -1 if bound is None else int(bound), adm is not None, sim.record_batches,
         )  # fmt: skip

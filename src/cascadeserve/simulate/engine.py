@@ -145,7 +145,7 @@ class Simulator:
         ):
             raise ValueError(f"samples must hold one validation sample index in [0, {n_samples}) per arrival")
         if self.engine == "compiled" or (self.engine == "auto" and unsupported(self) is None):
-            return run_compiled(self, arr, sample_of, wall0)
+            return run_compiled(self, arr, sample_of, wall0, qps_scale)
         r_count, d_count = tb.n_replicas, tb.n_devices
         cert = self.profile.certainties
         replica_row = tb.replica_row.tolist()

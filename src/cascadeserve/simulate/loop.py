@@ -50,7 +50,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     arr, samp, n_samples, cert, right, stage_table, thr, next_row, first_row, min_queue, caps, max_wait,
     rt, overhead, tick, n_ticks, bounds, dev_start, dev_reps, replica_row, replica_device,
     route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs,
-    highs, qps_scale, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
+    highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
 ):
     inf = math.inf
     n = arr.shape[0]
@@ -119,7 +119,9 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                 if use_schedule:
                     new_gear = scheduled_gear(schedule, w)
                 else:
-                    new_gear = select_gear(highs, qps_scale, alpha, gear, qps, q0)[0]
+                    # appendix C.2's factor of tick w (one per tick from re-planning; the last holds past its end)
+                    scale = qps_scales[w if w < qps_scales.shape[0] else qps_scales.shape[0] - 1]
+                    new_gear = select_gear(highs, scale, alpha, gear, qps, q0)[0]
                 tick_qps[w] = qps
                 tick_q0[w] = q0
                 if new_gear != gear:
