@@ -50,16 +50,17 @@ def test_inference_server_composes_a_local_placement_for_its_device(toy_profile:
     plan = fixed_plan(toy_profile, Cascade(("m0",), ()), devices, min_queue=1, max_wait_ms=1.0)
     mine = [r for r, rep in enumerate(plan.replicas) if rep.device == "d0"]
 
-    async def main() -> tuple[tuple[object], dict[str, object]]:
+    async def main() -> tuple[tuple[object, object], dict[str, object]]:
         server = InferenceServer("d0", toy_profile.model_names, toy_profile, {}, "margin", RayOptions())
         assert type(server.placement) is LocalPlacement
         await server.open(0, plan, 0, {}, {})
-        out = await server.accept_one(0, mine[0], (5, 0, 0.0, 0.0, None, math.inf))
+        out = await server.accept_one(0, mine[0], (5, 0, 0.0, 0.0, None, math.inf, None, False))
         report = await server.sync({})
         await server.placement.stop()
         return out, report
 
-    (answer,), report = asyncio.run(main())
+    (answer, trail), report = asyncio.run(main())
+    assert trail is None  # online tuning off: no trail travels
     assert isinstance(answer, Answer) and answer.model == "m0" and answer.label == toy_profile.predictions[0, 5]
     assert report["gens"] == [0] and set(report["lengths"][0]) == set(mine)  # only d0's replicas queue here
 

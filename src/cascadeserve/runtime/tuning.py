@@ -35,7 +35,7 @@ from cascadeserve.policy import PlanTables
 from cascadeserve.policy.tuning import OnlineTuning, ThresholdDecision
 from cascadeserve.runtime.request import Answer, Request
 
-__all__ = ["ServingTuning", "TuningFactory", "change_json", "continuation"]
+__all__ = ["ServingTuning", "TuningFactory", "change_json", "continuation", "extend_trails"]
 
 TuningFactory = Callable[[PlanTables], OnlineTuning]
 """Builds the tuning of a served plan from the generation's own tables (``OnlineTuning.for_plan(tables, ...)``)."""
@@ -70,20 +70,7 @@ class ServingTuning:
         """Bookkeeping of one finished batch of model ``row``, before its answers are applied: extend every trail,
         feed whole records, and say which rows are audited early exits (the caller answers those and forwards a
         :func:`continuation` of each)."""
-        nxt = self.tables.next_row
-        early: list[int] = []
-        whole: dict[int, list[Request]] = {}
-        for k, req in enumerate(batch):
-            if garbage[k]:
-                continue
-            if req.trail is None:
-                req.trail = []
-            req.trail.append((float(certs[k]), int(labels[k])))
-            last = nxt[req.gear, row] < 0
-            if last:
-                whole.setdefault(req.gear, []).append(req)
-            elif sure[k] and not req.audit and not req.done:
-                early.append(k)
+        early, whole = extend_trails(self.tables, row, batch, sure, labels, certs, garbage)
         audit = [False] * len(batch)
         if early:
             n_early = len(early)  # the policy's sampler decides which of them are audited
@@ -93,6 +80,23 @@ class ServingTuning:
         for gear, reqs in whole.items():
             self._whole(gear, reqs)
         return audit
+
+    def on_answer(self, req: Request, answer: Answer, row: int) -> bool:
+        """A remote stage (model ``row``) answered ``req`` and its trail came back with the answer (the Ray
+        backend, whose servers run the batches): feed its whole record if it ran its gear's last stage, and say
+        whether this early exit is audited. The one sampler of the generation decides, in the order the answers
+        arrive, exactly as :meth:`on_batch` does in the order the batches finish."""
+        if answer.fallback or req.trail is None:
+            return False  # an earlier stage's answer after a failure or the deadline: neither exit nor record
+        if self.tables.next_row[req.gear, row] < 0:
+            self._whole(req.gear, [req])
+            return False
+        return bool(self.tuning.auditor.take(1)[0])
+
+    def on_audit_record(self, req: Request) -> None:
+        """An audit continuation came back from the servers with its whole trail: feed it (weight ``1/f``)."""
+        if req.trail is not None and len(req.trail) == len(self.tables.gear_rows(req.gear)):
+            self._whole(req.gear, [req])
 
     def _whole(self, gear: int, reqs: list[Request]) -> None:
         if self.tuning.reference == "label":
@@ -165,6 +169,29 @@ class ServingTuning:
             "gears": gears,
             "recent_changes": [change_json(d) for d in self.recent],
         }
+
+
+def extend_trails(
+    tables: PlanTables, row: int, batch: Sequence[Request], sure: Sequence[bool], labels: Sequence[int],
+    certs: Sequence[float], garbage: Sequence[bool],
+) -> tuple[list[int], dict[int, list[Request]]]:  # fmt: skip
+    """Append model ``row``'s ``(certainty, prediction)`` to every sound row's trail; return the rows that exit early
+    here (sure, not last, neither a continuation nor answered already) and the requests, per gear, whose record is
+    now whole (this was their gear's last stage)."""
+    nxt = tables.next_row
+    early: list[int] = []
+    whole: dict[int, list[Request]] = {}
+    for k, req in enumerate(batch):
+        if garbage[k]:
+            continue
+        if req.trail is None:
+            req.trail = []
+        req.trail.append((float(certs[k]), int(labels[k])))
+        if nxt[req.gear, row] < 0:
+            whole.setdefault(req.gear, []).append(req)
+        elif sure[k] and not req.audit and not req.done:
+            early.append(k)
+    return early, whole
 
 
 def change_json(d: ThresholdDecision) -> dict[str, object]:

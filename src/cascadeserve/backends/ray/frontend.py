@@ -116,7 +116,12 @@ class RayPlacement:
     def _open(self, gen: Generation, device: str) -> None:
         handle = self.fleet.handles[device]
         handle.open.remote(
-            gen.number, gen.plan, gen.gear, self.fleet.handles, _device_models(gen.plan, device, self.models)
+            gen.number,
+            gen.plan,
+            gen.gear,
+            self.fleet.handles,
+            _device_models(gen.plan, device, self.models),
+            gen.tuning is not None,
         )
         if gen.tuning is not None:  # a (re)started server gets the thresholds in force, not the plan's
             for g in range(gen.tables.n_gears):

@@ -36,17 +36,21 @@ __all__ = [
     "RemoteError",
     "Result",
     "ServerLost",
+    "Trail",
     "decode_error",
     "encode_items",
     "encode_result",
+    "encode_trail",
 ]
 
 ModelSource = ModelFn | str | tuple[str, Mapping[str, Any]]
 """How a server gets a model: a picklable callable, or ``module:factory`` (with kwargs) that the server imports."""
 
 # What travels per request between processes (plain tuples: they pickle fast):
-# (payload, gear, queue_s, compute_s, best, remaining_s)
-Item = tuple[Any, int, float, float, tuple[int, float, int] | None, float]
+# (payload, gear, queue_s, compute_s, best, remaining_s, trail, audit): the trail (each stage's certainty and
+# prediction so far) and the audit flag travel only with online tuning on (None and False otherwise)
+Trail = tuple[tuple[float, int], ...] | None
+Item = tuple[Any, int, float, float, tuple[int, float, int] | None, float, Trail, bool]
 # An answer, or ("error", exception class name, HTTP status, message, model)
 Result = Answer | tuple[str, str, int, str, str]
 
@@ -84,7 +88,18 @@ class RayOptions:
 
 def encode_items(reqs: Sequence[Request], now: float) -> list[Item]:
     """``reqs`` as they travel to another process (``now`` on the sender's clock turns deadlines into time left)."""
-    return [(r.payload, r.gear, r.queue_s, r.compute_s, r.best, r.deadline - now) for r in reqs]
+    return [
+        (
+            r.payload, r.gear, r.queue_s, r.compute_s, r.best, r.deadline - now,
+            None if r.trail is None else tuple(r.trail), r.audit,
+        )
+        for r in reqs
+    ]  # fmt: skip
+
+
+def encode_trail(trail: list[tuple[float, int]] | None) -> Trail:
+    """A request's trail as it travels back with its answer (``None`` with online tuning off)."""
+    return None if trail is None else tuple(trail)
 
 
 def encode_result(fut: asyncio.Future[Answer]) -> Result:

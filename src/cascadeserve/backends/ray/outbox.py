@@ -29,7 +29,8 @@ from typing import Any
 
 from ray.exceptions import RayError
 
-from cascadeserve.backends.ray.options import RayOptions, Result, ServerLost, decode_error, encode_items
+from cascadeserve.backends.ray.audit import on_remote_answer
+from cascadeserve.backends.ray.options import RayOptions, Result, ServerLost, Trail, decode_error, encode_items
 from cascadeserve.runtime import Answer, Generation, Request, answer_early
 
 __all__ = ["Outbox"]
@@ -84,23 +85,29 @@ class Outbox:
             handle = self.handle(gen.plan.replicas[replica].device)
             items = encode_items(reqs, gen.clock.now())
             if len(items) == 1:  # one request cannot wait on call-mates: a plain call is cheaper than a stream
-                (res,) = await handle.accept_one.remote(gen.number, replica, items[0])
-                self._apply(left.pop(0), res)
+                res, trail = await handle.accept_one.remote(gen.number, replica, items[0])
+                self._apply(left.pop(0), res, trail)
             else:
                 async for ref in handle.accept.remote(gen.number, replica, items):
-                    for i, res in await ref:
-                        self._apply(left.pop(i), res)
+                    for i, res, trail in await ref:
+                        self._apply(left.pop(i), res, trail)
         except (RayError, KeyError) as e:  # the server died, restarts, or lost the generation
             self._recover(list(left.values()), replica, attempt, e)
             return
         if left:  # the stream ended without answering everything: treat like a lost server
             self._recover(list(left.values()), replica, attempt, RuntimeError("the server's answer stream ended"))
 
-    def _apply(self, req: Request, res: Result) -> None:
+    def _apply(self, req: Request, res: Result, trail: Trail) -> None:
+        gen = self.gen
+        if trail is not None:  # online tuning: the stages run elsewhere come back with the answer
+            req.trail = list(trail)
         if isinstance(res, Answer):
-            if not req.resolve(dataclasses.replace(res, finished=self.gen.clock.now())):
-                self.gen.observer.refused_duplicate()
-        else:
+            first = req.resolve(dataclasses.replace(res, finished=gen.clock.now()))  # first: audits never delay it
+            if not first and not req.audit:  # (a continuation's future was resolved when its client was answered)
+                gen.observer.refused_duplicate()
+            if gen.tuning is not None and trail is not None:
+                on_remote_answer(gen, req, res, first=first)
+        else:  # (a no-op on a continuation, whose future is resolved already)
             req.fail(decode_error(res))
 
     def _recover(self, reqs: list[Request], replica: int, attempt: int, cause: BaseException) -> None:

@@ -27,7 +27,16 @@ from typing import Any
 
 import ray
 
-from cascadeserve.backends.ray.options import Item, ModelSource, RayOptions, Result, encode_result
+from cascadeserve.backends.ray.audit import ServerTuning
+from cascadeserve.backends.ray.options import (
+    Item,
+    ModelSource,
+    RayOptions,
+    Result,
+    Trail,
+    encode_result,
+    encode_trail,
+)
 from cascadeserve.backends.ray.transport import ServerTransport
 from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
@@ -121,9 +130,16 @@ class InferenceServer:
         return self.born
 
     async def open(
-        self, number: int, plan: GearPlan, gear: int, peers: Mapping[str, Any], models: Mapping[str, ModelSource]
+        self,
+        number: int,
+        plan: GearPlan,
+        gear: int,
+        peers: Mapping[str, Any],
+        models: Mapping[str, ModelSource],
+        tuned: bool = False,
     ) -> None:
-        """Install generation ``number`` (loading any model it places here that is not loaded yet)."""
+        """Install generation ``number`` (loading any model it places here that is not loaded yet); ``tuned``:
+        online tuning is on, so its requests keep trails (backends/ray/audit.py)."""
         self.peers.update(peers)
         if number in self.gens:
             return
@@ -138,6 +154,8 @@ class InferenceServer:
             observer=self.log,
             transport=transport,
         )
+        if tuned:
+            gen.tuning = ServerTuning(gen.tables, self.clock)
         transport.outbox.bind(gen)
         self.placement.place(gen)
         gen.set_gear(gear)
@@ -156,33 +174,40 @@ class InferenceServer:
         now = self.clock.now()
         loop = asyncio.get_running_loop()
         out = []
-        for payload, gear, queue_s, compute_s, best, remaining in items:
+        for payload, gear, queue_s, compute_s, best, remaining, trail, audit in items:
             self.admission.add(1)
             req = Request(self._rid, payload, now, gen, gear, loop.create_future(), now + remaining)
             self._rid += 1
             req.queue_s, req.compute_s, req.best = queue_s, compute_s, best
+            req.trail, req.audit = (None if trail is None else list(trail)), audit
             gen.admit(req, now, replica)
             if remaining != math.inf:
                 arm_deadline(req, self.clock, max(0.0, remaining))
             out.append(req)
         return out
 
-    async def accept(self, number: int, replica: int, items: Sequence[Item]) -> AsyncIterator[list[tuple[int, Result]]]:
-        """Queue ``items`` on ``replica`` and stream ``(index, answer)`` groups back as they are answered."""
+    async def accept(
+        self, number: int, replica: int, items: Sequence[Item]
+    ) -> AsyncIterator[list[tuple[int, Result, Trail]]]:
+        """Queue ``items`` on ``replica`` and stream ``(index, answer, trail)`` groups back as they are answered."""
         gen = await self._generation(number)
         reqs = self._queue(gen, replica, items)
         pending: dict[asyncio.Future[Answer], int] = {req.future: i for i, req in enumerate(reqs)}
         while pending:
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            yield [(pending.pop(f), encode_result(f)) for f in done]
+            out = []
+            for f in done:
+                i = pending.pop(f)
+                out.append((i, encode_result(f), encode_trail(reqs[i].trail)))
+            yield out
 
-    async def accept_one(self, number: int, replica: int, item: Item) -> tuple[Result]:
+    async def accept_one(self, number: int, replica: int, item: Item) -> tuple[Result, Trail]:
         """:meth:`accept` for a single request: one plain call, answered when the request is."""
         gen = await self._generation(number)
         (req,) = self._queue(gen, replica, [item])
         with contextlib.suppress(ServingError):
             await req.future
-        return (encode_result(req.future),)
+        return (encode_result(req.future), encode_trail(req.trail))
 
     async def set_gear(self, number: int, gear: int) -> None:
         gen = self.gens.get(number)
