@@ -16,7 +16,7 @@ from tests.runtime.runtime_helpers import two_gear_plan
 from cascadeserve.cascade import Cascade
 from cascadeserve.eval.drift_stream import SHIFT_ID_OFFSET
 from cascadeserve.plan import Device, fixed_plan
-from cascadeserve.policy import PlanTables
+from cascadeserve.policy import PlanTables, is_sure
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.runtime import Answer, Recorder, RuntimeOptions
@@ -89,18 +89,21 @@ def test_an_audit_never_delays_its_answer_on_ray(toy_profile: Profile) -> None:
     """Audit every early exit of m0 while m1 takes 1.5 s: the early exits are answered long before their audits'
     m1 batch ends, and every request still reaches the window whole (the early exits through their audits)."""
     slow = _slow(toy_profile, (2.0, 1500.0))
-    plan = two_gear_plan(low_high=1e5, max_wait_ms=5.0)  # gear 0 (m0 -> m1, threshold 0.5) throughout
+    t = float(np.median(slow.certainties[0]))  # half of m0's samples exit early
+    plan = two_gear_plan(low_high=1e5, thresholds=(t,), max_wait_ms=5.0)  # gear 0 (m0 -> m1) throughout
     opts = RuntimeOptions(tuning=_factory(slow, target=0.5, audit_fraction=1.0, min_records=10**9))
-    n = 8
-    sure = [bool(c >= 0.5) for c in slow.certainties[0, :n]]
-    assert any(sure) and not all(sure)
+    flags = [is_sure(float(c), t) for c in slow.certainties[0]]
+    ids = [i for i, f in enumerate(flags) if f][:4] + [i for i, f in enumerate(flags) if not f][:4]
+    n = len(ids)
+    sure = [flags[i] for i in ids]
+    assert n == 8 and sum(sure) == 4
 
     async def main() -> tuple[list[float], list[float], int]:
         rt = RayBackend().emulated_runtime(slow, plan, options=opts)
         await rt.start()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        reqs = rt.submit(list(range(n)))
+        reqs = rt.submit(ids)
         waits = []
         for req, s in zip(reqs, sure, strict=True):
             if s:
