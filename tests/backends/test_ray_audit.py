@@ -22,7 +22,7 @@ from cascadeserve.profile import Profile, load_profile
 from cascadeserve.runtime import Answer, Recorder, RuntimeOptions
 
 pytest.importorskip("ray")
-from cascadeserve.backends.ray import RayBackend, server_actors  # noqa: E402
+from cascadeserve.backends.ray import RayBackend, server_actors
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -69,7 +69,7 @@ def test_a_drift_stream_on_ray_fills_the_windows_and_the_tuner_retunes() -> None
         mine = [gen.tables.thresholds_of(0)]
         seen: list[object] = []
         for _ in range(100):  # broadcast like a gear switch: wait (generously) until every server has it
-            seen = [list(map(tuple, await h.thresholds.remote(gen.number)))[0] for h in server_actors(rt).values()]
+            seen = [tuple((await h.thresholds.remote(gen.number))[0]) for h in server_actors(rt).values()]
             if all(s == mine[0] for s in seen):
                 break
             await asyncio.sleep(0.05)

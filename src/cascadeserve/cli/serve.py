@@ -227,12 +227,6 @@ def serve(
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
     engine = _backend(backend, address, None if emulate else models)
-    if tuning is not None and backend == "ray":
-        err_console.print(
-            "warning: --tune on --backend ray: threshold changes reach every server, but the servers do not yet "
-            "audit early exits nor send whole records back, so the tuner's windows stay empty",
-            highlight=False,
-        )
     slo = slo_ms
     if slo is None:
         slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
