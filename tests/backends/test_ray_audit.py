@@ -125,3 +125,29 @@ def test_an_audit_never_delays_its_answer_on_ray(toy_profile: Profile) -> None:
     assert waits and max(waits) < 1.0, f"an early exit waited {max(waits):.2f} s: behind its audit's 1.5 s stage"
     assert early_whole == 0  # nothing was whole yet when the early exits had all been answered
     assert len(weight) == n and all(math.isclose(w, 1.0) for w in weight)  # f = 1: every record weighs 1
+
+
+def test_a_server_sends_trails_back_and_ends_a_continuation_at_its_last_stage(toy_profile: Profile) -> None:
+    """In one server (no actor): with tuning on, an answer comes back with its trail, and an audit continuation
+    that reaches its gear's last stage is ended there with its whole trail (nothing of it stays on the server)."""
+    from cascadeserve.backends.ray import InferenceServer, RayOptions
+
+    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.0,)), (Device(name="d0", memory_mb=1000),))
+    rows = {rep.model: r for r, rep in enumerate(plan.replicas)}
+    sid = 7
+
+    async def main() -> tuple[object, object, object, object, int]:
+        server = InferenceServer("d0", toy_profile.model_names, toy_profile, {}, "margin", RayOptions())
+        await server.open(0, plan, 0, {}, {}, True)
+        first = await server.accept_one(0, rows["m0"], (sid, 0, 0.0, 0.0, None, math.inf, None, False))
+        cont = await server.accept_one(0, rows["m1"], (sid, 0, 0.0, 0.0, (1, 0.5, 0), math.inf, ((0.25, 3),), True))
+        left = server.admission.in_flight
+        await server.placement.stop()
+        return *first, *cont, left
+
+    answer, trail, _, cont_trail, left = asyncio.run(main())
+    c, p = toy_profile.certainties, toy_profile.predictions
+    assert isinstance(answer, Answer) and answer.model == "m0"  # threshold 0: m0 answers everything, an early exit
+    assert trail == ((float(c[0, sid]), int(p[0, sid])),)
+    assert cont_trail == ((0.25, 3), (float(c[1, sid]), int(p[1, sid])))
+    assert left == 0
