@@ -81,17 +81,18 @@ class ServingTuning:
             self._whole(gear, reqs)
         return audit
 
-    def on_answer(self, req: Request, answer: Answer, row: int) -> bool:
+    def on_answer(self, req: Request, answer: Answer, row: int, *, first: bool = True) -> bool:
         """A remote stage (model ``row``) answered ``req`` and its trail came back with the answer (the Ray
         backend, whose servers run the batches): feed its whole record if it ran its gear's last stage, and say
-        whether this early exit is audited. The one sampler of the generation decides, in the order the answers
-        arrive, exactly as :meth:`on_batch` does in the order the batches finish."""
+        whether this early exit is audited (``first``: this answer reached the client; one answered already, by
+        its deadline, is not an early exit, as in :meth:`on_batch`). The one sampler of the generation decides, in
+        the order the answers arrive, as :meth:`on_batch` does in the order the batches finish."""
         if answer.fallback or req.trail is None:
             return False  # an earlier stage's answer after a failure or the deadline: neither exit nor record
         if self.tables.next_row[req.gear, row] < 0:
             self._whole(req.gear, [req])
             return False
-        return bool(self.tuning.auditor.take(1)[0])
+        return first and bool(self.tuning.auditor.take(1)[0])
 
     def on_audit_record(self, req: Request) -> None:
         """An audit continuation came back from the servers with its whole trail: feed it (weight ``1/f``)."""

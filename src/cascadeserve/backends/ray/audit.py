@@ -61,18 +61,18 @@ class ServerTuning(ServingTuning):
 
 
 def on_remote_answer(gen: Generation, req: Request, answer: Answer, *, first: bool) -> None:
-    """The front end's bookkeeping of one answer that came back from the servers with ``req.trail`` (``first``: it
-    answered the client; ``False`` for an audit continuation or a duplicate). Off the critical path: the client's
-    future is resolved before this runs."""
+    """The front end's bookkeeping of one answer that came back from the servers with ``req.trail``
+    (``first``: it answered the client; ``False`` for an audit continuation, or a request that its deadline
+    answered already). Off the critical path: the client's future is resolved before this runs."""
     tuning = gen.tuning
     if tuning is None or isinstance(tuning, ServerTuning):  # a server only passes trails back
         return
     if req.audit:
         tuning.on_audit_record(req)
         return
-    if not first or not answer.model:
+    if not answer.model:
         return
     row = gen.model_names.index(answer.model)
-    if tuning.on_answer(req, answer, row):
+    if tuning.on_answer(req, answer, row, first=first):
         req.best = (answer.label, answer.certainty, row)
         gen.forward(continuation(req, answer), row, gen.clock.now())
