@@ -116,17 +116,25 @@ def test_gear_switch_reaches_every_server(toy_profile: Profile) -> None:
         for i in range(400):  # 400 req/s for 1 s: gear 1 from the first tick that sees it, held while it lasts
             reqs += rt.submit([i])
             await asyncio.sleep(0.0025)
-            if i == 300:  # under load (no switch back yet); the servers' polls have reported the switch
+            if i == 300:  # under load (no switch back yet)
                 gen = rt.current
                 switch = [t for t in rec.ticks if t.switched]
                 assert switch and switch[0].decision.gear == 1 and gen.gear == 1
-                for device in ("d0", "d1"):
-                    applied = rt.placement.fleet.gear_set_at[device][gen.number]
-                    switched = gen.transport.switched_at
-                    assert 0.0 <= applied - switched < 50 * tick, (device, applied - switched)
+                switched = gen.transport.switched_at
                 checked = True
-        await asyncio.wait_for(_gather(reqs), timeout=30)
         assert checked
+        # every server reports applying it after the switch; a server process that a busy machine did not run for a
+        # while reports late, so wait for the reports (bounded) instead of expecting them at once
+        sets = rt.placement.fleet.gear_set_at
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline and not all(
+            sets.get(d, {}).get(gen.number, -1.0) >= switched for d in ("d0", "d1")
+        ):
+            await asyncio.sleep(0.05)
+        for device in ("d0", "d1"):
+            applied = sets[device][gen.number]
+            assert 0.0 <= applied - switched < 50 * tick, (device, applied - switched)
+        await asyncio.wait_for(_gather(reqs), timeout=30)
         await rt.stop(grace_s=1.0)
 
     asyncio.run(main())
