@@ -3,8 +3,9 @@
 Hypothesis draws plans of 1 to 3 stages on 1 to 3 devices with several gears (and bursts that make the selector
 switch between them), minimum queue lengths, max waits, per-replica and plan-wide batch caps, uneven shares, and
 arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
-a gear schedule, an admission bound, an AIMD batch limit, and a trace of repeated samples. Every request, tick and batch must match to
-the bit. ``engine="auto"`` must take the compiled loop exactly when no hook needs Python.
+a gear schedule, an admission bound, an AIMD batch limit (whose final caps must match too), and a trace of
+repeated samples. Every request, tick and batch must match to the bit. ``engine="auto"`` must take the compiled
+loop exactly when no hook needs Python.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from tests.simulate.sim_helpers import assert_same_result
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, GearPlan, fixed_plan
 from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule
-from cascadeserve.policy.quantile import QuantileBatchLimit
 from cascadeserve.policy.cache import PredictionCache
+from cascadeserve.policy.quantile import QuantileBatchLimit
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 from cascadeserve.simulate.engine import Simulator

@@ -143,7 +143,7 @@ def aimd_next(cap: int, runtime_s: float, target_s: float, step: int, backoff: f
     if runtime_s <= target_s:
         grown = cap + step
         return grown if grown < ceiling else ceiling
-    shrunk = int(math.floor(cap * backoff))
+    shrunk = math.floor(cap * backoff)
     return shrunk if shrunk > 1 else 1
 
 

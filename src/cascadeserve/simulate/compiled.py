@@ -73,8 +73,8 @@ class Run(Protocol):
 
 def unsupported(sim: Run) -> str | None:
     """Why ``sim`` needs the Python loop (the first hook it has that the compiled loop does not apply), or None."""
-    if sim.batch_limit is not None and not isinstance(sim.batch_limit, AimdBatchLimit):
-        return "an adaptive batch limit other than AIMD (batch_limit, or the plan's batching)"
+    if sim.batch_limit is not None and _aimd(sim.batch_limit) is None:
+        return "an adaptive batch limit other than a plain AIMD one (batch_limit, or the plan's batching)"
     if sim.cache is not None:
         return "a prediction cache"
     if sim.slowdowns is not None:
@@ -82,6 +82,17 @@ def unsupported(sim: Run) -> str | None:
     if sim.tuning is not None:
         return "online threshold tuning"
     return None
+
+
+def _aimd(limit: object | None) -> AimdBatchLimit | None:
+    """``limit`` if the compiled loop can apply it: an :class:`AimdBatchLimit` whose ``limit``/``observe`` are
+    AIMD's own (a subclass that overrides them, say to log each decision, must be called: it keeps Python)."""
+    if not isinstance(limit, AimdBatchLimit):
+        return None
+    kind = type(limit)
+    if kind.limit is not AimdBatchLimit.limit or kind.observe is not AimdBatchLimit.observe:
+        return None
+    return limit
 
 
 def _routes(sim: Run) -> tuple[np.ndarray, ...]:
@@ -171,7 +182,7 @@ def run_compiled(
         if qps_scale is not None and len(qps_scale)
         else np.asarray([gp.selector.qps_scale], dtype=np.float64)
     )
-    aimd = sim.batch_limit if isinstance(sim.batch_limit, AimdBatchLimit) else None
+    aimd = _aimd(sim.batch_limit)
     r_count = len(tb.replica_row)
     # Per replica: the AIMD cap the run starts from (the limiter's state), or NO_LIMIT (-1) without one.
     caps0 = aimd.caps(r_count) if aimd is not None else np.full(r_count, -1, dtype=np.int64)
