@@ -13,7 +13,7 @@ its CPU time beside its wall time (on a shared machine the wall time includes wa
 script runs unchanged against an older ``src`` (without ``--engine``), for side-by-side comparisons.
 
 Usage: python benchmarks/bench_simulator.py [--runs 5] [--trace PATH-TO-tweets_per_second.txt] [--max-wait-ms MS]
-       [--engine auto|compiled|python] [--window 0:1200]
+       [--engine auto|compiled|python] [--window 0:1200] [--aimd-target-ms MS]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
+from cascadeserve.policy import AimdBatchLimit
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 from cascadeserve.simulate import simulate
 from cascadeserve.traces import build_trace
@@ -64,8 +65,14 @@ def main() -> None:
     )
     ap.add_argument("--engine", choices=("auto", "compiled", "python"), default=None, help="default: auto")
     ap.add_argument("--window", default="0:1200", help="the trace window in seconds (default: the first 20 minutes)")
+    ap.add_argument(
+        "--aimd-target-ms",
+        type=float,
+        default=None,
+        help="add an AIMD batch limit with this per-batch target (MS+'s batching; a fresh one per run)",
+    )
     args = ap.parse_args()
-    kw = {} if args.engine is None else {"engine": args.engine}
+    kw: dict[str, object] = {} if args.engine is None else {"engine": args.engine}
     compile_s = None
     if args.engine != "python":
         try:
@@ -88,6 +95,8 @@ def main() -> None:
     cpu_rates = []  # per second of this process's CPU time: what a core would do if no other job shared it
     for run in range(args.runs):
         t0, c0 = time.perf_counter(), time.process_time()
+        if args.aimd_target_ms is not None:
+            kw["batch_limit"] = AimdBatchLimit(args.aimd_target_ms / 1000.0)
         res = simulate(prof, plan, trace.arrivals, **kw)  # type: ignore[arg-type]
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         cpu_rates.append(len(trace) / cpu)

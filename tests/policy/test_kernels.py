@@ -9,8 +9,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.policy import BatchTrigger, GearSelector, batch_size, next_batch, sure_mask
+from cascadeserve.policy import AimdBatchLimit, BatchTrigger, GearSelector, batch_size, next_batch, sure_mask
 from cascadeserve.policy import kernels as k
+from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
 
 TIMES = st.sampled_from([-math.inf, 0.0, 0.001, 0.0015, 0.1, 1.0, math.inf])
@@ -30,6 +31,30 @@ def test_take_count_twin_agrees(present: int, max_batch: int, cap: int) -> None:
     assert TWINS["take_count"](present, max_batch, cap) == k.take_count(present, max_batch, cap)
     trig = BatchTrigger(1, None, None if max_batch < 0 else max_batch)
     assert batch_size(trig, present, None if cap < 0 else cap) == k.take_count(present, max_batch, cap)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.integers(1, 40), st.sampled_from([0.001, 0.004, 0.0041, 0.02]), st.integers(1, 4), st.sampled_from([0.5, 0.9])
+)
+def test_aimd_twin_agrees_and_the_limit_delegates(cap: int, runtime: float, step: int, backoff: float) -> None:
+    """Clipper's AIMD rule against a 4 ms target: +step up to the ceiling within it (equal counts as within),
+    floor(cap * backoff) but at least 1 over it; the compiled twin and ``AimdBatchLimit`` give the same cap."""
+    ceiling = 30
+    want = min(ceiling, cap + step) if runtime <= 0.004 else max(1, math.floor(cap * backoff))
+    assert k.aimd_next(cap, runtime, 0.004, step, backoff, ceiling) == want
+    assert TWINS["aimd_next"](cap, runtime, 0.004, step, backoff, ceiling) == want
+    limit = AimdBatchLimit(0.004, step=step, backoff=backoff, start=min(cap, ceiling), ceiling=ceiling)
+    if cap <= ceiling:
+        assert limit.observe(2, runtime).limit == want and limit.limit(2) == want and limit.limit(0) == cap
+
+
+def test_capped_min_queue_twin_agrees() -> None:
+    for mq, cap in ((8, -1), (8, 3), (8, 8), (3, 8), (1, 1)):
+        assert TWINS["capped_min_queue"](mq, cap) == k.capped_min_queue(mq, cap) == (mq if cap < 0 else min(mq, cap))
+        trig = BatchTrigger(mq, 0.01, None)
+        if cap >= 1:
+            assert capped_trigger(trig, cap).min_queue == min(mq, cap)
 
 
 CANDS = st.tuples(TIMES, TIMES, st.integers(0, 2), st.integers(0, 4))

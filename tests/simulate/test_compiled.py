@@ -3,8 +3,9 @@
 Hypothesis draws plans of 1 to 3 stages on 1 to 3 devices with several gears (and bursts that make the selector
 switch between them), minimum queue lengths, max waits, per-replica and plan-wide batch caps, uneven shares, and
 arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
-a gear schedule, an admission bound, and a trace of repeated samples. Every request, tick and batch must match to
-the bit. ``engine="auto"`` must take the compiled loop exactly when no hook needs Python.
+a gear schedule, an admission bound, an AIMD batch limit (whose final caps must match too), and a trace of
+repeated samples. Every request, tick and batch must match to the bit. ``engine="auto"`` must take the compiled
+loop exactly when no hook needs Python.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, GearPlan, fixed_plan
 from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule
 from cascadeserve.policy.cache import PredictionCache
+from cascadeserve.policy.quantile import QuantileBatchLimit
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 from cascadeserve.simulate.engine import Simulator
@@ -51,17 +53,38 @@ def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
         hooks["samples"] = np.asarray(
             draw(st.lists(st.integers(0, 20), min_size=len(arrivals), max_size=len(arrivals))), dtype=np.int64
         )
+    if draw(st.booleans()):  # the AIMD limit's parameters: each run gets a fresh limiter (it holds state)
+        target = draw(st.integers(1, 30)) * 0.0005  # on the runtimes' own grid: batches land on the target too
+        step, start = draw(st.integers(1, 4)), draw(st.integers(1, 6))
+        hooks["aimd"] = (target, step, draw(st.sampled_from([0.5, 0.9])), start, start + draw(st.integers(0, 30)))
     return plan, arrivals, hooks
+
+
+def _with_limit(hooks: dict[str, object]) -> tuple[dict[str, object], AimdBatchLimit | None]:
+    """``hooks`` with a fresh AIMD limiter in place of its parameters (if drawn), and that limiter."""
+    out = dict(hooks)
+    params = out.pop("aimd", None)
+    if params is None:
+        return out, None
+    target, step, backoff, start, ceiling = params  # type: ignore[misc]
+    limit = AimdBatchLimit(target, step=step, backoff=backoff, start=start, ceiling=ceiling)
+    out["batch_limit"] = limit
+    return out, limit
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
 def test_compiled_and_python_loops_agree_on_random_runs(run: tuple[GearPlan, np.ndarray, dict[str, object]]) -> None:
     plan, arrivals, hooks = run
-    fast = simulate(PROFILE, plan, arrivals, record_batches=True, engine="auto", **hooks)  # type: ignore[arg-type]
-    ref = simulate(PROFILE, plan, arrivals, record_batches=True, engine="python", **hooks)  # type: ignore[arg-type]
+    fast_hooks, fast_limit = _with_limit(hooks)
+    ref_hooks, ref_limit = _with_limit(hooks)
+    fast = simulate(PROFILE, plan, arrivals, record_batches=True, engine="auto", **fast_hooks)  # type: ignore[arg-type]
+    ref = simulate(PROFILE, plan, arrivals, record_batches=True, engine="python", **ref_hooks)  # type: ignore[arg-type]
     assert fast.engine == "compiled" and ref.engine == "python"
     assert_same_result(fast, ref)
+    if fast_limit is not None and ref_limit is not None:  # both limiters end in the same state
+        n_reps = len(plan.replicas)
+        assert fast_limit.caps(n_reps).tolist() == ref_limit.caps(n_reps).tolist()
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -116,8 +139,8 @@ def test_auto_takes_python_for_the_hooks_the_compiled_loop_lacks(toy_profile: Pr
     assert simulate(toy_profile, plan, arrivals, engine="python").engine == "python"
     cache: PredictionCache[int] = PredictionCache(16)
     assert simulate(toy_profile, plan, arrivals, cache=cache).engine == "python"
-    limit = AimdBatchLimit(0.01)
-    assert simulate(toy_profile, plan, arrivals, batch_limit=limit).engine == "python"
+    assert simulate(toy_profile, plan, arrivals, batch_limit=AimdBatchLimit(0.01)).engine == "compiled"
+    assert simulate(toy_profile, plan, arrivals, batch_limit=QuantileBatchLimit(0.01)).engine == "python"
     with pytest.raises(ValueError, match="compiled simulator does not apply a prediction cache"):
         simulate(toy_profile, plan, arrivals, cache=PredictionCache(16), engine="compiled")
     with pytest.raises(ValueError, match="engine: 'fast' is not one of"):

@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.aimd import AimdBatchLimit
 from cascadeserve.policy.batching import BatchTrigger
+from cascadeserve.policy.kernels import capped_min_queue
 from cascadeserve.policy.quantile import QuantileBatchLimit
 
 __all__ = ["BATCHING", "BatchLimit", "Batching", "batch_limit_for", "batch_target_s", "capped_trigger"]
@@ -49,9 +50,10 @@ class BatchLimit(Protocol):
 @lru_cache(maxsize=4096)
 def capped_trigger(trigger: BatchTrigger, cap: int) -> BatchTrigger:
     """``trigger`` with its minimum queue length lowered to the adaptive ``cap`` when the cap is smaller."""
-    if trigger.min_queue <= cap:
+    min_queue = capped_min_queue(trigger.min_queue, cap)
+    if min_queue == trigger.min_queue:
         return trigger
-    return BatchTrigger(cap, trigger.max_wait_s, trigger.max_batch)
+    return BatchTrigger(min_queue, trigger.max_wait_s, trigger.max_batch)
 
 
 def batch_target_s(plan: GearPlan, batching: Batching | None = None) -> float:

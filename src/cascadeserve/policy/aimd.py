@@ -15,8 +15,11 @@ from a replica's queue, ``observe(r, seconds, size)`` when the device hands the 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+import numpy as np
+
+from cascadeserve.policy.kernels import aimd_next
 
 __all__ = ["AimdBatchLimit", "AimdDecision"]
 
@@ -70,7 +73,17 @@ class AimdBatchLimit:
         """Update ``replica``'s cap after a batch (of ``size`` samples; AIMD needs only the time) that took
         ``runtime_s`` seconds to run."""
         cap = self._caps.get(replica, self.start)
-        ok = runtime_s <= self.target_s
-        new = min(self.ceiling, cap + self.step) if ok else max(1, math.floor(cap * self.backoff))
+        new = aimd_next(cap, runtime_s, self.target_s, self.step, self.backoff, self.ceiling)
         self._caps[replica] = new
-        return AimdDecision(replica=replica, runtime_s=runtime_s, limit=new, increased=ok)
+        return AimdDecision(replica=replica, runtime_s=runtime_s, limit=new, increased=runtime_s <= self.target_s)
+
+    def caps(self, replicas: int) -> np.ndarray:
+        """Replicas ``0..replicas-1``'s caps now, as an int64 array (the compiled simulator's state)."""
+        return np.asarray([self.limit(r) for r in range(replicas)], dtype=np.int64)
+
+    def set_caps(self, caps: np.ndarray) -> None:
+        """Take replica ``r``'s cap from ``caps[r]`` where it differs from what :meth:`limit` says (the state the
+        compiled simulator hands back, so a limiter reads the same after either loop)."""
+        for r, cap in enumerate(caps.tolist()):
+            if cap != self.limit(r):
+                self._caps[r] = int(cap)

@@ -34,6 +34,8 @@ __all__ = [
     "LAST_STAGE",
     "NO_LIMIT",
     "admitted",
+    "aimd_next",
+    "capped_min_queue",
     "compile_calling_kernels",
     "compiled",
     "fire_time",
@@ -135,7 +137,25 @@ def admitted(n: int, in_flight: int, cap: int) -> int:
     return n if n <= room else (room if room > 0 else 0)
 
 
+def aimd_next(cap: int, runtime_s: float, target_s: float, step: int, backoff: float, ceiling: int) -> int:
+    """The AIMD batch cap after a batch that ran ``runtime_s`` seconds under cap ``cap``: ``+step`` (at most
+    ``ceiling``) when it ran within ``target_s``, else ``floor(cap * backoff)``, at least 1 (Clipper's rule)."""
+    if runtime_s <= target_s:
+        grown = cap + step
+        return grown if grown < ceiling else ceiling
+    shrunk = math.floor(cap * backoff)
+    return shrunk if shrunk > 1 else 1
+
+
+def capped_min_queue(min_queue: int, cap: int) -> int:
+    """A trigger's minimum queue length under an adaptive batch ``cap`` (:data:`NO_LIMIT`: none): a queue never
+    waits for more samples than one batch may take."""
+    return min_queue if cap < 0 or min_queue <= cap else cap
+
+
 _SOURCES: tuple[Callable[..., Any], ...] = (
+    aimd_next,
+    capped_min_queue,
     fire_time,
     take_count,
     prefer,

@@ -2,8 +2,9 @@
 
 ``simulate(..., engine="auto")`` takes this path when the run has no hook that only the Python reference loop
 applies: it supports the plan's gears (the selector with α·Q0 hysteresis), a ``gear_schedule``, an ``admission``
-policy (its bound in flight), ``samples`` and ``record_batches``; an adaptive batch limit, a prediction cache,
-device slowdowns and online tuning keep the Python loop. ``engine="compiled"`` refuses such a run with a
+policy (its bound in flight), ``samples`` and ``record_batches``; an AIMD batch limit (its per-replica caps as an
+array in the loop, updated by ``policy.kernels.aimd_next``); the p99-fit batch limit, a prediction cache, device
+slowdowns and online tuning keep the Python loop. ``engine="compiled"`` refuses such a run with a
 ``ValueError`` naming the hook; ``engine="python"`` forces the reference loop (the equivalence tests run both).
 
 The first compiled run in a process loads the loop from numba's on-disk cache (``__pycache__`` beside the package,
@@ -19,7 +20,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from cascadeserve.plan import GearPlan
-from cascadeserve.policy import AdmissionPolicy, GearPolicy, PlanTables
+from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearPolicy, PlanTables
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.queues import tick_windows
@@ -72,8 +73,8 @@ class Run(Protocol):
 
 def unsupported(sim: Run) -> str | None:
     """Why ``sim`` needs the Python loop (the first hook it has that the compiled loop does not apply), or None."""
-    if sim.batch_limit is not None:
-        return "an adaptive batch limit (batch_limit, or the plan's batching)"
+    if sim.batch_limit is not None and _aimd(sim.batch_limit) is None:
+        return "an adaptive batch limit other than a plain AIMD one (batch_limit, or the plan's batching)"
     if sim.cache is not None:
         return "a prediction cache"
     if sim.slowdowns is not None:
@@ -81,6 +82,17 @@ def unsupported(sim: Run) -> str | None:
     if sim.tuning is not None:
         return "online threshold tuning"
     return None
+
+
+def _aimd(limit: object | None) -> AimdBatchLimit | None:
+    """``limit`` if the compiled loop can apply it: an :class:`AimdBatchLimit` whose ``limit``/``observe`` are
+    AIMD's own (a subclass that overrides them, say to log each decision, must be called: it keeps Python)."""
+    if not isinstance(limit, AimdBatchLimit):
+        return None
+    kind = type(limit)
+    if kind.limit is not AimdBatchLimit.limit or kind.observe is not AimdBatchLimit.observe:
+        return None
+    return limit
 
 
 def _routes(sim: Run) -> tuple[np.ndarray, ...]:
@@ -170,11 +182,19 @@ def run_compiled(
         if qps_scale is not None and len(qps_scale)
         else np.asarray([gp.selector.qps_scale], dtype=np.float64)
     )
+    aimd = _aimd(sim.batch_limit)
+    r_count = len(tb.replica_row)
+    # Per replica: the AIMD cap the run starts from (the limiter's state), or NO_LIMIT (-1) without one.
+    caps0 = aimd.caps(r_count) if aimd is not None else np.full(r_count, -1, dtype=np.int64)
+    aimd_args = (
+        (float(aimd.target_s), int(aimd.step), float(aimd.backoff), int(aimd.ceiling)) if aimd else (1.0, 1, 0.5, 1)
+    )
     loop = build_loop()
     table = _TABLE_BATCH
     f8, i8 = np.float64, np.int64
     while True:
         rt = _runtime_table(prof, table)
+        lim = caps0.copy()  # the loop updates it in place; a replay past the runtime table starts afresh
         # Every array C-contiguous and writable: numba compiles once per argument type, and a read-only trace
         # (or a strided view) is another type, which would mean another compile.
         out = loop(
@@ -186,11 +206,13 @@ def run_compiled(
             _plain(tb.replica_row, i8), _plain(tb.replica_device, i8), *routes,
             np.asarray(gp.selector.qps_highs, dtype=f8), scales,
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
-            -1 if bound is None else int(bound), adm is not None, sim.record_batches,
+            -1 if bound is None else int(bound), adm is not None, sim.record_batches, lim, *aimd_args,
         )  # fmt: skip
         if out[0] == 0:
             break
         table = 2 * int(out[0])  # a batch past the runtime table: rebuild it bigger and replay
+    if aimd is not None:
+        aimd.set_caps(lim)  # the limiter ends where the Python loop's would
     _, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy, rec_f, rec_i = out
     batches = [
         BatchRecord(float(f[0]), float(f[1]), int(i[0]), int(i[1]), int(i[2]), int(i[3]), int(i[4]))

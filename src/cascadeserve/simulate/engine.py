@@ -542,8 +542,9 @@ def simulate(
     thresholds every tick, in simulated time; its decisions are in ``SimResult.threshold_changes``.
 
     ``engine``: ``"auto"`` runs the compiled loop (:mod:`cascadeserve.simulate.compiled`) unless a hook needs the
-    Python reference loop (an adaptive batch limit, a cache, slowdowns, tuning); ``"compiled"`` or ``"python"``
-    forces one (the compiled one refuses those hooks). Both replay the same trajectory to the bit.
+    Python reference loop (a p99-fit batch limit, a cache, slowdowns, tuning; an AIMD limit runs compiled);
+    ``"compiled"`` or ``"python"`` forces one (the compiled one refuses those hooks). Both replay the same trajectory
+    to the bit.
     """
     return Simulator(
         profile,

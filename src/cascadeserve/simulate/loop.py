@@ -28,6 +28,8 @@ import numpy as np
 
 from cascadeserve.policy.kernels import (
     admitted,
+    aimd_next,
+    capped_min_queue,
     compile_calling_kernels,
     fire_time,
     prefer,
@@ -51,6 +53,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     rt, overhead, tick, n_ticks, bounds, dev_start, dev_reps, replica_row, replica_device,
     route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs,
     highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
+    lim, lim_target, lim_step, lim_backoff, lim_ceiling,
 ):
     inf = math.inf
     n = arr.shape[0]
@@ -193,7 +196,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                                         first = p_old if p_old < f_old else f_old
                                     else:
                                         first = f_old
-                                    need = cur_minq[r] - fn
+                                    need = capped_min_queue(cur_minq[r], lim[r]) - fn
                                     if need <= 0:
                                         mth = -inf
                                     elif need <= pn:
@@ -227,14 +230,15 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                 fn = rq[r, F_N]
                 pn = rq[r, P_N]
                 cap = cur_cap[r]
-                lim = pn if cap < 0 else min(pn, max(cap - fn, 0) + 1)  # enough to tell present > cap
+                most = take_count(fn + pn, cap, lim[r])  # the batch if every pending sample had arrived
+                scan = min(pn, max(most - fn, 0) + 1)  # enough to tell whether the present ones exceed the cap
                 kp = 0
                 node = rq[r, P_HEAD]
-                while kp < lim and arr[node] <= t:
+                while kp < scan and arr[node] <= t:
                     kp += 1
                     node = nxt[node]
                 present = fn + kp
-                size = take_count(present, cap, -1)
+                size = take_count(present, cap, lim[r])
                 if fn == 0 or (kp == 0 and size < present):  # the front of one queue
                     col = P_HEAD if fn == 0 else F_HEAD
                     head = rq[r, col]
@@ -313,6 +317,9 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                 busy_until[d] = inf
                 free_at[d] = t
                 dirty[d] = True
+                if lim[r] >= 0:  # the adaptive (AIMD) cap learns this batch's runtime; the trigger may move
+                    lim[r] = aimd_next(lim[r], t - b_t0[d], lim_target, lim_step, lim_backoff, lim_ceiling)
+                    rep_dirty[r] = True
                 row = replica_row[r]
                 if scratch.shape[0] < size:
                     scratch = np.empty(2 * size, np.int64)
