@@ -247,7 +247,7 @@ EXPECTED: dict[str, list[str]] = {
         "local_runtime",
     ],
     "cascadeserve.runtime.transport": ["LocalTransport", "Transport", "Waker"],
-    "cascadeserve.runtime.tuning": ["ServingTuning", "TuningFactory", "change_json", "continuation"],
+    "cascadeserve.runtime.tuning": ["ServingTuning", "TuningFactory", "change_json", "continuation", "extend_trails"],
     "cascadeserve.http.tuning": ["drop_tuning_report", "tuned_plan_json"],
     "cascadeserve.runtime.placement": ["LocalPlacement", "Placement"],
     "cascadeserve.simulate": ["BatchRecord", "SimResult", "Simulator", "simulate"],
