@@ -173,6 +173,25 @@ ReplanOpt = Annotated[
         "notify: log and expose it without swapping; off: neither."
     ),
 ]
+# --tune's options, shared by `serve` and `simulate` (one declaration, one help text)
+TuneTargetOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="With --tune: accuracy to hold against the reference (default: each gear's score on the profile "
+        "less --tune-budget).",
+    ),
+]
+TuneBudgetOpt = Annotated[float, typer.Option(min=0.0, max=1.0, help="With --tune: accuracy budget.")]
+AuditFractionOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="With --tune: share of early exits audited (default: the plan's audit_fraction, else 0.02).",
+    ),
+]
 ReplanThresholdOpt = Annotated[
     float, typer.Option(help="KS distance in (0, 1] between measured and planned range weights that triggers.")
 ]

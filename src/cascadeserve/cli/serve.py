@@ -38,12 +38,15 @@ from typing import Annotated, Any
 import typer
 
 from cascadeserve.cli.common import (
+    AuditFractionOpt,
     QpsScalingOpt,
     ReplanCooldownOpt,
     ReplanMinOpt,
     ReplanOpt,
     ReplanThresholdOpt,
     ReplanWindowOpt,
+    TuneBudgetOpt,
+    TuneTargetOpt,
     drift_settings_from,
 )
 from cascadeserve.cli.root import app, err_console
@@ -161,24 +164,9 @@ def serve(
             "critical path) and re-tune the gear's thresholds by Apparate's hill climbing to hold the target.",
         ),
     ] = False,
-    tune_target: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="With --tune: accuracy to hold against the reference (default: each gear's score on the profile "
-            "less --tune-budget).",
-        ),
-    ] = None,
-    tune_budget: Annotated[float, typer.Option(min=0.0, max=1.0, help="With --tune: accuracy budget.")] = 0.01,
-    audit_fraction: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="With --tune: share of early exits audited (default: the plan's audit_fraction, else 0.02).",
-        ),
-    ] = None,
+    tune_target: TuneTargetOpt = None,
+    tune_budget: TuneBudgetOpt = 0.01,
+    audit_fraction: AuditFractionOpt = None,
     tune_reference: Annotated[
         str,
         typer.Option(

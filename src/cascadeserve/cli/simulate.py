@@ -19,6 +19,7 @@ from rich.table import Table
 
 from cascadeserve.cli.common import (
     ArrivalOpt,
+    AuditFractionOpt,
     DropZeroOpt,
     MaxQpsOpt,
     QpsScalingOpt,
@@ -30,6 +31,8 @@ from cascadeserve.cli.common import (
     SeedOpt,
     TraceFormatOpt,
     TraceOpt,
+    TuneBudgetOpt,
+    TuneTargetOpt,
     WindowOpt,
     drift_settings_from,
     trace_options,
@@ -77,24 +80,9 @@ def simulate(
     tune: Annotated[
         bool, typer.Option("--tune", help="Online threshold tuning (audit sampling + Apparate hill climbing).")
     ] = False,
-    tune_target: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="With --tune: accuracy to hold against the reference (default: each gear's score on the profile "
-            "less --tune-budget).",
-        ),
-    ] = None,
-    tune_budget: Annotated[float, typer.Option(min=0.0, max=1.0, help="With --tune: accuracy budget.")] = 0.01,
-    audit_fraction: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="With --tune: fraction of early exits audited (default: the plan's audit_fraction, else 0.02).",
-        ),
-    ] = None,
+    tune_target: TuneTargetOpt = None,
+    tune_budget: TuneBudgetOpt = 0.01,
+    audit_fraction: AuditFractionOpt = None,
     tune_reference: Annotated[
         str, typer.Option(help="With --tune: 'audit' (last stage's prediction) or 'label' (true labels).")
     ] = "audit",
