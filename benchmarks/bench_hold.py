@@ -1,6 +1,6 @@
 """Plans that hold (issue 13): every plan for a range of SLOs replayed on two public traces, and every gear held.
 
-Run: ``.venv/bin/python benchmarks/bench_hold.py [--profiles tweets-text5,tweets-minilm,tweets-sklearn] [--json]``
+Run: ``.venv/bin/python benchmarks/bench_hold.py [--profiles tweets-text5,tweets-minilm,tweets-sklearn] [--slos 20,200]``
 
 For each profile and latency SLO:
 
@@ -84,9 +84,10 @@ def _one_gear(plan: GearPlan, g: Gear) -> GearPlan:
     return plan.model_copy(update={"gears": (g.model_copy(update={"qps_low": 0.0}),)})
 
 
-def run(name: str, hold_s: float, check: bool) -> list[dict[str, Any]]:
+def run(name: str, hold_s: float, check: bool, slos_given: tuple[float, ...] = ()) -> list[dict[str, Any]]:
     prof = _profile(name)
     n_dev, peak, slos = SETUPS[name]
+    slos = slos_given or slos
     devs = [Device(name=f"dev{i}", memory_mb=16000.0) for i in range(n_dev)]
     twitter = build_trace(str(TWITTER), max_qps=peak, window="0:1200", drop_zero=True, seed=0)
     azure = build_trace(str(AZURE), fmt="azure-functions", max_qps=peak, window="0:1200", drop_zero=True, seed=0)
@@ -140,10 +141,12 @@ def main() -> None:
     ap.add_argument("--profiles", default="tweets-text5,tweets-minilm,tweets-sklearn")
     ap.add_argument("--hold-s", type=float, default=60.0)
     ap.add_argument("--check", action="store_true", help="plan with the trace check on the Twitter window")
+    ap.add_argument("--slos", default="", help="latency SLOs in ms, comma-separated (default: each profile's own)")
     a = ap.parse_args()
+    slos = tuple(float(x) for x in a.slos.split(",") if x.strip())
     out = []
     for name in a.profiles.split(","):
-        out.extend(run(name.strip(), a.hold_s, a.check))
+        out.extend(run(name.strip(), a.hold_s, a.check, slos))
     print(json.dumps(out, indent=1))
 
 
