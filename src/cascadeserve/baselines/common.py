@@ -263,4 +263,3 @@ def planned_single_model(name: str, w: Workload, devices: int, config: Config, m
         return None
     assert planner.plan_ is not None
     return Deployment(name, dict(config), one, planner.plan_)
-

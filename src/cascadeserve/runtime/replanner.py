@@ -220,4 +220,3 @@ class Replanner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._dir.cleanup()
-
