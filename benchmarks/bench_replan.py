@@ -2,15 +2,23 @@
 
 Workload: the Twitter trace (``../shared/data/traces/twitter_2021``) with a shape change: its first 300 s (a quiet
 night hour: mean 46, peak 73 tweets/s) followed by 300 s of hour 7 around that hour's busiest second (mean 270, peak
-338), both scaled by one factor so that the peak is ``--max-qps``. Profile: ``tests/data/profiles/tweets-sklearn``
-(three scikit-learn models on TweetEval), one device, accuracy SLO ``--accuracy`` (0.572), planned by the gear
-planner with its default Zipf QPS weights. Under an accuracy SLO the weights decide which ranges may use cheap
-cascades: Zipf says high load is rare, so the high ranges get the cheapest ones; when the load sits there, the run
-falls short of the SLO.
+338), both scaled by one factor so that the peak is ``--max-qps``. Every plan is made by the gear planner with its
+default Zipf QPS weights (10 ranges) for ``--profile`` on ``--devices`` devices of ``--device-memory-mb`` each under
+``--slo``. Two designs (``benchmarks/RESULTS.md`` has both):
 
-Arms, on the same arrivals: ``off, no scaling`` (the plan as made); ``off`` (appendix C.2's online QPS scaling only,
-``serve``'s default for an accuracy SLO); ``auto`` (scaling, and re-planning in the background when the KS distance
-between the measured and the planned range weights passes 0.25 over the last 60 s, at most once a minute).
+* **Accuracy SLO** (the defaults: ``tests/data/profiles/tweets-sklearn``, one roomy device, accuracy >= 0.572): the
+  weights decide which ranges may use cheap cascades. Zipf says high load is rare, so the high ranges get the
+  cheapest ones; when the load sits there, the run falls short of the SLO.
+* **Latency SLO** (``--profile profiles/tweets-text5 --slo latency:100 --device-memory-mb 120 --max-qps 450``): the
+  device holds one of the two MiniLMs, so the planner must drop models, and it drops the one whose removal costs the
+  least *time-weighted* accuracy. Zipf weights keep MiniLM-L6 (useful at the frequent low loads) as long as they can,
+  dropping the cheap text models first, which leaves the busy ranges a less accurate cascade; weights measured in
+  the busy window drop MiniLM-L6 first and keep the accurate cascades there.
+
+Arms, on the same arrivals: ``off, no scaling`` (the plan as made); ``off`` (appendix C.2's online QPS scaling
+forced on, ``--qps-scaling on``); ``auto`` (re-planning in the background when the KS distance between the measured
+and the planned range weights passes 0.25 over the last 60 s, at most once a minute, with the scaling of
+``--qps-scaling auto``: on for an accuracy SLO, off for a latency SLO).
 
 * ``--sim``: :func:`cascadeserve.simulate.replan.simulate_replanning`, a re-plan taking the time the child
   process took here (measured first), ``--runs`` arrival seeds, medians.
@@ -18,6 +26,7 @@ between the measured and the planned range weights passes 0.25 over the last 60 
   open-loop load generator over HTTP; the accuracy is checked against the labels on the client.
 
     .venv/bin/python benchmarks/bench_replan.py [--sim] [--runtime] [--max-qps 150] [--sim-max-qps 150 3000]
+        [--profile DIR] [--slo accuracy:A|latency:MS] [--devices N] [--device-memory-mb MB] [--phase-s S]
 """
 
 from __future__ import annotations
