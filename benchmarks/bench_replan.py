@@ -81,6 +81,7 @@ class Setup:
     slo: SLO
     devices: int
     memory_mb: float
+    batch_overhead_ms: float | None = None  # None: the profile's recorded one (the planner's default)
 
     def hardware(self) -> tuple[Device, ...]:
         return tuple(Device(name=f"dev{i}", memory_mb=self.memory_mb) for i in range(self.devices))
@@ -95,7 +96,9 @@ def parse_slo(spec: str) -> SLO:
 
 
 def zipf_plan(profile: Profile, max_qps: float, setup: Setup) -> GearPlan:
-    p = Planner(n_ranges=10).fit(profile, setup.hardware(), setup.slo, max_qps)
+    p = Planner(n_ranges=10, batch_overhead_ms=setup.batch_overhead_ms).fit(
+        profile, setup.hardware(), setup.slo, max_qps
+    )
     assert p.plan_ is not None
     return p.plan_
 
@@ -264,12 +267,18 @@ def main() -> None:
     ap.add_argument("--slo", type=parse_slo, default=SLO(kind="accuracy", value=0.572), help="accuracy:A or latency:MS")
     ap.add_argument("--devices", type=int, default=1, help="number of devices")
     ap.add_argument("--device-memory-mb", type=float, default=16000.0, help="memory of each device")
+    ap.add_argument(
+        "--batch-overhead-ms",
+        type=float,
+        default=None,
+        help="per-batch runtime cost the plans are made with (default: the profile's; 'serve --emulate' measures it)",
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--phase-s", type=int, default=PHASE_S, help="seconds of each of the two trace windows")
     ap.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
     a = ap.parse_args()
     profile = load_profile(a.profile)
-    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb)
+    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb, a.batch_overhead_ms)
     print(f"load average at start: {os.getloadavg()}", flush=True)
     out: dict[str, Any] = {}
     if a.sim or not a.runtime:
