@@ -110,10 +110,8 @@ def test_the_small_rules_twins_agree() -> None:
     for count, elapsed in ((0, 0.1), (7, 0.1), (7, 0.0)):
         assert TWINS["qps_rate"](count, elapsed) == k.qps_rate(count, elapsed)
     for n, in_flight, cap in ((5, 0, -1), (5, 3, 6), (5, 9, 6), (5, 0, 10)):
-        assert (
-            TWINS["admitted"](n, in_flight, cap)
-            == k.admitted(n, in_flight, cap)
-            == max(0, min(n, n if cap < 0 else cap - in_flight))
+        assert TWINS["admitted"](n, in_flight, cap) == k.admitted(n, in_flight, cap) == max(
+            0, min(n, n if cap < 0 else cap - in_flight)
         )
 
 

@@ -263,3 +263,4 @@ def planned_single_model(name: str, w: Workload, devices: int, config: Config, m
         return None
     assert planner.plan_ is not None
     return Deployment(name, dict(config), one, planner.plan_)
+

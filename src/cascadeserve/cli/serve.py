@@ -174,6 +174,7 @@ def serve(
             "(labels from POST /v2/models/{m}/feedback; requests without feedback enter no window)."
         ),
     ] = "audit",
+
     replan: ReplanOpt = "off",
     replan_threshold: ReplanThresholdOpt = 0.25,
     replan_window_s: ReplanWindowOpt = 3600.0,
@@ -348,6 +349,7 @@ def _layer_options(
         slo_ms=slo_ms,
         default_output=default,
     )
+
 
 
 def _replan_options(

@@ -216,7 +216,9 @@ def read_sample_order(path: Path, profile: Profile) -> np.ndarray:
         try:
             out.append(col[int(item)])
         except (ValueError, KeyError):
-            raise CascadeServeError(f"{path}:{n}: {item!r} is not a sample id of profile {profile.name!r}") from None
+            raise CascadeServeError(
+                f"{path}:{n}: {item!r} is not a sample id of profile {profile.name!r}"
+            ) from None
     if not out:
         raise CascadeServeError(f"--sample-order {path}: no sample ids")
     return np.asarray(out, dtype=np.int64)

@@ -89,7 +89,9 @@ def grid_search(
     resolution: float = 0.01,
 ) -> GridResult:
     """The exhaustive answer on a ``resolution`` grid (:func:`grid_scores`, then :func:`best_on_grid`)."""
-    return best_on_grid(*grid_scores(certainty, prediction, reference, weight, stage_ms, resolution=resolution), target)
+    return best_on_grid(
+        *grid_scores(certainty, prediction, reference, weight, stage_ms, resolution=resolution), target
+    )
 
 
 def windows_from_profile(

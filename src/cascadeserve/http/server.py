@@ -102,7 +102,6 @@ def build_app(
     layer = None if clipper is None else clipper.layer(runtime, served.name, make)
     replanner = None
     if replan is not None:  # serve --replan: watch the load, re-plan in a child process (http/replan.py's metrics)
-
         def check_swap(p: GearPlan) -> None:
             policy = runtime.admission_for(p)
             budget = policy.budget

@@ -212,3 +212,4 @@ def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[...,
     out.__qualname__ = fn.__qualname__
     out.__module__ = fn.__module__
     return out
+

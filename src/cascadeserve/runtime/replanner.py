@@ -220,3 +220,4 @@ class Replanner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._dir.cleanup()
+

@@ -49,48 +49,11 @@ SMALL_BATCH = 16  # the Python loop groups forwarded samples by first appearance
 
 
 def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plain arrays, no objects
-    arr,
-    samp,
-    n_samples,
-    cert,
-    right,
-    stage_table,
-    thr,
-    next_row,
-    first_row,
-    min_queue,
-    caps,
-    max_wait,
-    rt,
-    overhead,
-    tick,
-    n_ticks,
-    bounds,
-    dev_start,
-    dev_reps,
-    replica_row,
-    replica_device,
-    route_of,
-    route_start,
-    route_len,
-    route_reps,
-    seq_start,
-    seq_len,
-    seqs,
-    highs,
-    qps_scales,
-    alpha,
-    schedule,
-    use_schedule,
-    gear0,
-    adm_cap,
-    use_admission,
-    record,
-    lim,
-    lim_target,
-    lim_step,
-    lim_backoff,
-    lim_ceiling,
+    arr, samp, n_samples, cert, right, stage_table, thr, next_row, first_row, min_queue, caps, max_wait,
+    rt, overhead, tick, n_ticks, bounds, dev_start, dev_reps, replica_row, replica_device,
+    route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs,
+    highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
+    lim, lim_target, lim_step, lim_backoff, lim_ceiling,
 ):
     inf = math.inf
     n = arr.shape[0]
@@ -335,21 +298,8 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                         rq[r, P_TAIL] = -1
                 row = replica_row[r]
                 if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
-                    return (
-                        size,
-                        finish,
-                        answer_row,
-                        correct,
-                        stage,
-                        gear_of,
-                        shed,
-                        tick_qps,
-                        tick_gear,
-                        tick_q0,
-                        tick_busy,
-                        rec_f[:0],
-                        rec_i[:0],
-                    )
+                    return (size, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear,
+                            tick_q0, tick_busy, rec_f[:0], rec_i[:0])
                 secs = rt[row, size] + overhead
                 busy[d] = True
                 busy_until[d] = t + secs
@@ -357,7 +307,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                 b_n[d] = size
                 b_r[d] = r
                 b_t0[d] = t
-                wb = min(int(t // tick), n_ticks) if n_ticks else 0
+                wb = (min(int(t // tick), n_ticks) if n_ticks else 0)
                 tick_busy[wb, d] += secs
             else:
                 # complete: the exit decision per sample; the unsure ones go to the next stage's routers
@@ -442,21 +392,8 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     for i in range(n):
         if answer_row[i] < 0:  # as SimResult has always reported an unanswered request: the last row's stage
             stage[i] = stage_table[gear_of[i], last_row]
-    return (
-        0,
-        finish,
-        answer_row,
-        correct,
-        stage,
-        gear_of,
-        shed,
-        tick_qps,
-        tick_gear,
-        tick_q0,
-        tick_busy,
-        rec_f[:n_rec],
-        rec_i[:n_rec],
-    )
+    return (0, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
+            rec_f[:n_rec], rec_i[:n_rec])
 
 
 _COMPILED: list[Any] = []

@@ -137,7 +137,9 @@ def build_result(
         assert samples is not None
         # An unanswered request (answer_row -1) is never correct; without the mask, -1 would index the last model.
         correct = (
-            (predictions[answer_row, samples] == labels[samples]) & (answer_row >= 0) if n else np.zeros(0, dtype=bool)
+            (predictions[answer_row, samples] == labels[samples]) & (answer_row >= 0)
+            if n
+            else np.zeros(0, dtype=bool)
         )
     if stage is None:
         stage = stage_table[gear, answer_row] if n else np.zeros(0, dtype=np.int64)
