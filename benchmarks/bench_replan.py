@@ -2,15 +2,23 @@
 
 Workload: the Twitter trace (``../shared/data/traces/twitter_2021``) with a shape change: its first 300 s (a quiet
 night hour: mean 46, peak 73 tweets/s) followed by 300 s of hour 7 around that hour's busiest second (mean 270, peak
-338), both scaled by one factor so that the peak is ``--max-qps``. Profile: ``tests/data/profiles/tweets-sklearn``
-(three scikit-learn models on TweetEval), one device, accuracy SLO ``--accuracy`` (0.572), planned by the gear
-planner with its default Zipf QPS weights. Under an accuracy SLO the weights decide which ranges may use cheap
-cascades: Zipf says high load is rare, so the high ranges get the cheapest ones; when the load sits there, the run
-falls short of the SLO.
+338), both scaled by one factor so that the peak is ``--max-qps``. Every plan is made by the gear planner with its
+default Zipf QPS weights (10 ranges) for ``--profile`` on ``--devices`` devices of ``--device-memory-mb`` each under
+``--slo``. Two designs (``benchmarks/RESULTS.md`` has both):
 
-Arms, on the same arrivals: ``off, no scaling`` (the plan as made); ``off`` (appendix C.2's online QPS scaling only,
-``serve``'s default for an accuracy SLO); ``auto`` (scaling, and re-planning in the background when the KS distance
-between the measured and the planned range weights passes 0.25 over the last 60 s, at most once a minute).
+* **Accuracy SLO** (the defaults: ``tests/data/profiles/tweets-sklearn``, one roomy device, accuracy >= 0.572): the
+  weights decide which ranges may use cheap cascades. Zipf says high load is rare, so the high ranges get the
+  cheapest ones; when the load sits there, the run falls short of the SLO.
+* **Latency SLO** (``--profile profiles/tweets-text5 --slo latency:100 --device-memory-mb 120 --max-qps 450``): the
+  device holds one of the two MiniLMs, so the planner must drop models, and it drops the one whose removal costs the
+  least *time-weighted* accuracy. Zipf weights keep MiniLM-L6 (useful at the frequent low loads) as long as they can,
+  dropping the cheap text models first, which leaves the busy ranges a less accurate cascade; weights measured in
+  the busy window drop MiniLM-L6 first and keep the accurate cascades there.
+
+Arms, on the same arrivals: ``off, no scaling`` (the plan as made); ``off`` (appendix C.2's online QPS scaling
+forced on, ``--qps-scaling on``); ``auto`` (re-planning in the background when the KS distance between the measured
+and the planned range weights passes 0.25 over the last 60 s, at most once a minute, with the scaling of
+``--qps-scaling auto``: on for an accuracy SLO, off for a latency SLO).
 
 * ``--sim``: :func:`cascadeserve.simulate.replan.simulate_replanning`, a re-plan taking the time the child
   process took here (measured first), ``--runs`` arrival seeds, medians.
@@ -18,6 +26,7 @@ between the measured and the planned range weights passes 0.25 over the last 60 
   open-loop load generator over HTTP; the accuracy is checked against the labels on the client.
 
     .venv/bin/python benchmarks/bench_replan.py [--sim] [--runtime] [--max-qps 150] [--sim-max-qps 150 3000]
+        [--profile DIR] [--slo accuracy:A|latency:MS] [--devices N] [--device-memory-mb MB] [--phase-s S]
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +72,38 @@ def drift_counts(max_qps: float, phase_s: int = PHASE_S) -> np.ndarray:
     return scale_counts(np.concatenate([c[:phase_s], busy[start : start + phase_s]]), max_qps)
 
 
-def zipf_plan(profile: Profile, max_qps: float, accuracy: float) -> GearPlan:
-    p = Planner(n_ranges=10).fit(
-        profile, (Device(name="dev0", memory_mb=16000),), SLO(kind="accuracy", value=accuracy), max_qps
+@dataclass(frozen=True)
+class Setup:
+    """What the plan is made for: the profile, the SLO, the devices (``--profile``, ``--slo``, ``--devices``,
+    ``--device-memory-mb``)."""
+
+    profile_dir: Path
+    slo: SLO
+    devices: int
+    memory_mb: float
+    batch_overhead_ms: float | None = None  # None: the profile's recorded one (the planner's default)
+
+    def hardware(self) -> tuple[Device, ...]:
+        return tuple(Device(name=f"dev{i}", memory_mb=self.memory_mb) for i in range(self.devices))
+
+
+def parse_slo(spec: str) -> SLO:
+    """``accuracy:0.572`` or ``latency:200`` (p95 in ms)."""
+    kind, _, value = spec.partition(":")
+    if kind not in ("accuracy", "latency") or not value:
+        raise argparse.ArgumentTypeError(f"--slo {spec!r}: use accuracy:A or latency:MS")
+    return SLO(kind="accuracy" if kind == "accuracy" else "p95_ms", value=float(value))
+
+
+def zipf_plan(profile: Profile, max_qps: float, setup: Setup) -> GearPlan:
+    p = Planner(n_ranges=10, batch_overhead_ms=setup.batch_overhead_ms).fit(
+        profile, setup.hardware(), setup.slo, max_qps
     )
     assert p.plan_ is not None
     return p.plan_
 
 
-def settings(mode: str, scaling: bool) -> DriftSettings:
+def settings(mode: str, scaling: bool | None) -> DriftSettings:
     return DriftSettings(
         mode=mode,  # type: ignore[arg-type]
         window_ticks=600,
@@ -82,26 +115,40 @@ def settings(mode: str, scaling: bool) -> DriftSettings:
     )
 
 
-ARMS = (("off, no scaling", "off", False), ("off", "off", True), ("auto", "auto", True))
+# auto scales as ``serve --qps-scaling auto`` does: on for an accuracy SLO (so auto = off + re-planning), off for a
+# latency SLO (scaling its QPS down would pick gears too slow for the real load); "off" forces appendix C.2 on.
+ARMS: tuple[tuple[str, str, bool | None], ...] = (
+    ("off, no scaling", "off", False),
+    ("off", "off", True),
+    ("auto", "auto", None),
+)
 
 
-def child_replan_s(plan: GearPlan) -> float:
+def child_replan_s(plan: GearPlan, profile_dir: Path) -> float:
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "p.json"
         plan.save(src)
         t0 = time.perf_counter()
         w = ",".join(["0"] * 6 + ["0.3", "0.3", "0.3", "0.1"])
         subprocess.run(
-            [sys.executable, "-m", "cascadeserve.planner.replan", str(PROFILE), str(src), w, str(Path(d) / "o.json")],
+            [
+                sys.executable,
+                "-m",
+                "cascadeserve.planner.replan",
+                str(profile_dir),
+                str(src),
+                w,
+                str(Path(d) / "o.json"),
+            ],
             check=True,
         )
         return time.perf_counter() - t0
 
 
 def run_sim(
-    profile: Profile, max_qps: float, accuracy: float, runs: int, delay_s: float, phase_s: int
+    profile: Profile, max_qps: float, setup: Setup, runs: int, delay_s: float, phase_s: int
 ) -> list[dict[str, Any]]:
-    plan = zipf_plan(profile, max_qps, accuracy)
+    plan = zipf_plan(profile, max_qps, setup)
     counts = drift_counts(max_qps, phase_s)
     rows = []
     for name, mode, scaling in ARMS:
@@ -119,6 +166,8 @@ def run_sim(
             )
             r = run.result
             late = r.arrivals >= phase_s
+            ts = run.tick_scale
+            half = min(len(ts), round(phase_s * 1000 / plan.tick_ms))
             per.append(
                 {
                     "accuracy": r.accuracy,
@@ -127,26 +176,45 @@ def run_sim(
                     "p95_phase2_ms": float(np.percentile(r.latency_s[late], 95) * 1000),
                     "unanswered": r.unanswered,
                     "swaps": len(run.swap_times),
+                    "scale_phase1": float(np.median(ts[:half])),  # the QPS scale the gear lookup used
+                    "scale_phase2": float(np.median(ts[half:])),
                     "wall_s": time.perf_counter() - t0,
                 }
             )
             swaps = [round(t, 1) for t in run.swap_times]
+            events = [
+                {
+                    "started": round(e.started, 1),
+                    "ks": round(e.drift.distance, 3),
+                    "verdict": None if e.verdict is None else e.verdict.action,
+                    "why": None if e.verdict is None else e.verdict.reason,
+                }
+                for e in run.events
+            ]
         row = {k: statistics.median(p[k] for p in per) for k in per[0]}
-        row.update({"arm": name, "max_qps": max_qps, "requests": len(arr), "swap_times_seed_last": swaps})
+        row.update(
+            {
+                "arm": name,
+                "max_qps": max_qps,
+                "requests": len(arr),
+                "swap_times_seed_last": swaps,
+                "replans_seed_last": events,
+            }
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
 
 
-def run_runtime(profile: Profile, max_qps: float, accuracy: float, phase_s: int) -> list[dict[str, Any]]:
-    plan = zipf_plan(profile, max_qps, accuracy)
+def run_runtime(profile: Profile, max_qps: float, setup: Setup, phase_s: int) -> list[dict[str, Any]]:
+    plan = zipf_plan(profile, max_qps, setup)
     arr = arrivals_from_counts(drift_counts(max_qps, phase_s), seed=0)
     ids = profile.sample_ids
     n = len(ids)
     labels = profile.labels
     rows = []
     for name, mode, scaling in ARMS:
-        opts = ReplanOptions(settings(mode, scaling), PROFILE, timeout_s=120.0)
+        opts = ReplanOptions(settings(mode, scaling), setup.profile_dir, timeout_s=120.0)
         app = build_app(
             profile,
             plan,
@@ -195,21 +263,31 @@ def main() -> None:
     ap.add_argument("--runtime", action="store_true")
     ap.add_argument("--max-qps", type=float, default=150.0, help="the runtime arm's peak QPS")
     ap.add_argument("--sim-max-qps", type=float, nargs="+", default=[150.0, 3000.0])
-    ap.add_argument("--accuracy", type=float, default=0.572)
+    ap.add_argument("--profile", type=Path, default=PROFILE, help="profile directory (default: tweets-sklearn)")
+    ap.add_argument("--slo", type=parse_slo, default=SLO(kind="accuracy", value=0.572), help="accuracy:A or latency:MS")
+    ap.add_argument("--devices", type=int, default=1, help="number of devices")
+    ap.add_argument("--device-memory-mb", type=float, default=16000.0, help="memory of each device")
+    ap.add_argument(
+        "--batch-overhead-ms",
+        type=float,
+        default=None,
+        help="per-batch runtime cost the plans are made with (default: the profile's; 'serve --emulate' measures it)",
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--phase-s", type=int, default=PHASE_S, help="seconds of each of the two trace windows")
     ap.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
     a = ap.parse_args()
-    profile = load_profile(PROFILE)
+    profile = load_profile(a.profile)
+    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb, a.batch_overhead_ms)
     print(f"load average at start: {os.getloadavg()}", flush=True)
     out: dict[str, Any] = {}
     if a.sim or not a.runtime:
-        delay = child_replan_s(zipf_plan(profile, a.sim_max_qps[0], a.accuracy))
+        delay = child_replan_s(zipf_plan(profile, a.sim_max_qps[0], setup), a.profile)
         print(f"re-plan in a child process: {delay:.2f} s (the simulated re-plan delay)", flush=True)
         out["child_replan_s"] = delay
-        out["sim"] = [r for q in a.sim_max_qps for r in run_sim(profile, q, a.accuracy, a.runs, delay, a.phase_s)]
+        out["sim"] = [r for q in a.sim_max_qps for r in run_sim(profile, q, setup, a.runs, delay, a.phase_s)]
     if a.runtime:
-        out["runtime"] = run_runtime(profile, a.max_qps, a.accuracy, a.phase_s)
+        out["runtime"] = run_runtime(profile, a.max_qps, setup, a.phase_s)
     print(f"load average at end: {os.getloadavg()}", flush=True)
     if a.out is not None:
         a.out.write_text(json.dumps(out, indent=1))

@@ -71,3 +71,14 @@ def test_bad_replan_options_are_one_line_and_exit_2(
     assert run([*serve, "--port", "0", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_replan_with_tune_tunes_the_plan_in_force(plan_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--profile", str(PROFILE), "--plan", str(plan_file), "--json", "--replan", "auto"]
+    args += ["--trace", "synthetic:step:low=5,high=85,at=1,duration=60"]
+    args += ["--replan-window-s", "5", "--replan-min-s", "5", "--replan-cooldown-s", "100", "--replan-delay-s", "2"]
+    assert run([*args, "--tune", "--audit-fraction", "0.5", "--tune-budget", "0.05"]) == 0
+    out = stdout_json(capsys)
+    assert out["unanswered"] == 0 and out["replan"]["swap_times_s"]
+    at = [c["at_s"] for c in out["threshold_changes"]]
+    assert at == sorted(at) and at, "the tuner ran"

@@ -117,3 +117,30 @@ def test_judge_replan_prefers_what_the_slo_asks_for(toy_profile: Profile) -> Non
 def test_plan_in_force_is_the_plan_at_admission() -> None:
     assert [plan_in_force([10.0, 20.0], t) for t in (0.0, 9.99, 10.0, 19.0, 20.0, 99.0)] == [0, 0, 1, 1, 2, 2]
     assert plan_in_force([], 5.0) == 0
+
+
+def test_judge_replan_puts_no_overload_first_under_either_slo(toy_profile: Profile) -> None:
+    acc_slo = _plan(toy_profile, [0.9], slo=SLO(kind="accuracy", value=0.8))
+    lat_slo = _plan(toy_profile, [0.9], slo=SLO(kind="p95_ms", value=5))
+    meets_overloaded = PlanScore(0.85, 3, 0.2, 1)  # meets the accuracy SLO, but a fifth of the ticks overload
+    misses_carries = PlanScore(0.75, 2, 0.0, 1)  # misses it, carries every tick
+    # accuracy SLO: carrying the load outranks meeting the SLO, both ways round
+    v = judge_replan("auto", acc_slo, meets_overloaded, acc_slo, misses_carries)
+    assert v.action == "swap" and v.reason.startswith("better (accuracy 0.7500, p95 2.0 ms, overload 0.0%")
+    assert judge_replan("auto", acc_slo, misses_carries, acc_slo, meets_overloaded).action == "keep"
+    # less overload wins even when neither carries everything; equal overload falls back to the SLO's order
+    assert judge_replan("auto", acc_slo, PlanScore(0.9, 1, 0.3, 1), acc_slo, PlanScore(0.7, 9, 0.1, 1)).action == "swap"
+    assert judge_replan("auto", acc_slo, PlanScore(0.7, 1, 0.1, 1), acc_slo, PlanScore(0.9, 9, 0.1, 1)).action == "swap"
+    assert (
+        judge_replan("auto", acc_slo, PlanScore(0.9, 1, 0.1, 1), acc_slo, PlanScore(0.85, 2, 0.1, 1)).action == "keep"
+    )
+    # an overload difference under the rounding grain (0.1%) does not count: the SLO decides
+    assert (
+        judge_replan("auto", acc_slo, PlanScore(0.7, 1, 0.0, 1), acc_slo, PlanScore(0.9, 9, 0.0004, 1)).action == "swap"
+    )
+    # latency SLO: the same order (it was already overload first), then accuracy
+    assert judge_replan("auto", lat_slo, meets_overloaded, lat_slo, misses_carries).action == "swap"
+    assert judge_replan("auto", lat_slo, misses_carries, lat_slo, meets_overloaded).action == "keep"
+    assert (
+        judge_replan("auto", lat_slo, PlanScore(0.7, 1, 0.0, 1), lat_slo, PlanScore(0.71, 90, 0.0, 1)).action == "swap"
+    )

@@ -7,7 +7,9 @@ import pytest
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import SLO, Device, GearPlan, fixed_plan
+from cascadeserve.policy import PlanTables
 from cascadeserve.policy.replan import DriftSettings
+from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 from cascadeserve.simulate.replan import simulate_replanning
@@ -76,3 +78,31 @@ def test_a_failed_or_worse_replan_keeps_the_plan(toy_profile: Profile) -> None:
     failed = simulate_replanning(toy_profile, old, arr, settings=s, replanner=lambda w, p: None, delay_s=1.0)
     assert failed.swap_times == [] and failed.events and all(e.verdict is None for e in failed.events)
     assert failed.result.unanswered == 0
+
+
+def test_with_tuning_each_plan_in_force_runs_its_own_tuner(toy_profile: Profile) -> None:
+    old, new = _plan(toy_profile, ("m0", "m1"), 0.6), _plan(toy_profile, ("m0", "m1"), 0.7)
+    new = new.model_copy(update={"gears": tuple(g.model_copy(update={"thresholds": (0.4,)}) for g in new.gears)})
+    arr = np.sort(np.random.default_rng(4).uniform(0.0, 20.0, 1600))
+    rows = {m: toy_profile.index(m) for m in toy_profile.model_names}
+    built: list[GearPlan] = []
+
+    def tuning_for(p: GearPlan) -> OnlineTuning:
+        built.append(p)
+        # target 0: every periodic re-tune may trade accuracy for work, so each segment's tuner acts
+        return OnlineTuning.for_plan(
+            PlanTables(p, rows), toy_profile, target=0.0, audit_fraction=0.5, period_s=1.0, min_records=20
+        )
+
+    s = DriftSettings(mode="auto", window_ticks=50, min_ticks=20, threshold=0.3, cooldown_s=1000.0, check_every=10)
+    run = simulate_replanning(
+        toy_profile, old, arr, settings=s, replanner=lambda w, p: new, delay_s=3.0, tuning_for=tuning_for
+    )
+    assert run.swap_times == [pytest.approx(5.0)] and built == [old, new]  # one fresh tuner per plan in force
+    r = run.result
+    assert r.unanswered == 0 and np.all(r.finish >= r.arrivals)
+    at = [c.at for c in r.threshold_changes]
+    assert at == sorted(at) and any(t < 5.0 for t in at) and any(t >= 5.0 for t in at)  # times on the run's clock
+    # the new plan's tuner starts from the new plan's thresholds, not from where the old one's tuner left off
+    first_new = next(c for c in r.threshold_changes if c.at >= 5.0)
+    assert first_new.old == new.gears[first_new.gear].thresholds

@@ -5,7 +5,9 @@ one (``profile measure`` and ``serve --emulate`` record the runtime's measured p
 flag the simulation predicts what ``serve`` of the plan does. ``--batch-overhead-ms`` overrides both.
 
 ``--replan`` and ``--qps-scaling`` simulate ``serve``'s load-drift options (:mod:`cascadeserve.simulate.replan`):
-the same scaling and drift decisions per tick, a re-plan taking ``--replan-delay-s`` of simulated time.
+the same scaling and drift decisions per tick, a re-plan taking ``--replan-delay-s`` of simulated time. With
+``--tune`` as well, each plan in force runs its own online threshold tuning (a swapped-in plan starts from its planned
+thresholds), as ``serve --tune --replan`` does.
 """
 
 from __future__ import annotations
@@ -116,13 +118,15 @@ def simulate(
     if sample_order is not None:
         order = read_sample_order(sample_order, prof)
         samples = order[np.arange(len(tr.arrivals)) % len(order)]
-    tuning = None
-    if tune:
-        tables = PlanTables(gear_plan, {m: prof.index(m) for m in prof.model_names})
-        tuning = OnlineTuning.for_plan(
+
+    def tuning_for(p: GearPlan) -> OnlineTuning:
+        """A fresh tuner for the plan ``p`` (one per plan in force, as ``serve --tune --replan`` builds them)."""
+        tables = PlanTables(p, {m: prof.index(m) for m in prof.model_names})
+        return OnlineTuning.for_plan(
             tables, prof, target=tune_target, budget=tune_budget, audit_fraction=audit_fraction,
             reference=tune_reference,
         )  # fmt: skip
+
     drift = drift_settings_from(
         replan,
         qps_scaling,
@@ -134,11 +138,10 @@ def simulate(
     )
     replanned: dict[str, object] | None = None
     if drift is not None:
-        if tuning is not None:
-            raise CascadeServeError("--replan/--qps-scaling and --tune do not run together yet")
         run = simulate_replanning(
             prof, gear_plan, tr.arrivals, settings=drift, samples=samples, delay_s=replan_delay_s,
             replanner=lambda weights, current: _replan_or_none(prof, current, weights),
+            tuning_for=tuning_for if tune else None,
         )  # fmt: skip
         res = run.result
         replanned = {
@@ -152,6 +155,7 @@ def simulate(
             "qps_scale_last": float(run.tick_scale[-1]) if len(run.tick_scale) else 1.0,
         }  # fmt: skip
     else:
+        tuning = tuning_for(gear_plan) if tune else None
         res = run_simulation(prof, gear_plan, tr.arrivals, samples=samples, tuning=tuning)
     summary = {"trace": tr.source, "batch_overhead_ms": gear_plan.batch_overhead_ms, **res.summary()}
     if replanned is not None:

@@ -239,12 +239,15 @@ class ReplanVerdict:
 
 
 def _key(plan: GearPlan, s: PlanScore) -> tuple[float, ...]:
-    """Larger is better: under a latency SLO, no overload then accuracy; under an accuracy SLO, meeting it, no
-    overload, then a lower p95."""
+    """Larger is better, in this order under either SLO: **less overload first** (a tick whose gear was planned for
+    less QPS than it measures queues without bound, so the gear's predicted p95 is not held, and its predicted
+    accuracy is moot; no serving engineer trades that for a better objective), then the SLO's own order: under a
+    latency SLO, the accuracy; under an accuracy SLO, meeting it, then a lower p95 (when it is met) or a higher
+    accuracy (when it is not)."""
     over = -round(s.overload, 3)
     if plan.slo is not None and plan.slo.kind == "accuracy":
         meets = 1.0 if s.accuracy >= plan.slo.value - 1e-9 else 0.0
-        return (meets, over, -round(s.p95_ms, 3) if meets else s.accuracy)
+        return (over, meets, -round(s.p95_ms, 3) if meets else s.accuracy)
     return (over, round(s.accuracy, 6))
 
 

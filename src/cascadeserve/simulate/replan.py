@@ -14,6 +14,11 @@
    so a request admitted under the old plan finishes under it (the old plan's queues drain at the end of its
    segment: every queue fires as soon as its device is free, as the runtime's draining generation does).
 
+With ``tuning_for`` (``simulate --replan ... --tune``), each plan's segment runs with its own online threshold
+tuning, ``tuning_for(plan)``, as ``serve --tune --replan`` builds a fresh tuner for every plan generation it serves:
+the tuner works on the plan in force, and a swapped-in plan starts from its planned thresholds. The segments'
+threshold changes are merged in time order (their ``gear`` indexes the plan in force at ``at``: see ``swap_times``).
+
 Approximation: the old plan's drain and the new plan's first batches run on separate copies of the devices (the
 runtime shares them). The drain is a few batches, a few milliseconds with the profiles here; the new plan's first
 tick starts from the gear for 0 QPS (the runtime's new generation starts from the last tick's gear lookup).
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -31,6 +36,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.policy import QpsMeter
 from cascadeserve.policy.drift import DriftDecision
 from cascadeserve.policy.replan import DriftSettings, LoadDrift, ReplanVerdict, plan_in_force
+from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.engine import Simulator
 from cascadeserve.simulate.queues import tick_windows
@@ -39,6 +45,7 @@ from cascadeserve.simulate.result import SimResult
 __all__ = ["ReplanEvent", "ReplanRun", "simulate_replanning"]
 
 Replanner = Callable[[np.ndarray, GearPlan], GearPlan | None]
+TuningFactory = Callable[[GearPlan], OnlineTuning]
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,7 @@ def simulate_replanning(
     replanner: Replanner,
     delay_s: float = 5.0,
     samples: np.ndarray | None = None,
+    tuning_for: TuningFactory | None = None,
 ) -> ReplanRun:
     """Replay ``arrivals`` under ``plan`` with load-drift scaling and re-planning (module docstring)."""
     wall0 = time.perf_counter()
@@ -114,7 +122,8 @@ def simulate_replanning(
         idx = np.flatnonzero(plan_of == i)
         t0 = swap_ticks[i] * tick
         seg_samples = (idx % n_samples) if samples is None else np.asarray(samples)[idx]
-        res = Simulator(profile, p).run(arr[idx] - t0, seg_samples, scale[swap_ticks[i] :])
+        tuning = None if tuning_for is None else tuning_for(p)
+        res = Simulator(profile, p, tuning=tuning).run(arr[idx] - t0, seg_samples, scale[swap_ticks[i] :])
         parts.append((idx, res, t0, p.tick_ms / 1000.0))
     return ReplanRun(_merge(arr, parts, time.perf_counter() - wall0), plans, swap_times, events, scale, plan_of)
 
@@ -128,12 +137,17 @@ def _merge(arr: np.ndarray, parts: list[tuple[np.ndarray, SimResult, float, floa
     gear = np.zeros(n, dtype=np.int64)
     correct = np.zeros(n, dtype=bool)
     ticks: list[list[np.ndarray]] = [[], [], [], [], []]
+    changes = []
     for k, (idx, res, t0, tick) in enumerate(parts):
         finish[idx] = res.finish + t0
         row[idx], stage[idx], gear[idx], correct[idx] = res.answer_row, res.answer_stage, res.gear, res.correct
         end = len(res.tick_times)
         if k + 1 < len(parts):  # this plan's ticks stop where the next one's begin
             end = min(end, round((parts[k + 1][2] - t0) / tick))
+        # the tuner's changes on this plan's clock, up to the next plan's start (a draining plan's re-tunes serve
+        # no new request)
+        stop = parts[k + 1][2] if k + 1 < len(parts) else np.inf
+        changes += [replace(c, at=c.at + t0) for c in res.threshold_changes if c.at + t0 < stop]
         series = (res.tick_times + t0, res.tick_qps, res.tick_gear, res.tick_q0, res.tick_busy)
         for lst, a in zip(ticks, series, strict=True):
             lst.append(a[:end])
@@ -151,4 +165,5 @@ def _merge(arr: np.ndarray, parts: list[tuple[np.ndarray, SimResult, float, floa
         tick_q0=np.concatenate(ticks[3]),
         tick_busy=tick_busy,
         wall_s=wall_s,
+        threshold_changes=changes,
     )
