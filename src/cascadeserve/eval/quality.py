@@ -188,7 +188,7 @@ def compare_planner(
         qps, load = float(max_qps), f"{float(max_qps):,.0f} QPS (given)"
     # The default trace is exactly the one the planner's SP4 simulates for its single range (the top range is
     # checked at its top QPS), so planner and scorer judge a cascade on the same arrivals.
-    dur = duration_s if duration_s is not None else sim_duration(qps, None, sim_requests)
+    dur = duration_s if duration_s is not None else sim_duration(qps, None, sim_requests, n_samples=profile.n_samples)
     tr = trace if trace is not None else poisson(qps, dur, seed=check_seed(seed, 0))
     space = _space(profile, levels)
     if len(space) > max_space:

@@ -106,7 +106,9 @@ def _sim(problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps:
     if hit is None:
         opts = problem.options
         safe = _worst_util(problem, sol, r, qps) <= SAFE_UTIL
-        dur = opts.check_duration_s or sim_duration(qps, problem.latency_ms, opts.sim_requests, safe=safe)
+        dur = opts.check_duration_s or sim_duration(
+            qps, problem.latency_ms, opts.sim_requests, safe=safe, n_samples=problem.profile.n_samples
+        )
         plan = check_plan(problem, sol, r, mq)
         chk = check_load(problem.profile, plan, qps, dur, seed=check_seed(opts.seed, r), slo_ms=problem.latency_ms)
         memo.sim_requests += chk.requests
