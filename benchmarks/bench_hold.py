@@ -1,6 +1,7 @@
 """Plans that hold (issue 13): every plan for a range of SLOs replayed on two public traces, and every gear held.
 
-Run: ``.venv/bin/python benchmarks/bench_hold.py [--profiles tweets-text5,tweets-minilm,tweets-sklearn] [--slos 20,200]``
+Run: ``.venv/bin/python benchmarks/bench_hold.py [--profiles tweets-text5,tweets-minilm,tweets-sklearn]
+[--slos 20,200]``
 
 For each profile and latency SLO:
 
