@@ -192,6 +192,14 @@ AuditFractionOpt = Annotated[
         help="With --tune: share of early exits audited (default: the plan's audit_fraction, else 0.02).",
     ),
 ]
+TuneReferenceOpt = Annotated[
+    str,
+    typer.Option(
+        help="With --tune: 'audit' (the last stage's prediction on audited and unsure requests) or 'label' (true "
+        "labels: the profile's in simulate; in serve, from POST /v2/models/{m}/feedback, and requests without "
+        "feedback enter no window)."
+    ),
+]
 ReplanThresholdOpt = Annotated[
     float, typer.Option(help="KS distance in (0, 1] between measured and planned range weights that triggers.")
 ]

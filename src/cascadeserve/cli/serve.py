@@ -46,6 +46,7 @@ from cascadeserve.cli.common import (
     ReplanThresholdOpt,
     ReplanWindowOpt,
     TuneBudgetOpt,
+    TuneReferenceOpt,
     TuneTargetOpt,
     drift_settings_from,
 )
@@ -167,13 +168,7 @@ def serve(
     tune_target: TuneTargetOpt = None,
     tune_budget: TuneBudgetOpt = 0.01,
     audit_fraction: AuditFractionOpt = None,
-    tune_reference: Annotated[
-        str,
-        typer.Option(
-            help="With --tune: 'audit' (the last stage's prediction on audited and unsure requests) or 'label' "
-            "(labels from POST /v2/models/{m}/feedback; requests without feedback enter no window)."
-        ),
-    ] = "audit",
+    tune_reference: TuneReferenceOpt = "audit",
 
     replan: ReplanOpt = "off",
     replan_threshold: ReplanThresholdOpt = 0.25,

@@ -34,6 +34,7 @@ from cascadeserve.cli.common import (
     TraceFormatOpt,
     TraceOpt,
     TuneBudgetOpt,
+    TuneReferenceOpt,
     TuneTargetOpt,
     WindowOpt,
     drift_settings_from,
@@ -85,9 +86,7 @@ def simulate(
     tune_target: TuneTargetOpt = None,
     tune_budget: TuneBudgetOpt = 0.01,
     audit_fraction: AuditFractionOpt = None,
-    tune_reference: Annotated[
-        str, typer.Option(help="With --tune: 'audit' (last stage's prediction) or 'label' (true labels).")
-    ] = "audit",
+    tune_reference: TuneReferenceOpt = "audit",
     replan: ReplanOpt = "off",
     replan_threshold: ReplanThresholdOpt = 0.25,
     replan_window_s: ReplanWindowOpt = 3600.0,
