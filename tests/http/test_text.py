@@ -133,3 +133,32 @@ def test_bad_text_inputs_are_refused(server: Server) -> None:
     r = httpx.post(url, content=head + short, headers={"Inference-Header-Content-Length": str(len(head))}, timeout=10)
     assert r.status_code == 400 and "runs past" in r.json()["error"]
     assert server.app.runtime.in_flight == 0
+
+
+def test_bench_sends_the_real_tweets_and_checks_their_labels(
+    server: Server, tweets: list[str], shared_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench --validation tweets:DIR`` against real models: request i carries tweet i (the validation file's
+    order), so its accuracy is exactly the served cascade's on those tweets, asked one by one here."""
+    from cascadeserve.cli import run
+
+    d = shared_data / "datasets" / "tweeteval_sentiment"
+    labels = [int(x) for x in (d / "val_labels.txt").read_text(encoding="utf-8").split()]
+    n = 24
+    trace = f"synthetic:constant:qps={n},duration=1"
+    code = run(
+        ["bench", "--url", server.url, "--model", "toy", "--trace", trace, "--validation", f"tweets:{d}", "--json"]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["sent"] == out["ok"] == n
+    right = 0
+    for i in range(n):
+        body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [tweets[i]]}]}
+        r = httpx.post(f"{server.url}/v2/models/toy/infer", json=body, timeout=60)
+        label = next(o["data"][0] for o in r.json()["outputs"] if o["name"] == "label")
+        right += label == labels[i]
+    assert out["accuracy"] == round(right / n, 4)
+    # one source of samples at a time
+    both = ["bench", "--url", server.url, "--model", "toy", "--trace", trace, "--validation", "digits"]
+    assert run([*both, "--profile", str(PROFILE)]) == 2
+    assert "--profile and --validation" in capsys.readouterr().err

