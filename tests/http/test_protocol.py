@@ -140,6 +140,8 @@ def test_metrics_and_plan_endpoints(server: Server, toy_profile: Profile) -> Non
         "cascadeserve_answered_total",
         "cascadeserve_request_latency_seconds_bucket",
         "cascadeserve_batch_size_bucket",
+        "cascadeserve_batch_seconds_bucket",
+        "cascadeserve_batch_vs_profile_bucket",
         "cascadeserve_exits_total",
         "cascadeserve_queue_length",
         "cascadeserve_gear",
@@ -148,6 +150,11 @@ def test_metrics_and_plan_endpoints(server: Server, toy_profile: Profile) -> Non
     ):
         assert name in text, name
     assert metric(text, "cascadeserve_admitted_total") >= 3
+    # every emulated batch is timed and compared with the profile it emulates
+    batches = metric(text, "cascadeserve_batch_size_count")
+    assert batches >= 1
+    assert metric(text, "cascadeserve_batch_seconds_count") == metric(text, "cascadeserve_batch_vs_profile_count")
+    assert metric(text, "cascadeserve_batch_seconds_count") == batches
     plan = httpx.get(f"{server.url}/v2/cascade/plan").json()
     assert plan["gears"][0]["models"] == ["m0", "m1"]
     bad = httpx.put(f"{server.url}/v2/cascade/plan", content=b'{"gears": 1}', headers=ADMIN, timeout=10)

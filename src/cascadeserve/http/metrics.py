@@ -5,7 +5,10 @@ the current gear are read from the runtime when ``/metrics`` is scraped, so the 
 Exactly-once answering is visible as ``admitted_total == answered_total`` once traffic stops (and
 ``duplicate_answers_refused_total`` counts the second answers the runtime refused). With online threshold tuning
 (``serve --tune``): ``cascadeserve_threshold_changes_total{gear,reason}``, and at scrape time the thresholds in force
-(``cascadeserve_threshold{gear,stage}``), each gear's window accuracy, target and record count.
+(``cascadeserve_threshold{gear,stage}``), each gear's window accuracy, target and record count. Per model, each
+batch's run time (``cascadeserve_batch_seconds``) and its ratio to the profile's runtime at that size
+(``cascadeserve_batch_vs_profile``): a plan is only as good as its profile, and this shows where the serving
+hardware departs from it (on a GPU at low load, isolated batches ran 1.2-1.7x the profiler's back-to-back times).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from cascadeserve.runtime.request import ClientGone, DeadlineExceeded, ModelFail
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from cascadeserve.profile import Profile
     from cascadeserve.runtime import Runtime
     from cascadeserve.runtime.tuning import ServingTuning
 
@@ -35,14 +39,18 @@ __all__ = ["CONTENT_TYPE", "PrometheusObserver"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_BATCH_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_RATIO_BUCKETS = (0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
 class PrometheusObserver(NullObserver):
     """Turns runtime events into Prometheus metrics in its own registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, profile: Profile | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # the profile's runtime per model, to show how served batches compare with what the plan assumed
+        self._curves = {} if profile is None else {m.name: m.runtime for m in profile.models}
         self.admitted_c = Counter("cascadeserve_admitted", "Requests (rows) admitted.", registry=r)
         self.shed_c = Counter("cascadeserve_shed", "Requests (rows) shed with 503: admission queue full.", registry=r)
         self.answered_c = Counter(
@@ -56,6 +64,20 @@ class PrometheusObserver(NullObserver):
         )
         self.batch_h = Histogram(
             "cascadeserve_batch_size", "Batch sizes per model.", ["model"], buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.batch_s = Histogram(
+            "cascadeserve_batch_seconds",
+            "Batch run time per model (start to end on its device).",
+            ["model"],
+            buckets=_BATCH_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.batch_vs_profile = Histogram(
+            "cascadeserve_batch_vs_profile",
+            "Batch run time over the profile's runtime at that batch size, per model (1: as planned).",
+            ["model"],
+            buckets=_RATIO_BUCKETS,
+            registry=r,
         )
         self.exits_c = Counter("cascadeserve_exits", "Requests answered per cascade stage.", ["stage"], registry=r)
         self.switches_c = Counter("cascadeserve_gear_switches", "Gear switches by the producer.", registry=r)
@@ -113,6 +135,13 @@ class PrometheusObserver(NullObserver):
         if h is None:
             h = self._batch[event.model] = self.batch_h.labels(event.model)
         h.observe(event.size)
+        seconds = event.end - event.start
+        self.batch_s.labels(event.model).observe(seconds)
+        curve = self._curves.get(event.model)
+        if curve is not None and not event.failed:
+            planned_ms = float(curve.ms_at(event.size))
+            if planned_ms > 0:
+                self.batch_vs_profile.labels(event.model).observe(seconds * 1000.0 / planned_ms)
         self.stats.batch(event)
 
     def tick(self, event: TickEvent) -> None:

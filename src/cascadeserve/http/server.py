@@ -75,7 +75,7 @@ def build_app(
     (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process)."""
     engine: Backend = backend or LocalBackend()
     plan.check_against(profile)
-    metrics = PrometheusObserver()
+    metrics = PrometheusObserver(profile=profile)
     obs: Observer = metrics if observer is None else Fanout(metrics, observer)
 
     def check(p: GearPlan) -> None:
