@@ -17,7 +17,7 @@ for fam in ${FAMILIES:-$TF digits-h100}; do
   data="tweets:$TWEETS"; [ "${fam#digits}" != "$fam" ] && data=digits
   t0=$(date +%s.%N)
   $CS profile measure --models "profiles/$fam/models.yaml" --validation "$data" --out "$OUT/$fam" \
-      --batch-sizes "${BATCH_SIZES:-1,2,4,...,256}" --json > "$OUT/$fam.measure.json"
+      --batch-sizes "${BATCH_SIZES:-1,2,4,...,256}" --pause-ms "${PAUSE_MS:-0}" --json > "$OUT/$fam.measure.json"
   echo "$fam measured in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
   $CS profile show "$OUT/$fam"
 done
@@ -42,6 +42,8 @@ PY
 for run in ${RUNS:-1}; do
   $CS bench --url "http://127.0.0.1:$PORT" --model tweets --trace "$TRACE" --window "$WINDOW" --max-qps "$QPS" \
       --validation "tweets:$TWEETS" --seed "$run" --json > "$OUT/bench$run.json"
+  python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
+      "http://127.0.0.1:$PORT/metrics" > "$OUT/metrics$run.txt"
   $CS simulate --profile "$P" --plan "$OUT/plan.json" --trace "$TRACE" --window "$WINDOW" --max-qps "$QPS" \
       --seed "$run" --json > "$OUT/sim$run.json"
 done
@@ -51,8 +53,16 @@ import json, sys
 out = sys.argv[1]
 for run in sys.argv[2:]:
     b, s = json.load(open(f"{out}/bench{run}.json")), json.load(open(f"{out}/sim{run}.json"))
+    sums: dict = {}  # served batch time over the profile's, per model (cumulative over the runs so far)
+    for line in open(f"{out}/metrics{run}.txt"):
+        for part in ("sum", "count"):
+            if line.startswith(f"cascadeserve_batch_vs_profile_{part}{{"):
+                model = line.split('model="')[1].split('"')[0]
+                sums.setdefault(model, {})[part] = float(line.rsplit(" ", 1)[1])
     print(json.dumps({"run": run, "bench_p95_ms": b["p95_ms"], "sim_p95_ms": s["p95_ms"],
                       "error": round((b["p95_ms"] - s["p95_ms"]) / s["p95_ms"], 3),
                       "bench_accuracy": b["accuracy"], "sim_accuracy": s.get("accuracy"),
-                      "sent": b["sent"], "ok": b["ok"], "send_lag_p99_ms": b.get("send_lag_p99_ms")}))
+                      "sent": b["sent"], "ok": b["ok"], "send_lag_p99_ms": b.get("send_lag_p99_ms"),
+                      "batch_vs_profile_mean": {m: round(v["sum"] / v["count"], 2) for m, v in sums.items()
+                                                if v.get("count")}}))
 PY

@@ -21,6 +21,18 @@ def linear(seed=0, classes=3):
     def f(batch):
         return np.asarray(batch, dtype=float) @ w
     return f
+
+
+def idle_sensitive():
+    # like a GPU that went idle: a call more than 20 ms after the last one takes 5 ms longer
+    import time
+    last = [0.0]
+    def f(batch):
+        if time.perf_counter() - last[0] > 0.02:
+            time.sleep(0.005)
+        last[0] = time.perf_counter()
+        return np.zeros((len(batch), 3)) + np.arange(3)
+    return f
 """
 
 
@@ -128,3 +140,26 @@ def test_bad_batch_sizes_and_missing_validation(setup: tuple[Path, Path], tmp_pa
     assert "--batch-sizes" in capsys.readouterr().err
     assert run([*base, "--validation", str(tmp_path / "none.csv")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_pause_times_each_batch_after_the_device_went_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cs_measure_factories.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text('models:\n  - {name: m, adapter: callable, ref: "cs_measure_factories:idle_sensitive"}\n')
+    data = tmp_path / "val.csv"
+    data.write_text("sample_id,label,f0\n" + "".join(f"s{i},{i % 3},{i}\n" for i in range(12)))
+    argv = ["profile", "measure", "--models", str(cfg), "--validation", str(data), "--batch-sizes", "1,2"]
+    argv += ["--repeats", "3", "--json"]
+    assert run([*argv, "--out", str(tmp_path / "busy")]) == 0
+    busy = load_profile(tmp_path / "busy").model("m").runtime
+    assert max(busy.ms_at(1), busy.ms_at(2)) < 2.5  # back to back: never idle long enough to slow down
+    out = tmp_path / "idle"
+    assert run([*argv, "--out", str(out), "--pause-ms", "30"]) == 0
+    idle = load_profile(out).model("m").runtime
+    assert min(idle.ms_at(1), idle.ms_at(2)) >= 5.0  # every timed run came after an idle device
+    # a pause is part of what was measured: the same --out measured without it is measured again
+    before = (out / "measured" / "m.json").stat().st_mtime_ns
+    assert run([*argv, "--out", str(out)]) == 0
+    assert (out / "measured" / "m.json").stat().st_mtime_ns != before
+    assert load_profile(out).model("m").runtime.ms_at(1) < 2.5

@@ -119,6 +119,15 @@ def measure_cmd(
     repeats: Annotated[int, typer.Option(help="Timed runs per batch size (median kept).", min=1)] = 7,
     warmup: Annotated[int, typer.Option(help="Untimed runs per batch size first.", min=0)] = 2,
     threads: Annotated[int | None, typer.Option(help="Intra-op threads per model (default: config, else 1).")] = None,
+    pause_ms: Annotated[
+        float,
+        typer.Option(
+            help="Idle time before each timed run: 0 times batches back to back (a busy server); e.g. 50 times them "
+            "as a lightly loaded server runs them, after the device went idle (slower on a GPU).",
+            min=0.0,
+            max=10_000.0,
+        ),
+    ] = 0.0,
     name: Annotated[str | None, typer.Option(help="Profile name (default: the --out folder's name).")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Measure every model again (no resume).")] = False,
     as_json: AsJson = False,
@@ -130,7 +139,9 @@ def measure_cmd(
 
     cfg = load_models_config(models)
     data = load_validation(validation)
-    opts = MeasureOptions(batch_sizes=_batch_sizes(batch_sizes), repeats=repeats, warmup=warmup, threads=threads)
+    opts = MeasureOptions(
+        batch_sizes=_batch_sizes(batch_sizes), repeats=repeats, warmup=warmup, threads=threads, pause_ms=pause_ms
+    )
     with Progress(
         TextColumn("{task.description:<14}"),
         BarColumn(),

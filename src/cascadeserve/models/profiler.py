@@ -55,6 +55,10 @@ class MeasureOptions:
     budget_s: float = 3.0  # per batch size: stop repeating (after 3 runs) once this much time went by
     threads: int | None = None  # intra-op threads for every model (None: the config's value, else 1)
     predict_batch: int = 256
+    # idle time before each timed run: 0 times batches back to back (a busy server); a pause times each batch as a
+    # lightly loaded server runs it, after the device and the caches went idle (on an H100, MiniLM batches ran
+    # 1.2-1.7x slower after a 50-200 ms pause than back to back)
+    pause_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
@@ -63,6 +67,8 @@ class MeasureOptions:
             raise ValueError("batch sizes must be strictly increasing")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError("repeats must be >= 1 and warmup >= 0")
+        if not 0.0 <= self.pause_ms <= 10_000.0:
+            raise ValueError(f"pause_ms must be within [0, 10000], got {self.pause_ms}")
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,10 @@ def _fingerprint(spec: Mapping[str, Any], validation: ValidationSet, options: Me
     h.update(json.dumps(spec, sort_keys=True, default=str).encode())
     h.update(validation.source.encode())
     h.update(np.ascontiguousarray(validation.labels).tobytes())
-    h.update(repr((options.batch_sizes, options.repeats, options.warmup, threads)).encode())
+    timing: tuple[Any, ...] = (options.batch_sizes, options.repeats, options.warmup, threads)
+    if options.pause_ms:  # kept out when 0 so that profiles measured before the option resume
+        timing = (*timing, options.pause_ms)
+    h.update(repr(timing).encode())
     return h.hexdigest()[:16]
 
 
@@ -179,11 +188,17 @@ def _measure_one(
             model.predict(batch)
         samples: list[float] = []
         t_start = time.perf_counter()
+
+        def paused_s(runs: int) -> float:  # the budget counts work, not pauses
+            return runs * options.pause_ms / 1000.0
+
         for _ in range(options.repeats):
+            if options.pause_ms > 0:
+                time.sleep(options.pause_ms / 1000.0)
             t0 = time.perf_counter()
             model.predict(batch)
             samples.append((time.perf_counter() - t0) * 1000.0)
-            if len(samples) >= 3 and time.perf_counter() - t_start > options.budget_s:
+            if len(samples) >= 3 and time.perf_counter() - t_start > options.budget_s + paused_s(len(samples)):
                 break
         runtime[b] = max(float(np.median(samples)), 1e-4)
     if progress:
