@@ -11,6 +11,7 @@ from cascadeserve.policy import (
     AdmissionDecision,
     AdmissionPolicy,
     DeadlineDecision,
+    DrainMeter,
     Readiness,
     WaitBudget,
     on_deadline,
@@ -103,3 +104,46 @@ def test_readiness_reasons() -> None:
         False, "device 'd0' has run one batch for 12.0 s"
     )
     assert readiness(False, None, 0.1, None) == Readiness(False, "the server is stopping")
+
+
+class _Server:
+    """Feeds a meter as the runtime does: an arrival every 10 ms, a given backlog, answers leaving at a rate."""
+
+    def __init__(self, meter: DrainMeter) -> None:
+        self.meter, self.t, self.done = meter, 0.0, 0.0
+
+    def run(self, seconds: float, rate: float, in_flight: int, bound: int | None) -> float | None:
+        for _ in range(round(seconds / 0.01)):
+            self.meter.observe(self.t, round(self.done), in_flight, bound)
+            self.t += 0.01
+            self.done += 0.01 * rate
+        return self.meter.qps
+
+
+def test_drain_meter_reads_nothing_below_the_bound() -> None:
+    """At moderate load answers leave as fast as requests come: that is not the capacity (the spiral the GPU run
+    hit: 2 of 30 in flight at 100 answers/s must not shrink the bound to 100 QPS's worth)."""
+    meter = DrainMeter()
+    assert _Server(meter).run(5.0, 100.0, in_flight=2, bound=30) is None
+    policy = AdmissionPolicy(None, budget=WaitBudget(300.0, 0.05, 2.0))  # bound: 300/s x 0.1 s = 30
+    assert policy.bound(meter.qps) == 30
+    # the old reading (any backlog counts) would have taken the arrival rate for the capacity
+    legacy = DrainMeter()
+    assert _Server(legacy).run(5.0, 100.0, in_flight=2, bound=None) == pytest.approx(100.0, rel=0.02)
+    assert policy.bound(legacy.qps) == 10
+
+
+def test_drain_meter_reads_a_saturated_server_and_recovers() -> None:
+    meter = DrainMeter()  # half the bound or more counts as saturated
+    server = _Server(meter)
+    assert server.run(2.0, 150.0, in_flight=15, bound=30) == pytest.approx(150.0, rel=0.02)  # slower than planned
+    policy = AdmissionPolicy(None, budget=WaitBudget(300.0, 0.05, 2.0))
+    bound = policy.bound(meter.qps)
+    assert bound == 15
+    # it speeds up again (a cold cache warmed): at its new bound it drains 280/s, and the estimate climbs back
+    estimates = []
+    for _ in range(6):
+        estimates.append(server.run(0.5, 280.0, in_flight=bound, bound=bound))
+        bound = policy.bound(meter.qps)
+    assert estimates == sorted(estimates) and estimates[-1] == pytest.approx(280.0, rel=0.05)
+    assert bound == 27  # floor(0.1 s x an estimate of 270-280/s): back from 15 to within 10 % of the plan's 30

@@ -137,23 +137,31 @@ class WaitBudget:
 
 class DrainMeter:
     """The rate at which answers leave while a backlog waits: an exponentially weighted mean over windows of at
-    least ``window_s`` during which requests were in flight throughout (an idle server's rate says nothing about
-    its capacity). :attr:`qps` is ``None`` until one such window closed."""
+    least ``window_s`` during which the backlog stayed at ``saturation`` of the admission bound or more.
+    :attr:`qps` is ``None`` until one such window closed.
 
-    __slots__ = ("_done0", "_t0", "_weight", "qps", "window_s")
+    Only a server near its bound shows its capacity: below it, answers leave as fast as requests arrive. Measuring
+    whenever anything is in flight (as this meter once did) read the *arrival* rate at moderate load as the
+    capacity, the bound shrank to it, and the next burst was shed, which kept the measured rate low: on an H100
+    serving real MiniLMs at up to 300 QPS that spiral shed 69 % of a trace the plan carried."""
 
-    def __init__(self, window_s: float = 0.5, weight: float = 0.5) -> None:
-        if not window_s > 0 or not 0 < weight <= 1:
-            raise ValueError("window_s must be positive and weight in (0, 1]")
+    __slots__ = ("_done0", "_t0", "_weight", "qps", "saturation", "window_s")
+
+    def __init__(self, window_s: float = 0.5, weight: float = 0.5, saturation: float = 0.5) -> None:
+        if not window_s > 0 or not 0 < weight <= 1 or not 0 < saturation <= 1:
+            raise ValueError("window_s must be positive, weight and saturation in (0, 1]")
         self.window_s = window_s
         self._weight = weight
+        self.saturation = saturation
         self._t0: float | None = None
         self._done0 = 0
         self.qps: float | None = None
 
-    def observe(self, now: float, answered_total: int, in_flight: int) -> float | None:
-        """Feed the running count of answers; returns the current estimate."""
-        if in_flight == 0:  # no backlog: the window restarts at the next busy moment
+    def observe(self, now: float, answered_total: int, in_flight: int, bound: int | None = None) -> float | None:
+        """Feed the running count of answers and the bound in force (``None``: none, any backlog counts);
+        returns the current estimate."""
+        backlog = 1 if bound is None else max(1, math.ceil(self.saturation * bound))
+        if in_flight < backlog:  # not near the bound: the window restarts at the next busy moment
             self._t0 = None
             return self.qps
         if self._t0 is None:

@@ -280,10 +280,7 @@ class Runtime:
     def _admit(self, payloads: Sequence[Any], timeout_s: float | None) -> list[Request]:
         n = len(payloads)
         adm = self.admission
-        drain = None
-        if self.admission_policy.budget is not None:
-            drain = self.drain_meter.observe(self.clock.now(), adm.answered, adm.in_flight)
-        decision = self.admission_policy.decide(n, adm.in_flight, drain)
+        decision = self.admission_policy.decide(n, adm.in_flight, self._drain())
         if not decision.accepted:
             self.observer.shed(n)
             if decision.verdict == "too_large":
@@ -308,12 +305,17 @@ class Runtime:
         :meth:`submit` makes for a one-row call, nothing counted: the call is counted when it is refused)."""
         if not self.accepting:
             return None
-        adm = self.admission
-        drain = None
-        if self.admission_policy.budget is not None:
-            drain = self.drain_meter.observe(self.clock.now(), adm.answered, adm.in_flight)
-        decision = self.admission_policy.decide(1, adm.in_flight, drain)
+        decision = self.admission_policy.decide(1, self.admission.in_flight, self._drain())
         return None if decision.accepted else decision.retry_after_s or self.options.retry_after_s
+
+    def _drain(self) -> float | None:
+        """The measured drain rate admission plans with (``None`` without admission by time, or before a window
+        near the bound closed)."""
+        policy = self.admission_policy
+        if policy.budget is None:
+            return None
+        adm, meter = self.admission, self.drain_meter
+        return meter.observe(self.clock.now(), adm.answered, adm.in_flight, policy.bound(meter.qps))
 
     def set_deadline(self, req: Request, timeout_s: float) -> None:
         """Arm ``req``'s deadline timer: in ``timeout_s`` it falls back to the last stage that ran, or fails (504)."""
