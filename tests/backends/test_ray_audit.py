@@ -151,3 +151,44 @@ def test_a_server_sends_trails_back_and_ends_a_continuation_at_its_last_stage(to
     assert trail == ((float(c[0, sid]), int(p[0, sid])),)
     assert cont_trail == ((0.25, 3), (float(c[1, sid]), int(p[1, sid])))
     assert left == 0
+
+
+def test_labels_as_the_reference_on_ray(toy_profile: Profile) -> None:
+    """``serve --tune-reference label`` on Ray: the front end keeps each whole record (answered by the last stage,
+    or an early exit completed by its audit on the servers) until the client's label comes; each label enters the
+    window once, as the reference, and a second label for the same request is refused."""
+    t = float(np.median(toy_profile.certainties[0]))  # about half the samples exit at m0
+    plan = two_gear_plan(low_high=1e5, thresholds=(t,), max_wait_ms=5.0)
+    kw = {"target": 0.5, "audit_fraction": 1.0, "reference": "label", "min_records": 10**9}
+    opts = RuntimeOptions(tuning=_factory(toy_profile, **kw))
+    ids = list(range(16))
+    exits = sum(is_sure(float(toy_profile.certainties[0][i]), t) for i in ids)
+    assert 0 < exits < len(ids)
+
+    async def main() -> tuple[int, int, list[bool], bool, list[int], list[float]]:
+        rt = RayBackend().emulated_runtime(toy_profile, plan, options=opts)
+        await rt.start()
+        reqs = rt.submit(ids)
+        answers = await asyncio.wait_for(_gather(reqs), timeout=60)
+        assert all(isinstance(a, Answer) for a in answers)
+        tuning = rt.tuning
+        assert tuning is not None and tuning.reference == "label"
+        for _ in range(200):  # the audits' continuations come back after the early answers
+            if tuning.pending == len(ids):
+                break
+            await asyncio.sleep(0.05)
+        pending = tuning.pending
+        window = tuning.tuning.tuner.windows[0]
+        before = len(window)
+        took = [tuning.label(r.rid, int(toy_profile.labels[i])) for r, i in zip(reqs, ids, strict=True)]
+        again = tuning.label(reqs[0].rid, 0)
+        _, _, ref, weight = window.arrays()
+        out = (pending, before, took, again, ref.tolist(), weight.tolist())
+        await rt.stop(grace_s=1.0)
+        return out
+
+    pending, before, took, again, ref, weight = asyncio.run(main())
+    assert pending == len(ids) and before == 0  # nothing enters the window before its label
+    assert all(took) and not again
+    assert ref == [int(toy_profile.labels[i]) for i in ids]  # the labels are the reference, in arrival order
+    assert all(math.isclose(w, 1.0) for w in weight)  # audit fraction 1: every record weighs 1
