@@ -18,7 +18,7 @@ from cascadeserve.plan import SLO, Device, GearPlan
 from cascadeserve.planner import Planner
 from cascadeserve.policy.replan import DriftSettings
 from cascadeserve.profile import Profile
-from cascadeserve.runtime import LocalBackend, RuntimeOptions
+from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions
 from cascadeserve.runtime.replanner import REPLAN_COMMAND, ReplanOptions
 
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
@@ -34,7 +34,7 @@ def _zipf_plan(profile: Profile) -> GearPlan:
     return p.plan_
 
 
-def _server(profile: Profile, opts: ReplanOptions) -> Server:
+def _server(profile: Profile, opts: ReplanOptions, backend: Backend | None = None) -> Server:
     app = build_app(
         profile,
         _zipf_plan(profile),
@@ -42,7 +42,7 @@ def _server(profile: Profile, opts: ReplanOptions) -> Server:
         name="tweets",
         runtime_options=RuntimeOptions(max_in_flight=4096),
         server_options=ServerOptions(stop_grace_s=2.0),
-        backend=LocalBackend(),
+        backend=backend or LocalBackend(),
         replan=opts,
     )
     return Server(app, "127.0.0.1", 0, grace_s=2.0).start()
@@ -75,7 +75,13 @@ async def _stream(url: str, ids: list[int], until: float, done: asyncio.Event) -
 
 
 def test_auto_swaps_a_replanned_plan_mid_stream_and_answers_everything(real_profile: Profile) -> None:
-    server = _server(real_profile, ReplanOptions(FAST, PROFILE, timeout_s=120.0))
+    auto_swap_run(real_profile, LocalBackend())
+
+
+def auto_swap_run(real_profile: Profile, backend: Backend) -> None:
+    """Stream until the drift's re-plan is swapped in (and a second longer); every request answered, the swap
+    logged in the plan's notes and the metrics. Shared with the Ray backend's test (tests/backends)."""
+    server = _server(real_profile, ReplanOptions(FAST, PROFILE, timeout_s=120.0), backend)
     try:
         url, rt, rp = server.url, server.app.runtime, server.app.replanner
         assert rp is not None
