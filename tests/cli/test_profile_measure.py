@@ -156,8 +156,10 @@ def test_pause_times_each_batch_after_the_device_went_idle(tmp_path: Path, monke
     assert max(busy.ms_at(1), busy.ms_at(2)) < 2.5  # back to back: never idle long enough to slow down
     out = tmp_path / "idle"
     assert run([*argv, "--out", str(out), "--pause-ms", "30"]) == 0
-    idle = load_profile(out).model("m").runtime
+    idle_profile = load_profile(out)
+    idle = idle_profile.model("m").runtime
     assert min(idle.ms_at(1), idle.ms_at(2)) >= 5.0  # every timed run came after an idle device
+    assert idle_profile.source.endswith(", 30 ms idle before each timed batch")
     # a pause is part of what was measured: the same --out measured without it is measured again
     before = (out / "measured" / "m.json").stat().st_mtime_ns
     assert run([*argv, "--out", str(out)]) == 0

@@ -326,6 +326,8 @@ def measure(
     certainty = certainty_function(config.certainty.replace("_", "-"))
     records: list[ModelRecord] = []
     source = f"cascadeserve profile measure on {validation.source} ({len(validation)} samples)"
+    if opts.pause_ms:  # the runtimes are an idle device's: say so where a reader of the profile looks
+        source += f", {opts.pause_ms:g} ms idle before each timed batch"
     for spec in config.models:
         fp = _fingerprint(spec.model_dump(mode="json"), validation, opts, threads)
         rec = _resume(out_dir, spec.name, fp, validation) if resume else None
