@@ -66,8 +66,10 @@ def arrivals(load: str, max_qps: float, phase_s: int, seconds: float, seed: int)
     return np.asarray(poisson(float(q), seconds, seed=seed).arrivals)
 
 
-def _child(conn: Connection, profile_dir: Path, plan_json: str, uvloop: bool) -> None:
+def _child(conn: Connection, profile_dir: Path, plan_json: str, uvloop: bool, switch_s: float | None) -> None:
     """Serve ``plan`` (emulated) until told to stop; send back the batch times."""
+    if switch_s is not None:
+        sys.setswitchinterval(switch_s)
     profile = load_profile(profile_dir)
     times = BatchTimes()
     app = build_app(
@@ -81,8 +83,10 @@ def _child(conn: Connection, profile_dir: Path, plan_json: str, uvloop: bool) ->
         observer=times,
     )
     server = Server(app, "127.0.0.1", 0, grace_s=5.0)
-    if uvloop:  # as `cascadeserve serve` runs it: uvicorn's loop factory (uvloop when installed)
-        server.server.config.loop = "auto"
+    if uvloop:  # as `cascadeserve serve` runs it (uvicorn's default loop: uvloop when installed)
+        import uvloop as uv
+
+        uv.install()
     server.start()
     conn.send((server.url, os.getpid()))
     conn.recv()
@@ -91,11 +95,19 @@ def _child(conn: Connection, profile_dir: Path, plan_json: str, uvloop: bool) ->
 
 
 def run_one(
-    profile: Profile, plan: GearPlan, setup: Setup, arr: np.ndarray, split_s: float, spy: Path | None
+    profile: Profile,
+    plan: GearPlan,
+    setup: Setup,
+    arr: np.ndarray,
+    split_s: float,
+    spy: Path | None,
+    *,
+    uvloop: bool = False,
+    switch_s: float | None = None,
 ) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_child, args=(child, setup.profile_dir, plan.to_json(), False))
+    proc = ctx.Process(target=_child, args=(child, setup.profile_dir, plan.to_json(), uvloop, switch_s))
     proc.start()
     url, pid = parent.recv()
     spy_proc = None
@@ -147,10 +159,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--py-spy", type=Path, default=None, help="folded stacks of the server process (first run)")
+    ap.add_argument("--uvloop", action="store_true", help="serve on uvloop, as `cascadeserve serve` does")
+    ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval in the server (s)")
+    ap.add_argument("--batch-overhead-ms", type=float, default=None, help="the plan's per-batch cost (simulator)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     profile = load_profile(a.profile)
-    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb)
+    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb, a.batch_overhead_ms)
     plan = zipf_plan(profile, a.max_qps, setup)
     if a.plan == "busy":
         plan = busy_plan(profile, plan, a.max_qps, a.phase_s)
@@ -166,7 +181,7 @@ def main() -> None:
             spy = a.py_spy if seed == 0 and a.py_spy is not None else None
             if spy is not None and len(a.load) > 1:
                 spy = spy.with_name(f"{spy.stem}-{load.replace(':', '')}{spy.suffix}")
-            r = run_one(profile, plan, setup, arr, a.seconds / 2, spy)
+            r = run_one(profile, plan, setup, arr, a.seconds / 2, spy, uvloop=a.uvloop, switch_s=a.switch_interval)
             r.update({"load": load, "seed": seed, "wall_s": round(time.perf_counter() - t0, 1)})
             print(json.dumps(r), flush=True)
             per.append(r)
