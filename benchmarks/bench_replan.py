@@ -230,12 +230,13 @@ class BatchTimes(NullObserver):
         over = (t1 - t0 - prof) * 1000.0
         start = float(t0.min())
         late = t0 - start >= split_s
-        out: dict[str, Any] = {"batches": len(a)}
+        out: dict[str, Any] = {"batches": len(a), "overshoot_mean_ms": round(float(over.mean()), 3)}
         for r in np.unique(row):
             m = row == r
             out[profile.models[int(r)].name] = {
                 "batches": int(m.sum()),
                 "mean_size": round(float(size[m].mean()), 2),
+                "overshoot_mean_ms": round(float(over[m].mean()), 3),
                 "overshoot_p50_ms": round(float(np.median(over[m])), 3),
                 "overshoot_p95_ms": round(float(np.percentile(over[m], 95)), 3),
             }
@@ -244,6 +245,7 @@ class BatchTimes(NullObserver):
                 span = float(t1[m].max() - t0[m].min())
                 out[f"busy_fraction_{name}"] = round(float((t1[m] - t0[m]).sum()) / max(span, 1e-9), 3)
                 out[f"overshoot_share_{name}"] = round(float(over[m].sum() / 1000.0) / max(span, 1e-9), 3)
+                out[f"overshoot_mean_ms_{name}"] = round(float(over[m].mean()), 3)
         return out
 
 
