@@ -22,11 +22,16 @@ and the planned range weights passes 0.25 over the last 60 s, at most once a min
 
 * ``--sim``: :func:`cascadeserve.simulate.replan.simulate_replanning`, a re-plan taking the time the child
   process took here (measured first), ``--runs`` arrival seeds, medians.
-* ``--runtime``: ``serve --emulate`` in this process (uvicorn on 127.0.0.1, the re-plan in a child process) and the
-  open-loop load generator over HTTP; the accuracy is checked against the labels on the client.
+* ``--runtime``: ``serve --emulate``'s app in a **child process** (uvicorn on 127.0.0.1; the re-plan in a child of
+  that one) and the open-loop load generator over HTTP in this process, so the two do not share one interpreter's
+  GIL and CPU; ``--same-process`` runs the server on a thread of this process instead (the setup of the runs before
+  2026-11-23 07:00). The accuracy is checked against the labels on the client. Each arm also reports the device
+  **overshoot**: how much longer each emulated batch held the device than the profiled runtime it sleeps (the
+  runtime's own per-batch cost, which the simulator charges as the plan's ``batch_overhead_ms``).
 
     .venv/bin/python benchmarks/bench_replan.py [--sim] [--runtime] [--max-qps 150] [--sim-max-qps 150 3000]
         [--profile DIR] [--slo accuracy:A|latency:MS] [--devices N] [--device-memory-mb MB] [--phase-s S]
+        [--batch-overhead-ms MS] [--same-process]
 """
 
 from __future__ import annotations
