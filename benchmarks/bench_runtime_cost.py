@@ -162,6 +162,13 @@ def main() -> None:
     ap.add_argument("--uvloop", action="store_true", help="serve on uvloop, as `cascadeserve serve` does")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval in the server (s)")
     ap.add_argument("--batch-overhead-ms", type=float, default=None, help="the plan's per-batch cost (simulator)")
+    ap.add_argument(
+        "--sim-overheads",
+        type=float,
+        nargs="*",
+        default=[],
+        help="also simulate the plan with these per-batch costs (ms) on each load's arrivals (seed 0), no runtime",
+    )
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     profile = load_profile(a.profile)
@@ -172,6 +179,14 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()}", flush=True)
     for g, gear in enumerate(plan.gears):
         print(f"gear {g}: {gear.models} {gear.thresholds} predicted p95 {gear.predicted_p95_ms} ms", flush=True)
+    for load in a.load:
+        arr = arrivals(load, a.max_qps, a.phase_s, a.seconds, 0)
+        for ov in a.sim_overheads:
+            res = simulate(profile, plan.model_copy(update={"batch_overhead_ms": ov}), arr)
+            busy = float(np.median(res.tick_busy[:, 0])) if res.tick_busy.size else 0.0
+            print(json.dumps({"load": load, "sim_overhead_ms": ov, "sim_p95_ms": res.percentile_ms(95), "busy": busy}))
+    if a.sim_overheads:
+        return
     out = []
     for load in a.load:
         per = []
