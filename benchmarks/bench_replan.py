@@ -22,11 +22,16 @@ and the planned range weights passes 0.25 over the last 60 s, at most once a min
 
 * ``--sim``: :func:`cascadeserve.simulate.replan.simulate_replanning`, a re-plan taking the time the child
   process took here (measured first), ``--runs`` arrival seeds, medians.
-* ``--runtime``: ``serve --emulate`` in this process (uvicorn on 127.0.0.1, the re-plan in a child process) and the
-  open-loop load generator over HTTP; the accuracy is checked against the labels on the client.
+* ``--runtime``: ``serve --emulate``'s app in a **child process** (uvicorn on 127.0.0.1; the re-plan in a child of
+  that one) and the open-loop load generator over HTTP in this process, so the two do not share one interpreter's
+  GIL and CPU; ``--same-process`` runs the server on a thread of this process instead (the setup of the runs before
+  2026-11-23 07:00). The accuracy is checked against the labels on the client. Each arm also reports the device
+  **overshoot**: how much longer each emulated batch held the device than the profiled runtime it sleeps (the
+  runtime's own per-batch cost, which the simulator charges as the plan's ``batch_overhead_ms``).
 
     .venv/bin/python benchmarks/bench_replan.py [--sim] [--runtime] [--max-qps 150] [--sim-max-qps 150 3000]
         [--profile DIR] [--slo accuracy:A|latency:MS] [--devices N] [--device-memory-mb MB] [--phase-s S]
+        [--batch-overhead-ms MS] [--same-process]
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -41,19 +47,21 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cascadeserve.eval.loadgen import run_load
-from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.http import App, Server, ServerOptions, build_app
 from cascadeserve.plan import SLO, Device, GearPlan
 from cascadeserve.planner import Planner
 from cascadeserve.planner.replan import replan
 from cascadeserve.policy.replan import DriftSettings
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.runtime import LocalBackend, RuntimeOptions
+from cascadeserve.runtime.observer import BatchEvent, NullObserver
 from cascadeserve.runtime.replanner import ReplanOptions
 from cascadeserve.simulate.replan import simulate_replanning
 from cascadeserve.traces import arrivals_from_counts, load_per_second_counts, scale_counts
@@ -206,52 +214,138 @@ def run_sim(
     return rows
 
 
-def run_runtime(profile: Profile, max_qps: float, setup: Setup, phase_s: int) -> list[dict[str, Any]]:
+class BatchTimes(NullObserver):
+    """Keeps each batch's model row, size and span (start, end) on the server, for the device overshoot: how much
+    longer the emulated device held a batch than the profiled runtime it sleeps (the runtime's own per-batch cost:
+    timer wake-ups, the precise clock's thread hop, the event loop's other work)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, float, float]] = []
+
+    def batch(self, event: BatchEvent) -> None:
+        self.rows.append((event.row, event.size, event.start, event.end))
+
+    def summary(self, profile: Profile, split_s: float) -> dict[str, Any]:
+        """Per model: batches, mean size, overshoot median/p95 (ms); and the device's busy fraction per window."""
+        if not self.rows:
+            return {}
+        a = np.asarray(self.rows, dtype=np.float64)
+        row, size, t0, t1 = a[:, 0].astype(int), a[:, 1].astype(int), a[:, 2], a[:, 3]
+        prof = np.asarray([profile.models[r].runtime.seconds(int(n)) for r, n in zip(row, size, strict=True)])
+        over = (t1 - t0 - prof) * 1000.0
+        start = float(t0.min())
+        late = t0 - start >= split_s
+        out: dict[str, Any] = {"batches": len(a), "overshoot_mean_ms": round(float(over.mean()), 3)}
+        for r in np.unique(row):
+            m = row == r
+            out[profile.models[int(r)].name] = {
+                "batches": int(m.sum()),
+                "mean_size": round(float(size[m].mean()), 2),
+                "overshoot_mean_ms": round(float(over[m].mean()), 3),
+                "overshoot_p50_ms": round(float(np.median(over[m])), 3),
+                "overshoot_p95_ms": round(float(np.percentile(over[m], 95)), 3),
+            }
+        for name, m in (("quiet", ~late), ("busy", late)):
+            if m.any():
+                span = float(t1[m].max() - t0[m].min())
+                out[f"busy_fraction_{name}"] = round(float((t1[m] - t0[m]).sum()) / max(span, 1e-9), 3)
+                out[f"overshoot_share_{name}"] = round(float(over[m].sum() / 1000.0) / max(span, 1e-9), 3)
+                out[f"overshoot_mean_ms_{name}"] = round(float(over[m].mean()), 3)
+        return out
+
+
+def _build(profile: Profile, plan: GearPlan, setup: Setup, mode: str, scaling: bool | None) -> tuple[App, BatchTimes]:
+    times = BatchTimes()
+    app = build_app(
+        profile,
+        plan,
+        emulate=True,
+        name="tweets",
+        runtime_options=RuntimeOptions(max_in_flight=4096),
+        server_options=ServerOptions(stop_grace_s=5.0),
+        backend=LocalBackend(),
+        replan=ReplanOptions(settings(mode, scaling), setup.profile_dir, timeout_s=120.0),
+        observer=times,
+    )
+    return app, times
+
+
+def _server_report(app: App, times: BatchTimes, profile: Profile, phase_s: int) -> dict[str, Any]:
+    rp = app.replanner
+    stats = rp.stats if rp is not None else None
+    return {
+        "generation": app.runtime.current.number,
+        "replans": None if stats is None else {"started": stats.started, "swapped": stats.swapped},
+        "history": [] if stats is None else stats.history,
+        "batches": times.summary(profile, float(phase_s)),
+    }
+
+
+def _serve_child(conn: Connection, setup: Setup, plan_json: str, mode: str, scaling: bool | None, phase_s: int) -> None:
+    """The server's process (``--server-process``, the default): build the arm's app, serve it on 127.0.0.1, send the
+    URL, wait for the word to stop, send back what only the server knows (re-plans, generation, batch times)."""
+    profile = load_profile(setup.profile_dir)
+    app, times = _build(profile, GearPlan.from_json(plan_json), setup, mode, scaling)
+    server = Server(app, "127.0.0.1", 0, grace_s=5.0).start()
+    conn.send(server.url)
+    conn.recv()
+    report = _server_report(app, times, profile, phase_s)
+    server.stop()
+    conn.send(report)
+
+
+def run_runtime(
+    profile: Profile, max_qps: float, setup: Setup, phase_s: int, *, server_process: bool = True
+) -> list[dict[str, Any]]:
+    """The three arms over HTTP: the server in a child process (its own interpreter, so its event loop does not
+    share a GIL with the load generator), or, with ``server_process=False``, on a thread of this process (the
+    setup of the earlier runs)."""
     plan = zipf_plan(profile, max_qps, setup)
     arr = arrivals_from_counts(drift_counts(max_qps, phase_s), seed=0)
     ids = profile.sample_ids
-    n = len(ids)
     labels = profile.labels
     rows = []
+    ctx = multiprocessing.get_context("spawn")
     for name, mode, scaling in ARMS:
-        opts = ReplanOptions(settings(mode, scaling), setup.profile_dir, timeout_s=120.0)
-        app = build_app(
-            profile,
-            plan,
-            emulate=True,
-            name="tweets",
-            runtime_options=RuntimeOptions(max_in_flight=4096),
-            server_options=ServerOptions(stop_grace_s=5.0),
-            backend=LocalBackend(),
-            replan=opts,
-        )
-        server = Server(app, "127.0.0.1", 0, grace_s=5.0).start()
-        try:
-            t0 = time.perf_counter()
-            rep = asyncio.run(run_load(server.url, "tweets", arr, sample_ids=ids, labels=labels))
-            late = arr[rep.ok_index] >= phase_s  # answered requests of the second window
-            wall = time.perf_counter() - t0
-            rp = app.replanner
-            stats = rp.stats if rp is not None else None
-            row = {
-                "arm": name,
-                "max_qps": max_qps,
-                "sent": rep.sent,
-                "ok": rep.ok,
-                "dropped": rep.sent - rep.ok,
-                "accuracy": rep.accuracy,
-                "p95_ms": rep.p95_ms,
-                "p95_phase2_ms": float(np.percentile(rep.latency_ms[late], 95)) if late.any() else None,
-                "server_p95_ms": rep.server_p95_ms,
-                "send_lag_p99_ms": rep.send_lag_p99_ms,
-                "generation": app.runtime.current.number,
-                "replans": None if stats is None else {"started": stats.started, "swapped": stats.swapped},
-                "history": [] if stats is None else stats.history,
-                "wall_s": wall,
-                "samples": n,
-            }
-        finally:
-            server.stop()
+        t0 = time.perf_counter()
+        if server_process:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_serve_child, args=(child, setup, plan.to_json(), mode, scaling, phase_s))
+            proc.start()
+            url = parent.recv()
+            try:
+                rep = asyncio.run(run_load(url, "tweets", arr, sample_ids=ids, labels=labels))
+            finally:
+                parent.send("stop")
+                server = parent.recv()
+                proc.join(30)
+        else:
+            app, times = _build(profile, plan, setup, mode, scaling)
+            srv = Server(app, "127.0.0.1", 0, grace_s=5.0).start()
+            try:
+                rep = asyncio.run(run_load(srv.url, "tweets", arr, sample_ids=ids, labels=labels))
+                server = _server_report(app, times, profile, phase_s)
+            finally:
+                srv.stop()
+        wall = time.perf_counter() - t0
+        late = arr[rep.ok_index] >= phase_s  # answered requests of the second window
+        row = {
+            "arm": name,
+            "max_qps": max_qps,
+            "server_process": server_process,
+            "sent": rep.sent,
+            "ok": rep.ok,
+            "dropped": rep.sent - rep.ok,
+            "accuracy": rep.accuracy,
+            "p95_ms": rep.p95_ms,
+            "p95_phase2_ms": float(np.percentile(rep.latency_ms[late], 95)) if late.any() else None,
+            "server_p95_ms": rep.server_p95_ms,
+            "server_p95_phase2_ms": float(np.percentile(rep.server_ms[late], 95)) if late.any() else None,
+            "send_lag_p99_ms": rep.send_lag_p99_ms,
+            **server,
+            "wall_s": wall,
+            "load_average": os.getloadavg(),
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -273,6 +367,12 @@ def main() -> None:
         default=None,
         help="per-batch runtime cost the plans are made with (default: the profile's; 'serve --emulate' measures it)",
     )
+    ap.add_argument(
+        "--same-process",
+        action="store_true",
+        help="run the server on a thread of this process, beside the load generator (the earlier runs' setup); "
+        "default: the server in a child process",
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--phase-s", type=int, default=PHASE_S, help="seconds of each of the two trace windows")
     ap.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
@@ -287,7 +387,7 @@ def main() -> None:
         out["child_replan_s"] = delay
         out["sim"] = [r for q in a.sim_max_qps for r in run_sim(profile, q, setup, a.runs, delay, a.phase_s)]
     if a.runtime:
-        out["runtime"] = run_runtime(profile, a.max_qps, setup, a.phase_s)
+        out["runtime"] = run_runtime(profile, a.max_qps, setup, a.phase_s, server_process=not a.same_process)
     print(f"load average at end: {os.getloadavg()}", flush=True)
     if a.out is not None:
         a.out.write_text(json.dumps(out, indent=1))
