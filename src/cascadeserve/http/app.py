@@ -50,7 +50,7 @@ from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.fastpath import InferFastPath, server_error
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
-from cascadeserve.http.openapi import InferRequest, describe, openapi_document
+from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
 from cascadeserve.http.tuning import tuned_plan_json
 from cascadeserve.http.v2 import (
     DTYPES,
@@ -449,24 +449,6 @@ def metrics_routes(api: _Api) -> list[BaseRoute]:
 ROUTERS: tuple[Router, ...] = (health_routes, model_routes, plan_routes, metrics_routes)
 
 
-def _openapi_routes(routes: list[BaseRoute], auth: bool, model: str) -> list[BaseRoute]:
-    """``/openapi.json`` and ``/v2/openapi.json``, over every route (themselves included)."""
-    doc: dict[str, Any] = {}
-
-    async def openapi(request: Request) -> Response:
-        """The OpenAPI document of this server."""
-        if not doc:
-            doc.update(openapi_document(all_routes, auth=auth, path_enums={"name": [model], "version": ["1"]}))
-        return JSONResponse(doc)
-
-    own: list[BaseRoute] = [
-        Route("/openapi.json", openapi, methods=["GET"]),
-        Route("/v2/openapi.json", openapi, methods=["GET"]),
-    ]
-    all_routes = [*routes, *own]
-    return own
-
-
 def create_app(
     runtime: Runtime,
     model: ServedModel,
@@ -505,7 +487,7 @@ def create_app(
 
     routes: list[BaseRoute] = [r for router in routers for r in router(api)]
     routes += api.layer.routes(api)
-    routes += _openapi_routes(routes, opts.auth_token is not None or opts.admin_token is not None, model.name)
+    routes += openapi_routes(routes, opts.auth_token is not None or opts.admin_token is not None, model.name)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from cascadeserve import __version__
@@ -184,3 +186,21 @@ def openapi_document(
     if auth:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return doc
+
+
+def openapi_routes(routes: list[BaseRoute], auth: bool, model: str) -> list[BaseRoute]:
+    """``/openapi.json`` and ``/v2/openapi.json``, over every route (themselves included)."""
+    doc: dict[str, Any] = {}
+
+    async def openapi(request: Request) -> Response:
+        """The OpenAPI document of this server."""
+        if not doc:
+            doc.update(openapi_document(all_routes, auth=auth, path_enums={"name": [model], "version": ["1"]}))
+        return JSONResponse(doc)
+
+    own: list[BaseRoute] = [
+        Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/v2/openapi.json", openapi, methods=["GET"]),
+    ]
+    all_routes = [*routes, *own]
+    return own
