@@ -90,6 +90,7 @@ class Setup:
     devices: int
     memory_mb: float
     batch_overhead_ms: float | None = None  # None: the profile's recorded one (the planner's default)
+    max_busy: float = 1.0  # the planner's device headroom (plan --max-busy); re-plans inherit it from the plan
 
     def hardware(self) -> tuple[Device, ...]:
         return tuple(Device(name=f"dev{i}", memory_mb=self.memory_mb) for i in range(self.devices))
@@ -104,7 +105,7 @@ def parse_slo(spec: str) -> SLO:
 
 
 def zipf_plan(profile: Profile, max_qps: float, setup: Setup) -> GearPlan:
-    p = Planner(n_ranges=10, batch_overhead_ms=setup.batch_overhead_ms).fit(
+    p = Planner(n_ranges=10, batch_overhead_ms=setup.batch_overhead_ms, max_busy=setup.max_busy).fit(
         profile, setup.hardware(), setup.slo, max_qps
     )
     assert p.plan_ is not None
@@ -368,6 +369,12 @@ def main() -> None:
         help="per-batch runtime cost the plans are made with (default: the profile's; 'serve --emulate' measures it)",
     )
     ap.add_argument(
+        "--max-busy",
+        type=float,
+        default=1.0,
+        help="device headroom the plans are made with (plan --max-busy; the re-plans inherit it); default 1: none",
+    )
+    ap.add_argument(
         "--same-process",
         action="store_true",
         help="run the server on a thread of this process, beside the load generator (the earlier runs' setup); "
@@ -378,7 +385,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
     a = ap.parse_args()
     profile = load_profile(a.profile)
-    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb, a.batch_overhead_ms)
+    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb, a.batch_overhead_ms, a.max_busy)
     print(f"load average at start: {os.getloadavg()}", flush=True)
     out: dict[str, Any] = {}
     if a.sim or not a.runtime:

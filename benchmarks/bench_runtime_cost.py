@@ -162,6 +162,7 @@ def main() -> None:
     ap.add_argument("--uvloop", action="store_true", help="serve on uvloop, as `cascadeserve serve` does")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval in the server (s)")
     ap.add_argument("--batch-overhead-ms", type=float, default=None, help="the plan's per-batch cost (simulator)")
+    ap.add_argument("--max-busy", type=float, default=1.0, help="the planner's device headroom (plan --max-busy)")
     ap.add_argument(
         "--sim-overheads",
         type=float,
@@ -172,7 +173,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     profile = load_profile(a.profile)
-    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb, a.batch_overhead_ms)
+    setup = Setup(a.profile, a.slo, a.devices, a.device_memory_mb, a.batch_overhead_ms, a.max_busy)
     plan = zipf_plan(profile, a.max_qps, setup)
     if a.plan == "busy":
         plan = busy_plan(profile, plan, a.max_qps, a.phase_s)

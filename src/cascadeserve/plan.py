@@ -12,6 +12,8 @@ A :class:`GearPlan` is frozen data with a JSON round trip and a schema version:
   :data:`DEFAULT_MAX_WAIT_MS`, so that a queue short of its minimum length never waits forever) and
   ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs);
 * ``batch_overhead_ms``: a deployment's fixed cost per batch beyond the model's runtime, for the simulator;
+* ``max_busy``: the device headroom the planner kept (each gear's busiest device at most this busy in SP4's
+  simulation at its range's check load; 1, the default, asks for none); re-plans keep it;
 * ``batching`` (``plan``, ``aimd`` or ``quantile``) and ``batch_target_ms``: Clipper's adaptive batching
   (:mod:`cascadeserve.policy.adaptive`); ``plan``, the default, is the minimum queue lengths alone.
 
@@ -193,6 +195,9 @@ class GearPlan(_Frozen):
     # off the critical path). The planner sized the plan for that extra work; serve --tune audits this share by
     # default. 0: planned without audits. (An optional field with a default: plans without it still load.)
     audit_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Device headroom the planner kept (Planner(max_busy=...)): every gear's busiest device was simulated at most
+    # this busy at its range's check load. Re-plans (serve --replan) keep it. 1: no headroom asked for.
+    max_busy: float = Field(default=1.0, gt=0.0, le=1.0)
     notes: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")

@@ -109,6 +109,21 @@ def test_plan_with_a_batch_overhead_writes_it_into_the_plan(
     assert "batch overhead 0.5 ms" in capsys.readouterr().out
 
 
+def test_plan_with_device_headroom_records_it_and_refuses_a_bad_one(
+    prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4000", "--ranges", "2"]
+    args += ["--slo-p95-ms", "20", "--max-qps", "1000", "--out", str(out)]
+    assert run([*args, "--max-busy", "0.8", "--json"]) == 0
+    assert stdout_json(capsys)["max_busy"] == 0.8 and load_plan(out).max_busy == 0.8
+    assert run(["plan", "explain", str(out)]) == 0
+    assert "devices at most 80% busy" in capsys.readouterr().out
+    for bad in ("0", "1.5", "x"):
+        assert run([*args, "--max-busy", bad]) == 2
+        assert "--max-busy" in capsys.readouterr().err
+
+
 def test_plan_replays_a_trace_distribution_and_reports_the_check(
     prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

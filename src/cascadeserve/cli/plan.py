@@ -1,14 +1,15 @@
 """``cascadeserve plan``: run the gear planner; ``plan explain`` prints a plan file; ``plan fixed`` hand-makes one.
 
-``cascadeserve plan --profile DIR --devices N --device-memory-mb M (--slo-p95-ms L | --slo-accuracy A)
---max-qps Q --out plan.json [--batch-overhead-ms B]`` runs Algorithm 1 with a live status line, then prints one
-row per gear (QPS range, cascade, thresholds, batch triggers, predicted p95 and accuracy) and the placement per
-device. ``--json`` prints a
-summary object instead (``feasible``, ``gears``, ``planner_s``, the report). An unreachable SLO prints the reason
-and exits with code 2 (with ``--json``, after printing ``{"feasible": false, ...}``). ``--batch-overhead-ms`` plans
-with a fixed cost per batch beyond the profiled runtime (``eval fidelity --calibrate`` measures it; by default the
-profile's recorded ``batch_overhead_ms``); the plan file carries it, so ``simulate`` charges it too. Every plan caps
-each model's batch (the batch column shows ``model ≤cap``); ``plan fixed --no-caps`` makes an uncapped one.
+``cascadeserve plan --profile DIR --devices N --device-memory-mb M (--slo-p95-ms L | --slo-accuracy A) --max-qps Q --out
+plan.json [--batch-overhead-ms B] [--max-busy F]`` runs Algorithm 1 with a live status line, then prints one row per
+gear (QPS range, cascade, thresholds, batch triggers, predicted p95 and accuracy) and the placement per device.
+``--json`` prints a summary object instead (``feasible``, ``gears``, ``planner_s``, the report). An unreachable SLO
+prints the reason and exits with code 2 (with ``--json``, after printing ``{"feasible": false, ...}``).
+``--batch-overhead-ms`` plans with a fixed cost per batch beyond the profiled runtime (``eval fidelity --calibrate``
+measures it; by default the profile's recorded ``batch_overhead_ms``); the plan file carries it, so ``simulate`` charges
+it too. Every plan caps each model's batch (the batch column shows ``model ≤cap``); ``plan fixed --no-caps`` makes an
+uncapped one. ``--max-busy F`` plans with device headroom: no gear whose busiest device SP4 simulates more than ``F``
+busy.
 
 The group runs the planner when no subcommand is given (``invoke_without_command``), so ``plan fixed`` and
 ``plan explain`` keep their own options.
@@ -82,6 +83,7 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
         "slo": None if plan.slo is None else {"kind": plan.slo.kind, "value": plan.slo.value},
         "qps_scale": plan.qps_scale,
         "batch_overhead_ms": plan.batch_overhead_ms,
+        "max_busy": plan.max_busy,
         "gears": gears,
         "placement": placement,
         "notes": dict(plan.notes),
@@ -128,6 +130,8 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
     extra = [f"qps_scale {plan.qps_scale:g}", f"alpha {plan.alpha:g}"]
     if plan.batch_overhead_ms:
         extra.append(f"batch overhead {plan.batch_overhead_ms:g} ms")
+    if plan.max_busy < 1:
+        extra.append(f"devices at most {plan.max_busy:.0%} busy")
     if plan.audit_fraction:
         extra.append(f"sized for auditing {plan.audit_fraction:.1%} of early exits")
     extra += [f"{k}: {v}" for k, v in plan.notes.items() if k != "planner"]
@@ -174,6 +178,16 @@ def plan(
             "the later stages they also run, and records the share (serve --tune's default).",
         ),
     ] = 0.0,
+    max_busy: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="Device headroom: accept a gear only if, simulated at its range's top QPS, no device is busier than "
+            "this fraction of the time (1: none). A plan whose devices are nearly always busy meets the SLO in the "
+            "simulator but queues on a runtime whose per-batch cost grows with load. Re-plans keep it.",
+        ),
+    ] = 1.0,
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
@@ -211,6 +225,7 @@ def plan(
         batch_overhead_ms=batch_overhead_ms,
         trace_rounds=trace_rounds,
         audit_fraction=audit_fraction,
+        max_busy=max_busy,
     )
     check = QpsDistribution.parse(qps_dist).arrivals(max_qps, seed)
     status_console = err_console if as_json else console

@@ -39,9 +39,9 @@ costlier batch, and the queue grew faster: p95 of seconds after 20 s at the gear
   costliest per-sample runtime of any batch the caps allow keeps every device at most :data:`SAFE_UTIL` busy at
   the check load, no batch size the runtime can form builds a backlog, and only the p95 is in question.
 
-Device utilisation is not a criterion (it is reported as ``busy_max``): with a minimum queue length of 1 batching
-is work-conserving up to the batch cap, so a device near saturation is busy almost all the time while latency
-stays flat.
+Device utilisation is not a criterion of keeping up (it is reported as ``busy_max``): with a minimum queue length
+of 1 batching is work-conserving up to the batch cap, so a device near saturation is busy almost all the time while
+latency stays flat. SP4 bounds it separately when the planner is asked for headroom (``Planner(max_busy=…)``).
 
 The simulator charges the plan's ``batch_overhead_ms`` on every batch, so a planner that plans with a per-batch
 overhead checks its gears with it by putting it in the plan under check.

@@ -71,6 +71,7 @@ def _gear_plan(
         alpha=problem.options.alpha,
         batch_overhead_ms=problem.overhead_ms,
         audit_fraction=problem.options.audit_fraction,
+        max_busy=problem.options.max_busy,
         slo=slo,
         qps_scale=qps_scale,
         notes=notes or {},

@@ -18,7 +18,16 @@ __all__ = ["explain"]
 
 
 def explain(problem: Problem, sol: Solution, issue: Issue) -> str:
-    """The message of the :class:`~cascadeserve.errors.InfeasibleError` for ``issue``."""
+    """The message of the :class:`~cascadeserve.errors.InfeasibleError` for ``issue``; with device headroom
+    (``max_busy`` below 1) it says so, since the headroom may be what made the load too much."""
+    msg = _explain(problem, sol, issue)
+    busy = problem.options.max_busy
+    if busy < 1 and issue.kind != "memory":
+        msg += f" (planned with device headroom: at most {busy:.0%} busy; raise max_busy, plan --max-busy, for more)"
+    return msg
+
+
+def _explain(problem: Problem, sol: Solution, issue: Issue) -> str:
     fr = sol.fr
     n = f"{problem.n_dev} device{'s' if problem.n_dev != 1 else ''}"
     mem = ", ".join(sorted({f"{d.memory_mb:g} MB" for d in problem.devices}))

@@ -191,6 +191,12 @@ class Planner:
     * ``audit_fraction`` (default 0): the share of early exits that online threshold tuning audits (``serve
       --tune``); every later stage's demand includes them (:meth:`~cascadeserve.planner.problem.Problem.reach`), and
       the plan records the fraction, which ``serve --tune`` then audits by default.
+    * ``max_busy`` (in (0, 1], default 1: none): device headroom. SP4 accepts a gear only when, in its simulation at
+      the range's check load, no device is busier than this fraction of the time; otherwise the range gets another
+      replica or a cheaper cascade, as for a p95 miss. With deterministic profiled runtimes the simulated p95 stays
+      low until a device is nearly full, so a plan can sit at 95 % busy and meet the SLO in the simulator while a
+      runtime whose per-batch cost grows with load (emulated or CPU-thread devices; RESULTS.md, issue 17) queues.
+      The plan records it, and re-plans keep it.
     """
 
     def __init__(
@@ -211,7 +217,10 @@ class Planner:
         trace_rounds: int = 4,
         trace_loosen: bool = True,
         audit_fraction: float = 0.0,
+        max_busy: float = 1.0,
     ) -> None:
+        if not 0.0 < max_busy <= 1.0:
+            raise ValueError(f"max_busy must lie in (0, 1], got {max_busy!r}")
         if not 0.0 <= audit_fraction <= 1.0:
             raise ValueError(f"audit_fraction must lie in [0, 1], got {audit_fraction!r}")
         if trace_rounds < 0:
@@ -237,6 +246,7 @@ class Planner:
         self.trace_rounds = trace_rounds
         self.trace_loosen = trace_loosen
         self.audit_fraction = float(audit_fraction)
+        self.max_busy = float(max_busy)
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 
@@ -353,6 +363,7 @@ class Planner:
             batch_overhead_ms=float(overhead),
             batch_caps=tuple(sorted((self.batch_caps or {}).items())),
             audit_fraction=self.audit_fraction,
+            max_busy=self.max_busy,
         )
 
     @staticmethod

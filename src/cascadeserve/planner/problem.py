@@ -70,6 +70,7 @@ class Options:
     batch_caps: tuple[tuple[str, int], ...] = ()  # fixed per-model caps overriding the default rule
     tick_s: float = 0.1  # the producer's QPS measurement window (SP4 checks above each range's top by its noise)
     audit_fraction: float = 0.0  # online tuning's audited share of early exits: they also run the later stages
+    max_busy: float = 1.0  # SP4: the busiest device's simulated busy fraction at a range's check load (headroom)
 
 
 def best_batch(ms: np.ndarray, latency_ms: float | None) -> int:
@@ -113,7 +114,7 @@ class Memo:
 
     lp: dict[tuple[Any, ...], Balance] = field(default_factory=dict)
     lp_raw: dict[tuple[bytes, bytes], np.ndarray] = field(default_factory=dict)  # HiGHS answers by normalised LP
-    sims: dict[tuple[Any, ...], tuple[bool, float]] = field(default_factory=dict)
+    sims: dict[tuple[Any, ...], tuple[bool, float, float]] = field(default_factory=dict)  # keeps up, p95, busy
     sim_requests: int = 0  # requests replayed by all simulations (a cache hit replays none)
 
 

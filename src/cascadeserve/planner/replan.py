@@ -1,10 +1,10 @@
 """Re-plan a served plan for a measured QPS distribution (``serve --replan``), in process or as a child process.
 
-:func:`replan` runs the gear planner again with everything the served plan was made with (its devices, SLO, top
-QPS, number of ranges, hysteresis factor, batch overhead) except the QPS distribution, which becomes the measured
-range weights (``QpsDistribution("weights", ...)``). The simulator's counterpart calls it directly; a server runs
-it as ``python -m cascadeserve.planner.replan PROFILE_DIR PLAN_IN WEIGHTS PLAN_OUT`` (a separate process, so the
-planner's seconds of CPU never block the event loop; :mod:`cascadeserve.runtime.replanner`). Exit codes: 0 with
+:func:`replan` runs the gear planner again with everything the served plan was made with (its devices, SLO, top QPS,
+number of ranges, hysteresis factor, batch overhead, audited share, device headroom) except the QPS distribution, which
+becomes the measured range weights (``QpsDistribution("weights", ...)``). The simulator's counterpart calls it directly;
+a server runs it as ``python -m cascadeserve.planner.replan PROFILE_DIR PLAN_IN WEIGHTS PLAN_OUT`` (a separate process,
+so the planner's seconds of CPU never block the event loop; :mod:`cascadeserve.runtime.replanner`). Exit codes: 0 with
 the new plan written, 2 with one line on stderr when the planner finds the SLO infeasible or an input is bad.
 """
 
@@ -37,6 +37,8 @@ def replan(profile: Profile, plan: GearPlan, weights: Sequence[float] | np.ndarr
         alpha=plan.alpha,
         seed=seed,
         batch_overhead_ms=plan.batch_overhead_ms,
+        audit_fraction=plan.audit_fraction,
+        max_busy=plan.max_busy,
     )
     planner.fit(profile, plan.devices, plan.slo, plan.max_qps)
     assert planner.plan_ is not None

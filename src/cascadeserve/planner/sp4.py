@@ -2,7 +2,8 @@
 
 For each range SP4 keeps the current minimum queue length if the simulator says the range holds
 (:func:`~cascadeserve.planner.batching.check_load`: simulated for seconds at the range's top QPS plus its 100 ms
-measurement noise, p95 ≤ L, and no growing backlog; no utilisation cap). Every replica's batch cap
+measurement noise, p95 ≤ L, no growing backlog, and, with ``Planner(max_busy=…)`` below 1, no device busier
+than that fraction of the time: device headroom). Every replica's batch cap
 (:meth:`~cascadeserve.planner.problem.Problem.cap`) is in the plan under check, so the simulated batches are the
 ones the runtime forms.
 Otherwise it tries 1 (work-conserving: a free replica takes its whole queue, so batches grow with the load, which
@@ -93,8 +94,10 @@ def _worst_util(problem: Problem, sol: Solution, r: int, qps: float) -> float:
     return float(util.max()) if len(util) else 0.0
 
 
-def _sim(problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps: float) -> tuple[bool, float]:
-    """(keeps up, p95 ms) of range ``r``'s check plan at ``qps``, memoised."""
+def _sim(
+    problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps: float
+) -> tuple[bool, float, float]:
+    """(keeps up, p95 ms, busiest device's busy fraction) of range ``r``'s check plan at ``qps``, memoised."""
     key = (
         sol.cand(r).cascade,
         tuple(sorted((k, round(v, 6)) for k, v in sol.shares[r].items())),
@@ -112,23 +115,27 @@ def _sim(problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps:
         plan = check_plan(problem, sol, r, mq)
         chk = check_load(problem.profile, plan, qps, dur, seed=check_seed(opts.seed, r), slo_ms=problem.latency_ms)
         memo.sim_requests += chk.requests
-        hit = memo.sims[key] = (chk.keep_up, chk.p95_ms)
+        hit = memo.sims[key] = (chk.keep_up, chk.p95_ms, chk.busy_max)
     return hit
 
 
 def _holds(problem: Problem, sol: Solution, r: int, base: int) -> tuple[bool, bool, float]:
     """(holds, keeps up at the top, predicted p95) for first-stage batch ``base``.
 
-    A batch above 1 is also checked at the range's bottom QPS, where it takes longest to fill.
+    A batch above 1 is also checked at the range's bottom QPS, where it takes longest to fill. With device headroom
+    (``max_busy`` below 1) a gear whose busiest device is busier than that at the top does not hold; it counts as
+    not keeping up, so SP4's patience (which waits for p95 to stop improving) does not end the search early: a
+    larger batch is cheaper per sample and may bring the device under the bound.
     """
     lo, hi = problem.ranges[r]
     latency = problem.latency_ms
     mq = _mq_for(sol, r, base)
     top = check_qps(hi, problem.options.tick_s, top=r == problem.n_ranges - 1)
-    keep, p95 = _sim(problem, sol, r, mq, top)
+    keep, p95, busy = _sim(problem, sol, r, mq, top)
+    keep = keep and busy <= problem.options.max_busy
     ok = keep and (latency is None or p95 <= latency)
     if ok and lo > 0 and max(mq.values(), default=1) > 1:
-        keep_lo, p95_lo = _sim(problem, sol, r, mq, lo)
+        keep_lo, p95_lo, _ = _sim(problem, sol, r, mq, lo)
         p95 = max(p95, p95_lo)
         ok = keep_lo and (latency is None or p95 <= latency)
     return ok, keep, p95
