@@ -29,9 +29,12 @@ and the planned range weights passes 0.25 over the last 60 s, at most once a min
   **overshoot**: how much longer each emulated batch held the device than the profiled runtime it sleeps (the
   runtime's own per-batch cost, which the simulator charges as the plan's ``batch_overhead_ms``).
 
+``--max-busy F`` makes every plan (and auto's re-plans, which inherit it) with device headroom (``plan --max-busy``):
+the latency design meets its SLO on the runtime with 0.75 (RESULTS.md, "Device headroom closes load drift's p95").
+
     .venv/bin/python benchmarks/bench_replan.py [--sim] [--runtime] [--max-qps 150] [--sim-max-qps 150 3000]
         [--profile DIR] [--slo accuracy:A|latency:MS] [--devices N] [--device-memory-mb MB] [--phase-s S]
-        [--batch-overhead-ms MS] [--same-process]
+        [--batch-overhead-ms MS] [--max-busy F] [--same-process]
 """
 
 from __future__ import annotations
