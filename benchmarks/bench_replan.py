@@ -203,7 +203,7 @@ def run_sim(
                 }
                 for e in run.events
             ]
-        row = {k: statistics.median(p[k] for p in per) for k in per[0]}
+        row: dict[str, Any] = {k: statistics.median(p[k] for p in per) for k in per[0]}
         row.update(
             {
                 "arm": name,
