@@ -1,5 +1,6 @@
 """``serve --tune``'s options: checked before anything starts (one line naming the option, exit code 2), and the
-audit fraction defaults to the one the plan was sized for."""
+audit fraction defaults to the one the plan was sized for; ``serve --replan`` on emulated devices hints at device
+headroom."""
 
 from __future__ import annotations
 
@@ -43,3 +44,15 @@ def test_the_audit_fraction_defaults_to_the_plans(toy_profile: Profile) -> None:
         make = _tuning_options(True, None, 0.01, given, "audit", p, toy_profile)
         assert make is not None and make(PlanTables(p, rows)).auditor.fraction == want
     assert _tuning_options(False, None, 0.01, None, "audit", plan, toy_profile) is None
+
+
+def test_replanning_emulated_devices_without_headroom_gets_a_hint(toy_profile: Profile) -> None:
+    from cascadeserve.cli.serve import _headroom_note
+
+    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.2,)), (Device(name="d0", memory_mb=1000),))
+    assert plan.max_busy == 1.0
+    note = _headroom_note(plan, emulate=True, replan="auto")
+    assert note is not None and "--max-busy" in note
+    assert _headroom_note(plan, emulate=True, replan="off") is None
+    assert _headroom_note(plan, emulate=False, replan="auto") is None
+    assert _headroom_note(plan.model_copy(update={"max_busy": 0.75}), emulate=True, replan="notify") is None

@@ -25,7 +25,8 @@ score on the profile less ``--tune-budget``) against ``--tune-reference`` (the l
 from the feedback endpoint). Changes show in ``/metrics`` and ``GET /v2/cascade/plan``.
 
 Load drift: ``--replan auto|notify|off`` re-plans in a child process when the measured QPS distribution leaves the
-plan's (:mod:`cascadeserve.runtime.replanner`); ``--qps-scaling`` is appendix C.2's online QPS scaling.
+plan's (:mod:`cascadeserve.runtime.replanner`); ``--qps-scaling`` is appendix C.2's online QPS scaling. On emulated
+devices a plan without device headroom (``plan --max-busy``) gets a one-line hint, since its re-plans inherit that.
 """
 
 from __future__ import annotations
@@ -203,6 +204,9 @@ def serve(
             highlight=False,
         )
 
+    note = _headroom_note(gear_plan, emulate=emulate, replan=replan)
+    if note is not None:
+        err_console.print(note, highlight=False)
     clipper = _clipper_options(cache_size, batching, gear_plan)
     tuning = _tuning_options(tune, tune_target, tune_budget, audit_fraction, tune_reference, gear_plan, prof)
     layer = _layer_options(alternative or [], selection, selection_store, slo_ms, default_output, prof)
@@ -345,6 +349,18 @@ def _layer_options(
         default_output=default,
     )
 
+
+
+def _headroom_note(plan: GearPlan, *, emulate: bool, replan: str) -> str | None:
+    """A hint when re-planning on emulated devices from a plan with no device headroom: such a runtime's per-batch
+    cost grows with load, and a re-plan made to sit near saturation then misses the SLO (RESULTS.md, issue 17)."""
+    if not emulate or replan == "off" or plan.max_busy < 1:
+        return None
+    return (
+        "note: the plan keeps no device headroom, and re-plans inherit that; emulated devices spend about 0.5-1 ms "
+        "per batch beyond the profile, so a re-plan that keeps a device nearly always busy can miss the SLO here. "
+        "Plan with --max-busy 0.75 (README: device headroom)."
+    )
 
 
 def _replan_options(
