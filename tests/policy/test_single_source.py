@@ -35,6 +35,8 @@ FORBIDDEN: dict[str, str] = {
     r"\.take\(len\(": "a batch sized outside batch_size",
     r"BatchTrigger\(": "a batch trigger built outside the policy",
     r"(trig\w*|triggers\[[^]]*\])\.ready\(": "a trigger asked outside next_batch",
+    # audit sampling (which early exits also run the remaining stages)
+    r"\bauditor\.take\(": "an audit picked outside AuditSampler.split",
     # gear choice
     r"\bselector\.(decide|lookup)\(": "a gear chosen outside GearPolicy",
     r"\.gear_at\(": "a scheduled gear read outside GearPolicy",

@@ -154,3 +154,18 @@ def test_tuner_rejects_nonsense_settings() -> None:
     with pytest.raises(ValueError, match="period"):
         ThresholdTuner(0.5, {0: MS}, n_stages={0: 2}, period_s=0)
     assert MIN_STEP == 0.01
+
+
+def test_the_audit_split_answers_sure_rows_once_and_audits_every_1_f_th_early_exit() -> None:
+    from cascadeserve.policy.tuning import AuditSampler
+
+    sampler = AuditSampler(0.5)
+    sure = np.array([True, True, False, True, True, True])
+    last = np.array([False, False, False, True, False, False])
+    answered = np.array([False, False, False, False, True, False])  # row 4: a continuation, answered already
+    answer, audit = sampler.split(sure, last, answered)
+    assert answer.tolist() == [True, True, False, True, False, True]
+    # early exits are rows 0, 1 and 5 (row 3 is at its last stage): every second one is audited, counted on
+    assert audit.tolist() == [False, True, False, False, False, False]
+    _, audit = sampler.split(np.array([True]), np.array([False]), np.array([False]))
+    assert audit.tolist() == [True]  # the fourth early exit overall: audited

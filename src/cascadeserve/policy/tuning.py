@@ -291,6 +291,20 @@ class AuditSampler:
         # sample c is audited when the running total c·f crosses an integer at it: f·n of every n, evenly spread
         return np.asarray(np.floor((c[1:]) * self.fraction) > np.floor(c[:-1] * self.fraction), dtype=bool)
 
+    def split(self, sure: np.ndarray, last: np.ndarray, answered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One finished batch of a stage, as booleans per row: (answered here, audited). ``sure``: the stage's exit
+        decision; ``last``: the row is at its gear's last stage; ``answered``: its request was answered already (an
+        audit continuation; on the runtime also by its deadline, or failed). A sure row not answered yet is answered
+        here, and if it is not at its last stage it is an early exit, of which :meth:`take` picks the audited ones
+        (in row order). The simulator and the runtime both call this, so they audit the same samples."""
+        answer = sure & ~answered
+        early = answer & ~last
+        audit = np.zeros(len(sure), dtype=bool)
+        n = int(early.sum())
+        if n:
+            audit[early] = self.take(n)
+        return answer, audit
+
     @property
     def weight(self) -> float:
         """What one audited record stands for."""

@@ -3,7 +3,8 @@
 The policy core decides everything: which early exits are audited (its :class:`~cascadeserve.policy.tuning.
 AuditSampler`, every ``1/f``-th early exit, counted across batches exactly as the simulator counts them), what a
 whole record weighs, and when and to what a gear's thresholds change (:meth:`OnlineTuning.decide`). This module only
-applies it, with the simulator's semantics (``simulate.engine``'s ``complete_tuned``):
+applies it, with the simulator's semantics (``simulate.engine``'s ``complete_tuned``; both ask
+:meth:`~cascadeserve.policy.tuning.AuditSampler.split` which rows are answered and which audited):
 
 * **Trails.** Each request carries the ``(certainty, prediction)`` of every stage it ran (``Request.trail``).
 * **Audits.** An audited early exit is answered at once, like any exit, and a *continuation* (a copy of the request
@@ -70,16 +71,16 @@ class ServingTuning:
         """Bookkeeping of one finished batch of model ``row``, before its answers are applied: extend every trail,
         feed whole records, and say which rows are audited early exits (the caller answers those and forwards a
         :func:`continuation` of each)."""
-        early, whole = extend_trails(self.tables, row, batch, sure, labels, certs, garbage)
-        audit = [False] * len(batch)
-        if early:
-            n_early = len(early)  # the policy's sampler decides which of them are audited
-            picks = self.tuning.auditor.take(n_early).tolist()
-            for k, a in zip(early, picks, strict=True):
-                audit[k] = a
+        whole = extend_trails(self.tables, row, batch, labels, certs, garbage)
+        n = len(batch)
+        gears = np.fromiter((req.gear for req in batch), dtype=np.int64, count=n)
+        last = self.tables.next_row[gears, row] < 0
+        # answered already: an audit continuation, a request its deadline answered, or a row that failed
+        answered = np.fromiter((req.audit or req.done or bad for req, bad in zip(batch, garbage, strict=True)), bool, n)
+        _, audit = self.tuning.auditor.split(np.asarray(sure, dtype=bool), last, answered)  # the policy's rule
         for gear, reqs in whole.items():
             self._whole(gear, reqs)
-        return audit
+        return audit.tolist()  # type: ignore[no-any-return]
 
     def on_answer(self, req: Request, answer: Answer, row: int, *, first: bool = True) -> bool:
         """A remote stage (model ``row``) answered ``req`` and its trail came back with the answer (the Ray
@@ -92,7 +93,9 @@ class ServingTuning:
         if self.tables.next_row[req.gear, row] < 0:
             self._whole(req.gear, [req])
             return False
-        return first and bool(self.tuning.auditor.take(1)[0])
+        one = np.ones(1, dtype=bool)
+        _, audit = self.tuning.auditor.split(one, ~one, np.array([not first]))  # sure here, not last: the policy's rule
+        return bool(audit[0])
 
     def on_audit_record(self, req: Request) -> None:
         """An audit continuation came back from the servers with its whole trail: feed it (weight ``1/f``)."""
@@ -173,14 +176,12 @@ class ServingTuning:
 
 
 def extend_trails(
-    tables: PlanTables, row: int, batch: Sequence[Request], sure: Sequence[bool], labels: Sequence[int],
-    certs: Sequence[float], garbage: Sequence[bool],
-) -> tuple[list[int], dict[int, list[Request]]]:  # fmt: skip
-    """Append model ``row``'s ``(certainty, prediction)`` to every sound row's trail; return the rows that exit early
-    here (sure, not last, neither a continuation nor answered already) and the requests, per gear, whose record is
-    now whole (this was their gear's last stage)."""
+    tables: PlanTables, row: int, batch: Sequence[Request], labels: Sequence[int], certs: Sequence[float],
+    garbage: Sequence[bool],
+) -> dict[int, list[Request]]:  # fmt: skip
+    """Append model ``row``'s ``(certainty, prediction)`` to every sound row's trail; return the requests, per gear,
+    whose record is now whole (this was their gear's last stage)."""
     nxt = tables.next_row
-    early: list[int] = []
     whole: dict[int, list[Request]] = {}
     for k, req in enumerate(batch):
         if garbage[k]:
@@ -190,9 +191,7 @@ def extend_trails(
         req.trail.append((float(certs[k]), int(labels[k])))
         if nxt[req.gear, row] < 0:
             whole.setdefault(req.gear, []).append(req)
-        elif sure[k] and not req.audit and not req.done:
-            early.append(k)
-    return early, whole
+    return whole
 
 
 def change_json(d: ThresholdDecision) -> dict[str, object]:

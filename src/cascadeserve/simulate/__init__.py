@@ -1,4 +1,27 @@
-"""The event simulator: replays a trace against a gear plan using the shared policy core."""
+"""The event simulator: replays a trace against a gear plan using the shared policy core (:mod:`.engine`).
+
+Optional policy hooks of :func:`simulate` and :class:`Simulator` (Clipper's serving layer, the baselines of
+:mod:`cascadeserve.baselines`, online tuning, load drift); all default to off and cost one ``is None`` test per batch
+or tick when off:
+
+* ``batch_limit`` (an adaptive :class:`~cascadeserve.policy.adaptive.BatchLimit`: AIMD or the p99 fit): caps
+  each batch at the replica's current limit and reports every batch's runtime and size back to it. Without one,
+  the plan's ``batching`` field builds it (:func:`~cascadeserve.policy.adaptive.batch_limit_for`);
+* ``cache`` (:class:`~cascadeserve.policy.cache.PredictionCache` keyed by sample id): an arrival whose sample
+  the cache holds is answered at its arrival and never queued; every cascade answer is stored. With a cache the
+  arrivals of a tick are admitted one at a time, each after the device events before it (as the runtime sees
+  them), so a repeat hits as soon as the first answer is given;
+* ``slowdowns`` (:class:`~cascadeserve.profile.slowdown.Slowdowns`, a fault hook): multiplies the runtime of a
+  batch starting on a device after its slowdown time, as the emulated devices do;
+* ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`): the gear of every tick, decided in advance
+  (an autoscaler given the future load, Cocktail+), in place of the measured-QPS selector;
+* ``qps_scale`` (one factor per tick, from :class:`~cascadeserve.policy.replan.LoadDrift`): appendix C.2's
+  measured-QPS scaling estimated online; the gear selector multiplies tick ``w``'s QPS by ``qps_scale[w]``
+  (:mod:`cascadeserve.simulate.replan` computes it and runs plan swaps);
+* ``tuning`` (:class:`~cascadeserve.policy.tuning.OnlineTuning`): audit sampling of early exits (they also run
+  the remaining stages, answered already) and Apparate-style threshold tuning every tick; batches then take a
+  vectorised path that also feeds whole records to the tuner's windows.
+"""
 
 from __future__ import annotations
 

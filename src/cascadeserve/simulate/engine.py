@@ -22,26 +22,8 @@ It replays an arrival trace against a gear plan and a profile, applying the deci
 * After the last arrival's tick window, queues drain (the policy's drain trigger), as a server does when it stops.
   A request that never completes is reported unanswered (``SimResult.unanswered``), never as completed.
 
-Optional policy hooks (Clipper's serving layer and the baselines, :mod:`cascadeserve.baselines`); all default to
-off and cost one ``is None`` test per batch or tick when off:
-
-* ``batch_limit`` (an adaptive :class:`~cascadeserve.policy.adaptive.BatchLimit`: AIMD or the p99 fit): caps
-  each batch at the replica's current limit and reports every batch's runtime and size back to it. Without one,
-  the plan's ``batching`` field builds it (:func:`~cascadeserve.policy.adaptive.batch_limit_for`);
-* ``cache`` (:class:`~cascadeserve.policy.cache.PredictionCache` keyed by sample id): an arrival whose sample
-  the cache holds is answered at its arrival and never queued; every cascade answer is stored. With a cache the
-  arrivals of a tick are admitted one at a time, each after the device events before it (as the runtime sees
-  them), so a repeat hits as soon as the first answer is given;
-* ``slowdowns`` (:class:`~cascadeserve.profile.slowdown.Slowdowns`, a fault hook): multiplies the runtime of a
-  batch starting on a device after its slowdown time, as the emulated devices do;
-* ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`): the gear of every tick, decided in advance
-  (an autoscaler given the future load, Cocktail+), in place of the measured-QPS selector;
-* ``qps_scale`` (one factor per tick, from :class:`~cascadeserve.policy.replan.LoadDrift`): appendix C.2's
-  measured-QPS scaling estimated online; the gear selector multiplies tick ``w``'s QPS by ``qps_scale[w]``
-  (:mod:`cascadeserve.simulate.replan` computes it and runs plan swaps);
-* ``tuning`` (:class:`~cascadeserve.policy.tuning.OnlineTuning`): audit sampling of early exits (they also run
-  the remaining stages, answered already) and Apparate-style threshold tuning every tick; batches then take a
-  vectorised path that also feeds whole records to the tuner's windows.
+The optional policy hooks (Clipper's serving layer, the baselines, online tuning, load drift) are listed in
+:mod:`cascadeserve.simulate`; all default to off and cost one ``is None`` test per batch or tick when off.
 
 Speed comes from working at the granularity of *batches*, not requests: arrivals of a tick are routed with one
 vectorised call, a replica's first-stage queue is a slice of its routed arrivals, and exits and forwarding are a
@@ -74,7 +56,7 @@ from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.simulate.compiled import Engine, run_compiled, unsupported
-from cascadeserve.simulate.queues import Forwarded, tick_windows
+from cascadeserve.simulate.queues import Forwarded, take_batch, tick_windows
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 
 __all__ = ["Simulator", "simulate", "tick_windows"]
@@ -238,36 +220,8 @@ class Simulator:
             pt = pend_t[r]
             k = p if p == len(pt) else int(np.searchsorted(pt, t, side="right", sorter=None))
             k = max(k, p)
-            present = f.n + (k - p)
-            size = batch_size(triggers[r], present, None if limiter is None else limiter.limit(r))
-            if f.n == 0:
-                ids = pend_ids[r][p : p + size]
-                pos[r] = p + size
-            elif size == present:
-                parts = [c for c, _ in f.chunks]
-                if k > p:
-                    parts.append(pend_ids[r][p:k])
-                ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
-                f.clear()
-                pos[r] = k
-            elif k == p:  # capped batch of forwarded samples only (a later stage): the oldest, front chunks first
-                ids = f.take(size)
-            else:  # capped batch: oldest first across forwarded and newly arrived samples
-                all_ids = np.concatenate([c for c, _ in f.chunks] + [pend_ids[r][p:k]])
-                all_t = np.concatenate([np.broadcast_to(ct, (len(c),)) for c, ct in f.chunks] + [pt[p:k]])
-                order = np.argsort(all_t, kind="stable")
-                ids = all_ids[order[:size]]
-                rest = order[size:]
-                rest_f = rest[rest < f.n]
-                rest_p = np.sort(rest[rest >= f.n])
-                f.clear()
-                if len(rest_f):
-                    f.push(all_ids[rest_f], all_t[rest_f])
-                # un-taken new arrivals go back to the front of the pending slice
-                back = all_ids[rest_p]
-                pend_ids[r] = np.concatenate([back, pend_ids[r][k:]])
-                pend_t[r] = np.concatenate([all_t[rest_p], pt[k:]])
-                pos[r] = 0
+            size = batch_size(triggers[r], f.n + (k - p), None if limiter is None else limiter.limit(r))
+            ids, pend_ids[r], pend_t[r], pos[r] = take_batch(f, pend_ids[r], pt, p, k, size)
             row = replica_row[r]
             tab = self._rt_tables[row]
             secs = (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + overhead_s
@@ -338,12 +292,8 @@ class Simulator:
             sure = tb.exits(row, cert[row, s_idx], None if single_gear else g_arr)
             last = tb.next_row[g_arr, row] < 0
             prior = audited[ids]
-            answer = sure & ~prior
-            early = answer & ~last
-            aud = np.zeros(len(ids), dtype=bool)
-            if early.any():
-                aud[early] = tu.auditor.take(int(early.sum()))
-                audited[ids[aud]] = True
+            answer, aud = tu.auditor.split(sure, last, prior)
+            audited[ids[aud]] = True
             ans = ids[answer]
             finish[ans] = t
             counts[1] += len(ans)
@@ -535,11 +485,12 @@ def simulate(
 ) -> SimResult:
     """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records.
 
-    ``batch_limit``, ``gear_schedule``, ``cache`` and ``slowdowns`` are the optional hooks of the module docstring
-    (a batch limit and a cache hold state: pass fresh ones per run). ``samples`` gives each request's validation
-    sample (a trace of repeated inputs); by default request ``i`` takes sample ``i mod n``. ``tuning``
-    (:class:`~cascadeserve.policy.tuning.OnlineTuning`, fresh per run) audits early exits and re-tunes the gears'
-    thresholds every tick, in simulated time; its decisions are in ``SimResult.threshold_changes``.
+    ``batch_limit``, ``gear_schedule``, ``cache`` and ``slowdowns`` are the optional hooks
+    (:mod:`cascadeserve.simulate` lists them; a batch limit and a cache hold state: pass fresh ones per run).
+    ``samples`` gives each request's validation sample (a trace of repeated inputs); by default request ``i`` takes
+    sample ``i mod n``. ``tuning`` (:class:`~cascadeserve.policy.tuning.OnlineTuning`, fresh per run) audits early
+    exits and re-tunes the gears' thresholds every tick, in simulated time; its decisions are in
+    ``SimResult.threshold_changes``.
 
     ``engine``: ``"auto"`` runs the compiled loop (:mod:`cascadeserve.simulate.compiled`) unless a hook needs the
     Python reference loop (a p99-fit batch limit, a cache, slowdowns, tuning; an AIMD limit runs compiled);

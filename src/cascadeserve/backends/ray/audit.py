@@ -45,7 +45,7 @@ class ServerTuning(ServingTuning):
         self, row: int, batch: Sequence[Request], sure: Sequence[bool], labels: Sequence[int],
         certs: Sequence[float], garbage: Sequence[bool],
     ) -> list[bool]:  # fmt: skip
-        _, whole = extend_trails(self.tables, row, batch, sure, labels, certs, garbage)
+        whole = extend_trails(self.tables, row, batch, labels, certs, garbage)
         for reqs in whole.values():
             for req in reqs:
                 if req.audit and not req.done:  # a continuation ran its last stage: send its whole trail back
