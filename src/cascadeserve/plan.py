@@ -7,7 +7,7 @@ A :class:`GearPlan` is frozen data with a JSON round trip and a schema version:
 * ``gears``: for each QPS range ``[qps_low, qps_high)``, the cascade (models and thresholds) and, per replica
   that serves it (a :class:`GearReplica`: ``model``, ``device``), the minimum queue length that triggers a batch
   and the replica's share of its model's load;
-* the SLO it was planned for, and each gear's predicted p95 and accuracy;
+* the SLO it was planned for, and each gear's predicted p95, accuracy and busiest device's busy fraction;
 * online knobs: the hysteresis factor ``alpha``, the producer tick, a batch ``max_wait_ms`` (when absent,
   :data:`DEFAULT_MAX_WAIT_MS`, so that a queue short of its minimum length never waits forever) and
   ``max_batch``, and ``qps_scale`` (the measured-QPS scaling of paper appendix C.2 for accuracy SLOs);
@@ -121,6 +121,8 @@ class Gear(_Frozen):
     replicas: tuple[GearReplica, ...]
     predicted_p95_ms: float | None = None
     predicted_accuracy: float | None = None
+    # the busiest device's busy fraction in the planner's check of this gear at its range's top QPS (plan --max-busy)
+    predicted_busy: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> Gear:

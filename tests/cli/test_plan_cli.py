@@ -116,9 +116,14 @@ def test_plan_with_device_headroom_records_it_and_refuses_a_bad_one(
     args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4000", "--ranges", "2"]
     args += ["--slo-p95-ms", "20", "--max-qps", "1000", "--out", str(out)]
     assert run([*args, "--max-busy", "0.8", "--json"]) == 0
-    assert stdout_json(capsys)["max_busy"] == 0.8 and load_plan(out).max_busy == 0.8
+    summary = stdout_json(capsys)
+    assert summary["max_busy"] == 0.8 and load_plan(out).max_busy == 0.8
+    assert all(0 <= g["predicted_busy"] <= 0.8 for g in summary["gears"])
+    assert [g.predicted_busy for g in load_plan(out).gears] == [g["predicted_busy"] for g in summary["gears"]]
     assert run(["plan", "explain", str(out)]) == 0
-    assert "devices at most 80% busy" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    header = next(line for line in text.splitlines() if "QPS range" in line)
+    assert "devices at most 80% busy" in text and "busy" in header
     for bad in ("0", "1.5", "x"):
         assert run([*args, "--max-busy", bad]) == 2
         assert "--max-busy" in capsys.readouterr().err

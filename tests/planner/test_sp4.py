@@ -61,6 +61,9 @@ def test_headroom_moves_the_busy_ranges_to_cheaper_cascades(toy_profile: Profile
     for r in (2, 3):
         assert (kept.gears[r].predicted_accuracy or 1.0) < (free.gears[r].predicted_accuracy or 0.0)
     assert all(busy(kept, r) <= 0.6 + 0.03 for r in range(4))
+    # each gear carries the busy fraction SP4 accepted it at, which a fresh simulation reproduces
+    assert all(g.predicted_busy is not None and g.predicted_busy <= 0.6 for g in kept.gears)
+    assert free.gears[3].predicted_busy == pytest.approx(busy(free, 3), abs=0.05)
 
 
 def test_a_replan_keeps_the_headroom_and_the_audited_share(toy_profile: Profile) -> None:

@@ -2,14 +2,14 @@
 
 ``cascadeserve plan --profile DIR --devices N --device-memory-mb M (--slo-p95-ms L | --slo-accuracy A) --max-qps Q --out
 plan.json [--batch-overhead-ms B] [--max-busy F]`` runs Algorithm 1 with a live status line, then prints one row per
-gear (QPS range, cascade, thresholds, batch triggers, predicted p95 and accuracy) and the placement per device.
-``--json`` prints a summary object instead (``feasible``, ``gears``, ``planner_s``, the report). An unreachable SLO
-prints the reason and exits with code 2 (with ``--json``, after printing ``{"feasible": false, ...}``).
-``--batch-overhead-ms`` plans with a fixed cost per batch beyond the profiled runtime (``eval fidelity --calibrate``
-measures it; by default the profile's recorded ``batch_overhead_ms``); the plan file carries it, so ``simulate`` charges
-it too. Every plan caps each model's batch (the batch column shows ``model ≤cap``); ``plan fixed --no-caps`` makes an
-uncapped one. ``--max-busy F`` plans with device headroom: no gear whose busiest device SP4 simulates more than ``F``
-busy.
+gear (QPS range, cascade, thresholds, batch triggers, predicted p95, accuracy and busiest device's busy fraction) and
+the placement per device. ``--json`` prints a summary object instead (``feasible``, ``gears``, ``planner_s``, the
+report). An unreachable SLO prints the reason and exits with code 2 (with ``--json``, after printing ``{"feasible":
+false, ...}``). ``--batch-overhead-ms`` plans with a fixed cost per batch beyond the profiled runtime (``eval fidelity
+--calibrate`` measures it; by default the profile's recorded ``batch_overhead_ms``); the plan file carries it, so
+``simulate`` charges it too. Every plan caps each model's batch (the batch column shows ``model ≤cap``); ``plan fixed
+--no-caps`` makes an uncapped one. ``--max-busy F`` plans with device headroom: no gear whose busiest device SP4
+simulates more than ``F`` busy.
 
 The group runs the planner when no subcommand is given (``invoke_without_command``), so ``plan fixed`` and
 ``plan explain`` keep their own options.
@@ -74,6 +74,7 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
                 "triggers": _triggers(plan, i),
                 "predicted_p95_ms": g.predicted_p95_ms,
                 "predicted_accuracy": g.predicted_accuracy,
+                "predicted_busy": g.predicted_busy,
             }
         )
     placement = {d.name: [r.model for r in plan.replicas if r.device == d.name] for d in plan.devices}
@@ -107,6 +108,7 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
         ("batch trigger", "left"),
         ("p95 ms", "right"),
         ("accuracy", "right"),
+        ("busy", "right"),
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for i, g in enumerate(plan.gears):
@@ -117,6 +119,7 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
             _triggers(plan, i),
             "-" if g.predicted_p95_ms is None else f"{g.predicted_p95_ms:,.2f}",
             "-" if g.predicted_accuracy is None else f"{g.predicted_accuracy:.4f}",
+            "-" if g.predicted_busy is None else f"{g.predicted_busy:.0%}",
         )
     console.print(table)
     place = Table(title="placement")

@@ -9,6 +9,7 @@ plan's replica entries, so a change to how a gear names its replicas is made her
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from cascadeserve.plan import SLO, Gear, GearPlan, GearReplica, Replica
@@ -29,6 +30,7 @@ def _gear(
     shares: Mapping[RepKey, float],
     predicted_p95_ms: float | None = None,
     predicted_accuracy: float | None = None,
+    predicted_busy: float | None = None,
 ) -> Gear:
     """Range ``r``'s gear: its cascade on the placed replicas of its models, with ``mq`` and ``shares``."""
     c = sol.cand(r)
@@ -50,6 +52,7 @@ def _gear(
         ),
         predicted_p95_ms=predicted_p95_ms,
         predicted_accuracy=predicted_accuracy,
+        predicted_busy=predicted_busy,
     )
 
 
@@ -116,6 +119,7 @@ def build_plan(problem: Problem, sol: Solution, qps_scale: float) -> GearPlan:
                 shares=normed,
                 predicted_p95_ms=round(sol.p95[r], 3),
                 predicted_accuracy=round(c.accuracy, 6),
+                predicted_busy=round(sol.busy[r], 4) if sol.busy and math.isfinite(sol.busy[r]) else None,
             )
         )
     return _gear_plan(

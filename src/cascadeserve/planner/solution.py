@@ -57,6 +57,7 @@ class Solution:
     * ``share_for`` (SP3): per range, the (cascade, placement) the shares were balanced for.
     * ``mq`` (SP4): per range, the minimum queue length of each first-stage replica.
     * ``p95`` (SP4): per range, the p95 (ms) of the simulation that accepted it; NaN until then.
+    * ``busy`` (SP4): per range, the busiest device's busy fraction in that simulation at the range's check load.
     """
 
     frontier: Frontier | None
@@ -69,6 +70,7 @@ class Solution:
     share_for: tuple[tuple[int, tuple[RepKey, ...]] | None, ...]
     mq: tuple[Mapping[RepKey, int], ...]
     p95: tuple[float, ...]
+    busy: tuple[float, ...] = ()
 
     @property
     def fr(self) -> Frontier:
@@ -110,6 +112,7 @@ def empty_solution(n_ranges: int) -> Solution:
         share_for=(None,) * n_ranges,
         mq=tuple({} for _ in range(n_ranges)),
         p95=(math.nan,) * n_ranges,
+        busy=(math.nan,) * n_ranges,
     )
 
 

@@ -119,8 +119,9 @@ def _sim(
     return hit
 
 
-def _holds(problem: Problem, sol: Solution, r: int, base: int) -> tuple[bool, bool, float]:
-    """(holds, keeps up at the top, predicted p95) for first-stage batch ``base``.
+def _holds(problem: Problem, sol: Solution, r: int, base: int) -> tuple[bool, bool, float, float]:
+    """(holds, keeps up at the top, predicted p95, busiest device's busy fraction at the top) for first-stage
+    batch ``base``.
 
     A batch above 1 is also checked at the range's bottom QPS, where it takes longest to fill. With device headroom
     (``max_busy`` below 1) a gear whose busiest device is busier than that at the top does not hold; it counts as
@@ -138,7 +139,7 @@ def _holds(problem: Problem, sol: Solution, r: int, base: int) -> tuple[bool, bo
         keep_lo, p95_lo, _ = _sim(problem, sol, r, mq, lo)
         p95 = max(p95, p95_lo)
         ok = keep_lo and (latency is None or p95 <= latency)
-    return ok, keep, p95
+    return ok, keep, p95, busy
 
 
 def _trials(problem: Problem, sol: Solution, r: int, cap: int) -> Iterator[int]:
@@ -157,16 +158,19 @@ def sp4(problem: Problem, sol: Solution, error: Issue | None) -> tuple[Solution,
     changed = False
     failing: list[int] = []
     blame: list[str] = []
-    # SP4 changes only the queue lengths and predicted p95s; the shares and placement it simulates stay as given.
+    # SP4 changes only the queue lengths, predicted p95s and busy fractions; the shares and placement it simulates
+    # stay as given.
     mqs = list(sol.mq)
     p95s = list(sol.p95)
+    busys = list(sol.busy) if sol.busy else [math.nan] * problem.n_ranges
     for r in range(problem.n_ranges):
         c = sol.cand(r)
         cap = 1 if r == 0 else problem.b_max(c.models[0])
         cur = sol.base_batch(r) if sol.mq[r] else 0
         if cur:
-            ok, _, p95 = _holds(problem, sol, r, cur)
+            ok, _, p95, busy = _holds(problem, sol, r, cur)
             if ok:
+                busys[r] = busy
                 if p95 != p95s[r]:
                     p95s[r] = p95
                     changed = True
@@ -177,10 +181,10 @@ def sp4(problem: Problem, sol: Solution, error: Issue | None) -> tuple[Solution,
         # A minimum queue of 1 is work-conserving (a free replica takes its whole queue, so batches grow
         # with the load); the amortised estimate at batch 1 underrates it, so it is always tried first.
         for sims, b in enumerate(_trials(problem, sol, r, cap), start=1):
-            ok, keep, p95 = _holds(problem, sol, r, b)
+            ok, keep, p95, busy = _holds(problem, sol, r, b)
             if ok:
                 found = b
-                p95s[r] = p95
+                p95s[r], busys[r] = p95, busy
                 break
             if keep and problem.latency_ms is not None:
                 if p95 < best_p95 - 1e-9:
@@ -200,7 +204,7 @@ def sp4(problem: Problem, sol: Solution, error: Issue | None) -> tuple[Solution,
             mqs[r] = mq
             changed = True
     # Ranges that held keep their new queues and p95s even when another range fails (the next call starts there).
-    out = replace(sol, mq=tuple(mqs), p95=tuple(p95s))
+    out = replace(sol, mq=tuple(mqs), p95=tuple(p95s), busy=tuple(busys))
     if failing:
         return out, Step(Issue("batch", tuple(failing), tuple(dict.fromkeys(blame)), "simulation misses the SLO"))
     return out, Step(changed=changed)
