@@ -94,9 +94,7 @@ def _worst_util(problem: Problem, sol: Solution, r: int, qps: float) -> float:
     return float(util.max()) if len(util) else 0.0
 
 
-def _sim(
-    problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps: float
-) -> tuple[bool, float, float]:
+def _sim(problem: Problem, sol: Solution, r: int, mq: Mapping[RepKey, int], qps: float) -> tuple[bool, float, float]:
     """(keeps up, p95 ms, busiest device's busy fraction) of range ``r``'s check plan at ``qps``, memoised."""
     key = (
         sol.cand(r).cascade,
