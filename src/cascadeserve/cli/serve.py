@@ -204,9 +204,6 @@ def serve(
             highlight=False,
         )
 
-    note = _headroom_note(gear_plan, emulate=emulate, replan=replan)
-    if note is not None:
-        err_console.print(note, highlight=False)
     clipper = _clipper_options(cache_size, batching, gear_plan)
     tuning = _tuning_options(tune, tune_target, tune_budget, audit_fraction, tune_reference, gear_plan, prof)
     layer = _layer_options(alternative or [], selection, selection_store, slo_ms, default_output, prof)
@@ -263,6 +260,9 @@ def serve(
             "the port can run inference",
             highlight=False,
         )
+    note = _headroom_note(gear_plan, emulate=emulate, replan=replan)  # after every option is checked
+    if note is not None:
+        err_console.print(note, highlight=False)
     mode = ("emulated devices" if emulate else "devices") + f" on the {engine.name} backend"
 
     def banner() -> None:
