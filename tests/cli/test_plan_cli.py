@@ -93,12 +93,17 @@ def test_eval_planner_json_and_plot(prof_dir: Path, tmp_path: Path, capsys: pyte
     assert png.stat().st_size > 1000
 
 
+def _two_range_plan(prof_dir: Path, out: Path) -> list[str]:
+    """``plan`` on two 4 GB devices, two ranges, p95 ≤ 20 ms up to 1,000 QPS, written to ``out``."""
+    args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4000", "--ranges", "2"]
+    return [*args, "--slo-p95-ms", "20", "--max-qps", "1000", "--out", str(out)]
+
+
 def test_plan_with_a_batch_overhead_writes_it_into_the_plan(
     prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "plan.json"
-    args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4000", "--ranges", "2"]
-    args += ["--slo-p95-ms", "20", "--max-qps", "1000", "--out", str(out)]
+    args = _two_range_plan(prof_dir, out)
     assert run([*args, "--batch-overhead-ms", "0.5", "--json"]) == 0
     summary = stdout_json(capsys)
     assert summary["feasible"] is True and summary["batch_overhead_ms"] == 0.5
@@ -113,8 +118,7 @@ def test_plan_with_device_headroom_records_it_and_refuses_a_bad_one(
     prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "plan.json"
-    args = ["plan", "--profile", str(prof_dir), "--devices", "2", "--device-memory-mb", "4000", "--ranges", "2"]
-    args += ["--slo-p95-ms", "20", "--max-qps", "1000", "--out", str(out)]
+    args = _two_range_plan(prof_dir, out)
     assert run([*args, "--max-busy", "0.8", "--json"]) == 0
     summary = stdout_json(capsys)
     assert summary["max_busy"] == 0.8 and load_plan(out).max_busy == 0.8
