@@ -16,7 +16,7 @@ import typer
 # then groups): keep this order, not the alphabetical one.
 # isort: off
 from cascadeserve.cli import bench, compare, demo, serve, simulate
-from cascadeserve.cli import plan, eval, fidelity, profile
+from cascadeserve.cli import plan, eval, fidelity, profile, calibrate
 
 # isort: on
 from cascadeserve.cli.root import app, console, err_console, print_json, set_invocation
@@ -25,7 +25,7 @@ from cascadeserve.errors import CascadeServeError
 __all__ = ["app", "console", "err_console", "print_json", "run"]
 
 # the command modules, in registration order (for readers and tests; importing them above is what registers)
-_COMMAND_MODULES = (bench, compare, demo, serve, simulate, plan, eval, fidelity, profile)
+_COMMAND_MODULES = (bench, compare, demo, serve, simulate, plan, eval, fidelity, profile, calibrate)
 
 # Click's base exception, wherever this typer takes click from: recent typer vendors it as ``typer._click`` (and does
 # not depend on ``click``), older typer re-exports ``click``'s own classes. ``typer.BadParameter`` derives from it.

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import math
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,8 +60,10 @@ from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.plan import GearPlan, load_plan
 from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
+from cascadeserve.policy.costs import CostSettings
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile, load_profile, record_batch_overhead
+from cascadeserve.profile.slowdown import Slowdown, Slowdowns
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 from cascadeserve.runtime.replanner import ReplanOptions
 from cascadeserve.runtime.tuning import TuningFactory
@@ -170,7 +174,6 @@ def serve(
     tune_budget: TuneBudgetOpt = 0.01,
     audit_fraction: AuditFractionOpt = None,
     tune_reference: TuneReferenceOpt = "audit",
-
     replan: ReplanOpt = "off",
     replan_threshold: ReplanThresholdOpt = 0.25,
     replan_window_s: ReplanWindowOpt = 3600.0,
@@ -180,6 +183,24 @@ def serve(
         float, typer.Option(help="Stop a re-plan (a child process) that runs longer than this.")
     ] = 300.0,
     qps_scaling: QpsScalingOpt = "off",
+    cost_tolerance: Annotated[
+        float,
+        typer.Option(
+            help="Cost drift: a model whose batches run more than this much off the plan's costs (0.25: beyond "
+            "x1.25 or under x0.8), sustained, is logged and counted; with --replan auto the plan is re-made with "
+            "the measured costs and swapped in."
+        ),
+    ] = 0.25,
+    cost_window_s: Annotated[
+        float, typer.Option(help="Cost drift: the window of batches the factor is the median of (seconds).")
+    ] = 10.0,
+    slowdown: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Fault injection: [device=NAME,][model=NAME,]at=S,factor=F slows batches from S seconds after "
+            "start-up by F (on real models the device thread waits (F-1) times the batch; repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
     _check_options(max_in_flight, max_wait_slos, capacity_qps, slo_ms, timeout_ms, max_body_bytes, grace_s)
@@ -227,6 +248,7 @@ def serve(
             slo_ms=slo,
             default_timeout_s=(timeout_ms if timeout_ms is not None else 10 * slo) / 1000.0,
             tuning=tuning,
+            slowdowns=_slowdowns(slowdown or []),
             **clipper,
         ),
         server_options=ServerOptions(
@@ -245,6 +267,7 @@ def serve(
             cooldown_s=replan_cooldown_s,
             timeout_s=replan_timeout_s,
         ),
+        costs=_cost_settings(cost_tolerance, cost_window_s),
     )
     server = Server(
         built,
@@ -284,6 +307,26 @@ def serve(
         # uvicorn logs a bind error and exits through SystemExit before it ever listens: that is a failure.
         raise CascadeServeError(f"could not listen on {host}:{port} (is the port in use?)")
     err_console.print("stopped")
+
+
+def _cost_settings(tolerance: float, window_s: float) -> CostSettings:
+    """``--cost-tolerance`` and ``--cost-window-s`` as the cost watch's settings (sustained for half a window)."""
+    if not (tolerance > 0 and math.isfinite(tolerance)):
+        raise CascadeServeError(f"--cost-tolerance: {tolerance} must be a positive number")
+    if not (window_s > 0 and math.isfinite(window_s)):
+        raise CascadeServeError(f"--cost-window-s: {window_s} must be a positive number of seconds")
+    return CostSettings(tolerance=tolerance, window_s=window_s, sustain_s=window_s / 2, cooldown_s=3 * window_s)
+
+
+def _slowdowns(specs: list[str]) -> Slowdowns | None:
+    """``--slowdown`` specs as a schedule counted from now (the server's start-up)."""
+    steps = []
+    for spec in specs:
+        try:
+            steps.append(Slowdown.parse(spec))
+        except ValueError as e:
+            raise CascadeServeError(f"--slowdown: {e}") from None
+    return Slowdowns.of(*steps).shifted(time.monotonic()) if steps else None
 
 
 def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> dict[str, Any]:
@@ -348,7 +391,6 @@ def _layer_options(
         slo_ms=slo_ms,
         default_output=default,
     )
-
 
 
 def _headroom_note(plan: GearPlan, *, emulate: bool, replan: str) -> str | None:

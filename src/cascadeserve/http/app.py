@@ -10,6 +10,7 @@ Routes::
     GET  /v2/models/stats                        the same, for every model
     GET  /metrics                                Prometheus text format
     GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one (admin token)
+    GET  /v2/cascade/costs                          batch costs measured while serving, against the plan's
                              (with serve --tune: the thresholds in force, and a "tuning" report of recent changes)
     GET  /openapi.json  (also /v2/openapi.json)  the OpenAPI document, generated from every registered route
 
@@ -48,6 +49,7 @@ from starlette.types import ASGIApp, Receive
 from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
+from cascadeserve.http.costs import cost_routes
 from cascadeserve.http.fastpath import InferFastPath, server_error
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
@@ -62,6 +64,7 @@ from cascadeserve.http.v2 import (
 )
 from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
+from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.replanner import Replanner
 
 __all__ = [
@@ -116,6 +119,7 @@ class _Api:
         self._lookup: Callable[[np.ndarray], list[Any]] = self._sample_rows if model.emulated else self._rows
         self.layer = ClipperLayer(runtime, model.name)  # selection, feedback, Clipper's REST (http/clipper.py)
         self.replanner: Replanner | None = None  # serve --replan: its state goes into GET /v2/cascade/plan's notes
+        self.costs: CostMonitor | None = None  # batch costs against the plan's (http/costs.py)
 
     # -- health and metadata -----------------------------------------------------------------------------------
     def _auth(self, request: Request, *, admin: bool = False) -> Response | None:
@@ -446,7 +450,7 @@ def metrics_routes(api: _Api) -> list[BaseRoute]:
     return [Route("/metrics", api.metrics_endpoint, methods=["GET"])]
 
 
-ROUTERS: tuple[Router, ...] = (health_routes, model_routes, plan_routes, metrics_routes)
+ROUTERS: tuple[Router, ...] = (health_routes, model_routes, plan_routes, cost_routes, metrics_routes)
 
 
 def create_app(
@@ -458,6 +462,7 @@ def create_app(
     clipper: ClipperLayer | None = None,
     routers: Sequence[Router] = ROUTERS,
     replanner: Replanner | None = None,
+    costs: CostMonitor | None = None,
 ) -> ASGIApp:
     """The ASGI app over ``runtime`` (started and stopped with the app's lifespan).
 
@@ -472,6 +477,7 @@ def create_app(
     if clipper is not None:
         api.layer = clipper
     api.replanner = replanner
+    api.costs = costs
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

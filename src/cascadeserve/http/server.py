@@ -25,9 +25,11 @@ from starlette.types import ASGIApp
 from cascadeserve.http.app import ServedModel, ServerOptions, create_app
 from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.http.control import check_plan
+from cascadeserve.http.costs import CostCollector
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.replan import ReplanCollector
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy.costs import CostSettings
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import (
     Backend,
@@ -39,6 +41,7 @@ from cascadeserve.runtime import (
     Runtime,
     RuntimeOptions,
 )
+from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.observer import Fanout
 from cascadeserve.runtime.replanner import Replanner, ReplanOptions
 
@@ -54,6 +57,7 @@ class App:
     metrics: PrometheusObserver
     model: ServedModel
     replanner: Replanner | None = None
+    costs: CostMonitor | None = None
 
 
 def build_app(
@@ -70,13 +74,17 @@ def build_app(
     backend: Backend | None = None,
     clipper: ClipperOptions | None = None,
     replan: ReplanOptions | None = None,
+    costs: CostSettings | None = None,
 ) -> App:
     """A served cascade: emulated devices (answers from ``profile``) or ``models`` on the ``backend``'s devices
     (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process)."""
     engine: Backend = backend or LocalBackend()
     plan.check_against(profile)
     metrics = PrometheusObserver(profile=profile)
-    obs: Observer = metrics if observer is None else Fanout(metrics, observer)
+    # every batch against the profile's costs (GET /v2/cascade/costs, cost metrics, serve --replan on cost drift)
+    monitor = CostMonitor(profile, costs)
+    metrics.registry.register(CostCollector(monitor))
+    obs: Observer = Fanout(metrics, monitor) if observer is None else Fanout(metrics, monitor, observer)
 
     def check(p: GearPlan) -> None:
         p.check_against(profile)
@@ -92,6 +100,7 @@ def build_app(
         return engine.local_runtime(p, models, clock=clock, observer=obs, options=runtime_options)
 
     runtime = make(plan)
+    runtime.tick_listeners.append(monitor.on_tick)
     if emulate:
         index: Mapping[int, int] = {int(s): i for i, s in enumerate(profile.sample_ids.tolist())}
         served = ServedModel(name or profile.name, InputSpec(), True, index, check)
@@ -102,6 +111,7 @@ def build_app(
     layer = None if clipper is None else clipper.layer(runtime, served.name, make)
     replanner = None
     if replan is not None:  # serve --replan: watch the load, re-plan in a child process (http/replan.py's metrics)
+
         def check_swap(p: GearPlan) -> None:
             policy = runtime.admission_for(p)
             budget = policy.budget
@@ -115,10 +125,12 @@ def build_app(
                 extra=check,
             )
 
-        replanner = Replanner(runtime, replan, check_swap)
+        replanner = Replanner(runtime, replan, check_swap, costs=monitor)
         metrics.registry.register(ReplanCollector(replanner))
-    asgi = create_app(runtime, served, metrics=metrics, options=server_options, clipper=layer, replanner=replanner)
-    return App(asgi, runtime, metrics, served, replanner)
+    asgi = create_app(
+        runtime, served, metrics=metrics, options=server_options, clipper=layer, replanner=replanner, costs=monitor
+    )
+    return App(asgi, runtime, metrics, served, replanner, monitor)
 
 
 class _DrainingServer(uvicorn.Server):

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from cascadeserve.plan import SLO, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.planner.problem import Problem, RepKey
 from cascadeserve.planner.solution import Solution, weighted_acc
+from cascadeserve.profile import costs_note
 
 __all__ = ["build_plan", "check_plan"]
 
@@ -131,6 +132,7 @@ def build_plan(problem: Problem, sol: Solution, qps_scale: float) -> GearPlan:
         notes={
             "planner": "cascadeserve.planner (Algorithm 1)",
             "qps_dist": problem.dist.describe(),
+            "costs": costs_note(problem.profile),
             "planned_accuracy": f"{weighted_acc(problem, fr, sol.assign):.6f}",
             # the distribution the plan was made for, per range: what serve --replan measures drift against
             "qps_weights": ",".join(f"{w:.6g}" for w in problem.weights),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cascadeserve.profile.calibration import calibrate, costs_note
 from cascadeserve.profile.certainty import (
     CERTAINTY_FUNCTIONS,
     CertaintyFn,
@@ -20,7 +21,9 @@ __all__ = [
     "ModelProfile",
     "Profile",
     "RuntimeCurve",
+    "calibrate",
     "certainty_function",
+    "costs_note",
     "load_profile",
     "margin",
     "max_probability",

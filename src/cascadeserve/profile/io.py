@@ -4,6 +4,7 @@
 
     PROFILE_DIR/
       profile.yaml             name, task, device, source, certainty, batch_overhead_ms (optional),
+                               calibration (optional: how runtimes were scaled to a serving host),
                                models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
                                          max_batch (optional: the largest batch the model's server forms)}]
       labels.csv               sample_id,label
@@ -287,6 +288,7 @@ def load_profile(directory: str | Path) -> Profile:
         batch_overhead_ms=(
             _number(ypath, top["batch_overhead_ms"], "batch_overhead_ms") if meta("batch_overhead_ms") else 0.0
         ),
+        calibration=meta("calibration"),
     )
 
 
@@ -299,6 +301,8 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
     }
     if profile.batch_overhead_ms:
         doc["batch_overhead_ms"] = float(profile.batch_overhead_ms)
+    if profile.calibration:
+        doc["calibration"] = profile.calibration
     models: list[dict[str, Any]] = []
     for m in profile.models:
         entry: dict[str, Any] = {

@@ -16,6 +16,9 @@ larger ``max_batch``.
 ``batch_overhead_ms`` (profile-wide, default 0) is a deployment's fixed cost per batch beyond the models' runtimes
 (dispatch, event loop and thread wake-ups), measured by ``profile measure``; the planner plans with it and puts it
 in the plan, so the simulator charges it.
+
+``calibration`` (default empty) says how the runtimes were scaled to the costs measured on a serving host
+(:mod:`cascadeserve.profile.calibration`); plans made from the profile repeat it in their ``costs`` note.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class Profile:
     device: str = ""
     source: str = ""
     batch_overhead_ms: float = 0.0
+    calibration: str = ""  # how the runtimes were calibrated to a serving host (profile/calibration.py); "" if not
     _index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ class EmulatedDevice:
         now = self.clock.now()
         secs = self.seconds(row, len(inputs))
         if self.slowdowns is not None:
-            secs *= self.slowdowns.factor(self.name, now)
+            secs *= self.slowdowns.factor(self.name, now, self.profile.models[row].name)
         await self.clock.sleep_until(now + secs, order=self.order)
         return BatchOutput(self.profile.predictions[row, inputs], self.profile.certainties[row, inputs])
 
@@ -91,14 +92,36 @@ class ThreadDevice:
 
     emulated = False
 
-    def __init__(self, name: str, models: Mapping[int, ModelFn], certainty: str | CertaintyFn = "margin") -> None:
+    def __init__(
+        self,
+        name: str,
+        models: Mapping[int, ModelFn],
+        certainty: str | CertaintyFn = "margin",
+        *,
+        slowdowns: Slowdowns | None = None,
+        clock: Clock | None = None,
+        model_names: Mapping[int, str] | None = None,
+    ) -> None:
         self.name = name
         self.models = dict(models)
         self.certainty = certainty_function(certainty)
+        # fault hook (serve --slowdown): times on ``clock``; a slowed batch holds the thread (factor - 1) x longer
+        self.slowdowns = slowdowns or None
+        self.clock = clock
+        self.model_names = dict(model_names or {})
+        if self.slowdowns is not None and self.clock is None:
+            raise ValueError(f"device {name!r}: slowdowns need the runtime's clock")
+        if self.slowdowns is not None and any(s.factor < 1 for s in self.slowdowns.steps):
+            raise ValueError(f"device {name!r}: a real model cannot run faster than it does (slowdown factor < 1)")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cascadeserve-{name}")
 
     def _compute(self, row: int, inputs: np.ndarray) -> BatchOutput:
+        started = time.perf_counter()
         scores = np.asarray(self.models[row](inputs))
+        if self.slowdowns is not None and self.clock is not None:
+            f = self.slowdowns.factor(self.name, self.clock.now(), self.model_names.get(row))
+            if f > 1:
+                time.sleep((f - 1.0) * (time.perf_counter() - started))
         if scores.ndim != 2 or scores.shape[0] != len(inputs):
             raise ValueError(f"expected scores of shape [{len(inputs)}, classes], got {list(scores.shape)}")
         if scores.dtype.kind not in "fiub":

@@ -32,8 +32,10 @@ def emulated_runtime(
     plan.check_against(profile)
     clk = clock or MonotonicClock()
 
+    slow = slowdowns if slowdowns is not None else (options.slowdowns if options is not None else None)
+
     def make(name: str, order: int) -> Device:
-        return EmulatedDevice(name, profile, clk, order=order, slowdowns=slowdowns)
+        return EmulatedDevice(name, profile, clk, order=order, slowdowns=slow)
 
     return Runtime(plan, profile.model_names, make, clock=clk, observer=observer, options=options)
 
@@ -53,8 +55,11 @@ def local_runtime(
     if missing:
         raise KeyError(f"the plan needs models {', '.join(missing)}, which the models config does not define")
     fns = {i: models[n] for i, n in enumerate(names)}
+    clk = clock or MonotonicClock()
+    slow = options.slowdowns if options is not None else None
+    rows = dict(enumerate(names))
 
     def make(name: str, order: int) -> Device:
-        return ThreadDevice(name, fns, certainty)
+        return ThreadDevice(name, fns, certainty, slowdowns=slow, clock=clk, model_names=rows)
 
-    return Runtime(plan, names, make, clock=clock, observer=observer, options=options)
+    return Runtime(plan, names, make, clock=clk, observer=observer, options=options)

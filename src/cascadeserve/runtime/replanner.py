@@ -16,6 +16,12 @@ A :class:`Replanner` listens to the runtime's producer ticks and applies the dec
   new generation, requests in flight finish under the old one, so nothing is dropped), ``notify`` keeps it as
   ``proposed`` (exposed by ``GET /v2/cascade/plan`` and a metric) and logs it, ``keep`` logs why not.
 
+**Cost drift** (:mod:`cascadeserve.runtime.costs`): when batches run off the plan's costs beyond the tolerance for
+long enough, ``notify`` logs which models and by how much (and counts it), and ``auto`` re-plans in the same child
+process from the profile calibrated by the measured factors (:func:`cascadeserve.profile.calibrate`), for the plan's
+own QPS distribution, and swaps it in: the old plan's predictions are known to be wrong, so there is nothing to
+judge. Later re-plans start from the calibrated profile.
+
 Every step is logged on the ``cascadeserve.replan`` logger (warnings, so they show without logging set up).
 """
 
@@ -32,8 +38,11 @@ from pathlib import Path
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy.costs import CostDrift, calibrated_factors
 from cascadeserve.policy.drift import DriftDecision
-from cascadeserve.policy.replan import DriftSettings, LoadDrift, ReplanVerdict
+from cascadeserve.policy.replan import DriftSettings, LoadDrift, ReplanVerdict, planned_weights
+from cascadeserve.profile import calibrate, load_profile, save_profile
+from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.server import Runtime
 
 __all__ = ["REPLAN_COMMAND", "ReplanOptions", "ReplanStats", "Replanner"]
@@ -61,6 +70,7 @@ class ReplanStats:
     failed: int = 0
     swapped: int = 0
     notified: int = 0
+    cost_drifts: int = 0  # cost drifts seen (each one re-planned under auto, reported under notify)
     distance: float = 0.0  # the KS distance at the last check
     scale: float = 1.0
     running: bool = False
@@ -73,10 +83,19 @@ class Replanner:
     """Applies :class:`~cascadeserve.policy.replan.LoadDrift` to a runtime (module docstring)."""
 
     def __init__(
-        self, runtime: Runtime, options: ReplanOptions, check: Callable[[GearPlan], None] | None = None
+        self,
+        runtime: Runtime,
+        options: ReplanOptions,
+        check: Callable[[GearPlan], None] | None = None,
+        *,
+        costs: CostMonitor | None = None,
     ) -> None:
         self.runtime = runtime
         self.options = options
+        self.profile_dir = options.profile_dir  # what re-plans start from (a calibrated copy after a cost drift)
+        self.costs = costs
+        if costs is not None:
+            costs.listeners.append(self.on_cost_drift)
         self.check = check  # the deployment's checks of a plan to swap in (those of PUT /v2/cascade/plan)
         self.stats = ReplanStats()
         self._drift: LoadDrift | None = None
@@ -148,14 +167,14 @@ class Replanner:
         verdict = drift.judge(current, new)
         self._apply(verdict, new)
 
-    async def _run_planner(self, plan: GearPlan, weights: str, n: int) -> GearPlan:
+    async def _run_planner(self, plan: GearPlan, weights: str, n: int, profile_dir: Path | None = None) -> GearPlan:
         d = Path(self._dir.name)
         src, out = d / f"current-{n}.json", d / f"replanned-{n}.json"
         plan.save(src)
         o = self.options
         proc = await asyncio.create_subprocess_exec(
             *o.command,
-            str(o.profile_dir),
+            str(profile_dir or self.profile_dir),
             str(src),
             weights,
             str(out),
@@ -178,6 +197,62 @@ class Replanner:
             tail = err.decode(errors="replace").strip().splitlines()
             raise CascadeServeError(f"the planner exited {proc.returncode}: {tail[-1] if tail else 'no message'}")
         return GearPlan.from_json(out.read_text(), path=out)
+
+    # -- cost drift (from the cost monitor, on the event loop) -----------------------------------------------------
+    def on_cost_drift(self, decision: CostDrift) -> None:
+        s = self.stats
+        s.cost_drifts += 1
+        mode = self.options.settings.mode
+        if mode == "notify":
+            s.notified += 1
+            s.last = f"{decision.describe()}; the plan's predictions do not hold (--replan auto re-plans with them)"
+        elif mode == "auto" and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._replan_costs(decision, self.runtime.plan))
+            return
+        elif mode == "auto":
+            s.last = f"{decision.describe()}; a re-plan is already running, this one waits for the next drift"
+        else:
+            return
+        s.history.append(s.last)
+        log.warning("%s", s.last)
+
+    async def _replan_costs(self, decision: CostDrift, plan: GearPlan) -> None:
+        s = self.stats
+        s.started += 1
+        s.running = True
+        monitor = self.costs
+        assert monitor is not None
+        factors = calibrated_factors(decision.departed)  # relative to the costs in force
+        total = {m: monitor.applied[m] * f for m, f in factors.items()}
+        log.warning("%s; re-planning with the measured costs in a child process", decision.describe())
+        try:
+            base = load_profile(self.options.profile_dir)
+            where = f"this server at t={decision.time:.1f} s (cost drift)"
+            cal_dir = Path(self._dir.name) / f"calibrated-{s.started}"
+            save_profile(calibrate(base, {**monitor.applied, **total}, source=where), cal_dir)
+            weights = ",".join(f"{w:.6g}" for w in planned_weights(plan))
+            new = await self._run_planner(plan, weights, s.started, cal_dir)
+            if self.check is not None:
+                self.check(new)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # whatever went wrong, serving goes on
+            s.failed += 1
+            s.last = f"re-plan {s.started} (cost drift) failed: {e}"
+            log.warning("%s", s.last)
+            return
+        finally:
+            s.running = False
+            self._task = None
+        s.finished += 1
+        self.profile_dir = cal_dir
+        gen = self.runtime.swap_plan(new)
+        monitor.recalibrated(factors, self.runtime.clock.now())
+        s.swapped += 1
+        s.proposed = None
+        s.last = f"swapped in a plan made with the measured costs (generation {gen}): {decision.describe()}"
+        s.history.append(s.last)
+        log.warning("%s", s.last)
 
     def _apply(self, verdict: ReplanVerdict, new: GearPlan) -> None:
         s = self.stats
@@ -220,4 +295,3 @@ class Replanner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._dir.cleanup()
-

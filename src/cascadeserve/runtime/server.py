@@ -65,6 +65,7 @@ from cascadeserve.policy import (
 )
 from cascadeserve.policy.adaptive import Batching, BatchLimit
 from cascadeserve.policy.cache import PredictionCache, input_key
+from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
 from cascadeserve.runtime.device import Device
 from cascadeserve.runtime.generation import Generation
@@ -112,6 +113,8 @@ class RuntimeOptions:
     cache_size: int | None = None  # prediction cache entries (serve --cache-size); None or 0: no cache
     # online threshold tuning (serve --tune): builds each served plan's OnlineTuning from its generation's tables
     tuning: TuningFactory | None = None
+    # fault hook (serve --slowdown): device/model slowdowns from a time on, on emulated and real devices alike
+    slowdowns: Slowdowns | None = None
 
 
 class Runtime:

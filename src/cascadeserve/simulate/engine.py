@@ -226,7 +226,7 @@ class Simulator:
             tab = self._rt_tables[row]
             secs = (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + overhead_s
             if slowdowns is not None:
-                secs *= slowdowns.factor(device_names[d], t)
+                secs *= slowdowns.factor(device_names[d], t, self.profile.models[row].name)
             busy[d] = (r, ids, t)
             busy_until[d] = t + secs
             w = min(int(t // tick), n_ticks) if n_ticks else 0

@@ -1,0 +1,66 @@
+"""Calibration: a profile's runtimes scaled to what batches cost where they are served.
+
+``profile measure`` times each model alone on a quiet machine. Served, the same batch shares the host with the HTTP
+front end, the other devices and the client, and costs more (1.25-2x on a 2-core box). A plan made from the quiet
+runtimes promises a p95 the server cannot keep. Calibration closes that gap with measurements, not a guess:
+
+1. serve the plan (or any plan that runs every model) under a realistic load: ``bench``, or real traffic;
+2. the server's cost watch (:class:`~cascadeserve.policy.costs.CostWatch`) keeps, per model, the median of
+   measured / profiled batch time: ``GET /v2/cascade/costs``;
+3. ``cascadeserve profile calibrate PROFILE --server URL --out NEW`` writes a new profile whose runtimes are the
+   old ones times those factors (:func:`calibrate`), with a ``calibration`` line in ``profile.yaml`` saying by how
+   much and where it was measured. Plans made from it say so in their ``costs`` note (:func:`costs_note`).
+
+``serve --replan auto`` does the same while serving when the costs drift (a throttled device, a new neighbour),
+and the demo calibrates its profile this way before planning.
+
+A factor scales the whole curve: contention slows a batch of any size by about the same proportion, and the
+server sees mostly a few batch sizes, too few to refit a curve from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+from cascadeserve.profile.profile import ModelProfile, Profile
+from cascadeserve.profile.runtime import RuntimeCurve
+
+__all__ = ["calibrate", "costs_note", "describe_factors"]
+
+
+def describe_factors(factors: Mapping[str, float]) -> str:
+    """``m1 x1.42, m2 x1.80``: the factors in a profile's calibration line and a plan's costs note."""
+    return ", ".join(f"{m} x{f:.3g}" for m, f in factors.items())
+
+
+def calibrate(profile: Profile, factors: Mapping[str, float], *, source: str) -> Profile:
+    """``profile`` with each named model's runtimes multiplied by its factor (others unchanged), recording how.
+
+    Factors compose: calibrating a calibrated profile multiplies again, and the new line says so.
+    """
+    unknown = sorted(set(factors) - set(profile.model_names))
+    if unknown:
+        raise ValueError(f"calibration names model(s) not in profile {profile.name!r}: {', '.join(unknown)}")
+    for name, f in factors.items():
+        if not (f > 0 and math.isfinite(f)):
+            raise ValueError(f"calibration factor of model {name!r} must be a positive number, got {f!r}")
+    models: list[ModelProfile] = []
+    for m in profile.models:
+        f = float(factors.get(m.name, 1.0))
+        rt = m.runtime
+        curve = RuntimeCurve(rt.batch_sizes, tuple(v * f for v in rt.ms)) if f != 1.0 else rt
+        models.append(dataclasses.replace(m, runtime=curve))
+    line = f"runtimes {describe_factors(factors)} as measured on {source}"
+    if profile.calibration:
+        line = f"{line}; before that: {profile.calibration}"
+    return dataclasses.replace(profile, models=tuple(models), calibration=line)
+
+
+def costs_note(profile: Profile) -> str:
+    """What a plan says about the costs it was planned with."""
+    where = f" ({profile.device})" if profile.device else ""
+    if profile.calibration:
+        return f"profile {profile.name!r} calibrated: {profile.calibration}"
+    return f"profile {profile.name!r} as measured{where}, not calibrated to the serving host"

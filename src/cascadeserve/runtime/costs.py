@@ -1,0 +1,108 @@
+"""The runtime's cost monitor: every finished batch against the costs the plan was made with.
+
+:class:`CostMonitor` is an observer (only :meth:`batch` does anything) and a producer tick listener. It feeds each
+batch to the policy's :class:`~cascadeserve.policy.costs.CostWatch` and, on every tick, applies the watch's
+decision: a :class:`~cascadeserve.policy.costs.CostDrift` is logged on ``cascadeserve.costs`` (a warning naming
+each model and its factor), counted, and handed to the listeners (``serve --replan auto`` re-plans with the
+measured costs: :mod:`cascadeserve.runtime.replanner`).
+
+The costs "in force" are the profile's runtimes times the factors already applied (:meth:`recalibrated`, called
+after a re-plan with measured costs), so after a swap the watch compares batches with the costs the new plan
+assumed, not the stale ones. Besides the watch's window, the monitor keeps the last ``keep`` ratios per model
+since the start (or the last recalibration): that is what ``profile calibrate --server`` reads after a ``bench``
+run, when the window may already have emptied.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch
+from cascadeserve.profile import Profile
+from cascadeserve.runtime.observer import BatchEvent, NullObserver
+
+__all__ = ["CostMonitor"]
+
+log = logging.getLogger("cascadeserve.costs")
+
+
+class CostMonitor(NullObserver):
+    """Watches batch costs against the profile's (module docstring)."""
+
+    def __init__(self, profile: Profile, settings: CostSettings | None = None, *, keep: int = 20_000) -> None:
+        self.profile = profile
+        self.watch = CostWatch(profile.model_names, settings)
+        self.applied = dict.fromkeys(profile.model_names, 1.0)  # factors the costs in force already include
+        self._rows = {m: i for i, m in enumerate(profile.model_names)}
+        self._curves = [m.runtime for m in profile.models]
+        self._since: list[deque[float]] = [deque(maxlen=keep) for _ in profile.models]
+        self.listeners: list[Callable[[CostDrift], None]] = []
+        self.drifts = 0
+        self.last: CostDrift | None = None
+        self.now = 0.0  # the clock at the last batch or tick (for the snapshot)
+
+    # -- observer and tick listener ------------------------------------------------------------------------------
+    def batch(self, event: BatchEvent) -> None:
+        row = self._rows.get(event.model)
+        if row is None or event.failed:
+            return
+        profiled_s = float(self._curves[row].ms_at(event.size)) / 1000.0
+        seconds = event.end - event.start
+        self.watch.observe(row, event.end, seconds, profiled_s * self.applied[event.model])
+        if profiled_s > 0:
+            self._since[row].append(seconds / profiled_s)
+        self.now = max(self.now, event.end)
+
+    def on_tick(self, t: float, qps: float) -> None:
+        self.now = max(self.now, t)
+        decision = self.watch.check(t)
+        if decision is None:
+            return
+        self.drifts += 1
+        self.last = decision
+        log.warning("cost drift: %s", decision.describe())
+        for listen in self.listeners:
+            listen(decision)
+
+    def recalibrated(self, factors: dict[str, float], now: float) -> None:
+        """A plan made with costs x``factors`` (relative to the costs in force) is in force from ``now``."""
+        for m, f in factors.items():
+            self.applied[m] *= f
+        self.watch.reset(now)
+        for d in self._since:
+            d.clear()
+
+    # -- what GET /v2/cascade/costs shows ------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Per model: the window's factor against the costs in force, and the median since the start against the
+        profile (what ``profile calibrate`` scales the profile by)."""
+        window = {c.model: c for c in self.watch.factors(self.now)}
+        models = []
+        for m in self.profile.model_names:
+            since = self._since[self._rows[m]]
+            w = window.get(m)
+            models.append(
+                {
+                    "model": m,
+                    "factor_vs_profile": float(np.median(since)) if since else None,
+                    "batches": len(since),
+                    "window_factor": None if w is None else w.factor,
+                    "window_batches": 0 if w is None else w.batches,
+                    "applied": self.applied[m],
+                }
+            )
+        s = self.watch.settings
+        return {
+            "profile": self.profile.name,
+            "calibration": self.profile.calibration,
+            "tolerance": s.tolerance,
+            "window_s": s.window_s,
+            "drifts": self.drifts,
+            "last_drift": None if self.last is None else self.last.describe(),
+            "models": models,
+        }

@@ -1,0 +1,68 @@
+"""Calibration: runtimes scaled by measured factors, recorded in profile.yaml and in the plans made from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cascadeserve.plan import SLO, Device
+from cascadeserve.planner import Planner
+from cascadeserve.profile import calibrate, costs_note, load_profile, save_profile
+from cascadeserve.profile.slowdown import Slowdown, Slowdowns
+
+PROFILE = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
+
+
+def test_calibrate_scales_named_models_and_round_trips(tmp_path: Path) -> None:
+    prof = load_profile(PROFILE)
+    assert prof.calibration == ""
+    cal = calibrate(prof, {"lr-chars": 2.0, "nb-words": 1.5}, source="http://127.0.0.1:1 (99 batches)")
+    for m, f in (("lr-chars", 2.0), ("nb-words", 1.5), ("lr-words", 1.0)):
+        before, after = prof.model(m).runtime, cal.model(m).runtime
+        assert after.batch_sizes == before.batch_sizes
+        assert after.ms == pytest.approx(tuple(v * f for v in before.ms))
+    assert cal.calibration == "runtimes lr-chars x2, nb-words x1.5 as measured on http://127.0.0.1:1 (99 batches)"
+    back = load_profile(save_profile(cal, tmp_path / "cal"))
+    assert back.calibration == cal.calibration
+    assert back.model("lr-chars").runtime.ms == pytest.approx(cal.model("lr-chars").runtime.ms)
+    again = calibrate(back, {"lr-chars": 1.1}, source="later")
+    assert again.calibration.endswith("; before that: " + cal.calibration)
+
+
+def test_calibrate_refuses_unknown_models_and_bad_factors() -> None:
+    prof = load_profile(PROFILE)
+    with pytest.raises(ValueError, match="not in profile"):
+        calibrate(prof, {"nope": 2.0}, source="x")
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="lr-chars"):
+            calibrate(prof, {"lr-chars": bad}, source="x")
+
+
+def test_plans_say_which_costs_they_were_made_with() -> None:
+    prof = load_profile(PROFILE)
+    devices = (Device(name="dev0", memory_mb=1000),)
+    plain = Planner(n_ranges=2, sim_requests=300).fit(prof, devices, SLO(kind="p95_ms", value=50), 100).plan_
+    assert plain is not None
+    assert plain.notes["costs"] == costs_note(prof)
+    assert "not calibrated" in plain.notes["costs"]
+    cal = calibrate(prof, {"lr-chars": 3.0}, source="a bench run")
+    plan = Planner(n_ranges=2, sim_requests=300).fit(cal, devices, SLO(kind="p95_ms", value=50), 100).plan_
+    assert plan is not None
+    assert plan.notes["costs"] == "profile 'tweets-sklearn' calibrated: runtimes lr-chars x3 as measured on a bench run"
+
+
+def test_slowdown_specs_and_per_model_factors() -> None:
+    s = Slowdown.parse("model=lr-chars,at=30,factor=2")
+    assert s == Slowdown("*", 30.0, 2.0, "lr-chars")
+    assert Slowdown.parse("device=dev1, at=0, factor=1.5") == Slowdown("dev1", 0.0, 1.5, None)
+    sched = Slowdowns.of(s, Slowdown("dev1", 10.0, 3.0))
+    assert sched.factor("dev0", 29.0, "lr-chars") == 1.0
+    assert sched.factor("dev0", 30.0, "lr-chars") == 2.0
+    assert sched.factor("dev0", 30.0, "nb-words") == 1.0
+    assert sched.factor("dev1", 30.0, "nb-words") == 3.0
+    assert sched.factor("dev1", 30.0, "lr-chars") == 2.0  # the latest step that applies wins
+    assert sched.shifted(100.0).factor("dev0", 130.0, "lr-chars") == 2.0
+    for bad in ("at=1", "factor=2", "at=x,factor=2", "at=1,factor=0", "speed=1,at=1,factor=2", "at=1,at=2,factor=2"):
+        with pytest.raises(ValueError, match="at"):
+            Slowdown.parse(bad)
