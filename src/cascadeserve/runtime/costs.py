@@ -6,7 +6,8 @@ decision: a :class:`~cascadeserve.policy.costs.CostDrift` is logged on ``cascade
 each model and its factor), counted, and handed to the listeners (``serve --replan auto`` re-plans with the
 measured costs: :mod:`cascadeserve.runtime.replanner`).
 
-The costs "in force" are the profile's runtimes times the factors already applied (:meth:`recalibrated`, called
+The costs "in force" are the profile's runtimes times the factors already applied, plus the plan's per-batch
+overhead (``batch_overhead_ms``, which the simulator charges on every batch too) (:meth:`recalibrated`, called
 after a re-plan with measured costs), so after a swap the watch compares batches with the costs the new plan
 assumed, not the stale ones. Besides the watch's window, the monitor keeps the last ``keep`` ratios per model
 since the start (or the last recalibration): that is what ``profile calibrate --server`` reads after a ``bench``
@@ -34,8 +35,11 @@ log = logging.getLogger("cascadeserve.costs")
 class CostMonitor(NullObserver):
     """Watches batch costs against the profile's (module docstring)."""
 
-    def __init__(self, profile: Profile, settings: CostSettings | None = None, *, keep: int = 20_000) -> None:
+    def __init__(
+        self, profile: Profile, settings: CostSettings | None = None, *, overhead_ms: float = 0.0, keep: int = 20_000
+    ) -> None:
         self.profile = profile
+        self.overhead_s = overhead_ms / 1000.0
         self.watch = CostWatch(profile.model_names, settings)
         self.applied = dict.fromkeys(profile.model_names, 1.0)  # factors the costs in force already include
         self._rows = {m: i for i, m in enumerate(profile.model_names)}
@@ -53,7 +57,7 @@ class CostMonitor(NullObserver):
             return
         profiled_s = float(self._curves[row].ms_at(event.size)) / 1000.0
         seconds = event.end - event.start
-        self.watch.observe(row, event.end, seconds, profiled_s * self.applied[event.model])
+        self.watch.observe(row, event.end, seconds, profiled_s * self.applied[event.model] + self.overhead_s)
         if profiled_s > 0:
             self._since[row].append(seconds / profiled_s)
         self.now = max(self.now, event.end)
