@@ -1,14 +1,20 @@
 """``cascadeserve profile calibrate``: a profile's runtimes scaled to what a live server measured.
 
-Serve a plan made from the profile (``serve --models``), put a realistic load on it (``bench``, or real traffic),
-then::
+Two ways to measure, one result:
 
-    cascadeserve profile calibrate PROFILE --server http://127.0.0.1:8000 --out PROFILE-calibrated
+* under serving conditions, here and now::
 
-reads ``GET /v2/cascade/costs`` (per model, the median measured / profiled batch time since the server started)
-and writes a new profile whose runtimes are multiplied by those factors, with a ``calibration`` line saying by how
-much and where (:mod:`cascadeserve.profile.calibration`). Plan from the new profile: its plans say in their
-``costs`` note which costs they were made with. The input profile is never rewritten.
+      cascadeserve profile calibrate PROFILE --models models.yaml --validation DATA --devices 2 --out NEW
+
+  serves every model of the family with the real HTTP server on 127.0.0.1 and drives it with real inputs for a few
+  seconds (:func:`cascadeserve.eval.hostcost.measure_host_costs`);
+* from a server under real load: serve a plan made from the profile (``serve --models``), load it (``bench``, or
+  real traffic), then ``cascadeserve profile calibrate PROFILE --server http://127.0.0.1:8000 --out NEW`` reads
+  ``GET /v2/cascade/costs`` (per model, the median measured / profiled batch time since the server started).
+
+Either way it writes a new profile whose runtimes are multiplied by those factors, with a ``calibration`` line
+saying by how much and where (:mod:`cascadeserve.profile.calibration`). Plan from the new profile: its plans say in
+their ``costs`` note which costs they were made with. The input profile is never rewritten.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
+import numpy as np
 import typer
 
 from cascadeserve.cli.profile import ProfileDir, profile_app
 from cascadeserve.cli.root import console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.profile import calibrate, load_profile, save_profile
+from cascadeserve.profile import Profile, calibrate, load_profile, save_profile
 
 __all__ = ["calibrate_cmd", "server_factors"]
 
@@ -44,10 +51,18 @@ def server_factors(snapshot: dict[str, Any], min_batches: int) -> tuple[dict[str
 @profile_app.command("calibrate")
 def calibrate_cmd(
     directory: ProfileDir,
-    server: Annotated[
-        str, typer.Option(help="A live cascadeserve server serving this profile, e.g. http://127.0.0.1:8000.")
-    ],
     out: Annotated[Path, typer.Option(help="New profile directory to write (the input is never rewritten).")],
+    server: Annotated[
+        str | None, typer.Option(help="Read the costs of a live server serving this profile (http://HOST:PORT).")
+    ] = None,
+    models: Annotated[
+        Path | None, typer.Option(help="Or measure here: serve these models (models config YAML) and load them.")
+    ] = None,
+    validation: Annotated[
+        str | None, typer.Option(help="With --models: the inputs to send (as profile measure --validation).")
+    ] = None,
+    devices: Annotated[int, typer.Option(help="With --models: devices to serve on (as you will).", min=1)] = 2,
+    seconds: Annotated[float, typer.Option(help="With --models: how long to load the server.", min=1.0)] = 8.0,
     min_batches: Annotated[
         int, typer.Option(help="Models with fewer measured batches keep their runtimes.", min=1)
     ] = 20,
@@ -56,10 +71,20 @@ def calibrate_cmd(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
-    """Scale a profile's runtimes by the batch costs a live server measured (GET /v2/cascade/costs)."""
+    """Scale a profile's runtimes by what batches cost when served: measured here (--models) or read from a live
+    server (--server, GET /v2/cascade/costs)."""
     prof = load_profile(directory)
     if out.resolve() == directory.resolve():
         raise CascadeServeError(f"--out: {out} is the input profile; give a new directory")
+    if (server is None) == (models is None):
+        raise CascadeServeError("give --server URL (a live server's costs) or --models and --validation (measure here)")
+    if models is not None:
+        if validation is None:
+            raise CascadeServeError("--validation: needed with --models (the inputs to send)")
+        factors, source = _measure_here(prof, models, validation, devices, seconds)
+        _write(prof, factors, source, out, [], as_json)
+        return
+    assert server is not None
     url = server.rstrip("/") + "/v2/cascade/costs"
     headers = {"authorization": f"Bearer {token}"} if token else {}
     try:
@@ -79,9 +104,36 @@ def calibrate_cmd(
         raise CascadeServeError(f"--server: it measured model(s) {', '.join(unknown)}, which {directory} lacks")
     if not factors:
         raise CascadeServeError(f"--server: no model has {min_batches} measured batches yet; put load on it first")
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     total = sum(int(m.get("batches") or 0) for m in snap.get("models", []))
-    new = calibrate(prof, factors, source=f"{server} ({total} batches, {when})")
+    _write(prof, factors, f"{server} ({total} batches, {_now()})", out, notes, as_json)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _measure_here(
+    prof: Profile, models: Path, validation: str, devices: int, seconds: float
+) -> tuple[dict[str, float], str]:
+    from cascadeserve.eval.hostcost import measure_host_costs
+    from cascadeserve.models import load_validation
+    from cascadeserve.runtime import load_model_config
+
+    config = load_model_config(models)
+    missing = sorted(set(prof.model_names) - set(config.models))
+    if missing:
+        raise CascadeServeError(f"--models: {models} lacks model(s) {', '.join(missing)} of the profile")
+    data = load_validation(validation)
+    err_console.print(f"serving {len(prof.model_names)} models on {devices} devices for {seconds:g} s ...")
+    rows = np.asarray(data.inputs, dtype=object if isinstance(data.inputs, list) else None)
+    costs = measure_host_costs(prof, config, rows, devices=devices, seconds=seconds)
+    if not costs.factors:
+        raise CascadeServeError("no batch finished while measuring: is the server able to run the models?")
+    return costs.factors, f"this host under serving conditions ({costs.describe()}, {_now()})"
+
+
+def _write(prof: Profile, factors: dict[str, float], source: str, out: Path, notes: list[str], as_json: bool) -> None:
+    new = calibrate(prof, factors, source=source)
     save_profile(new, out)
     for n in notes:
         err_console.print(n, highlight=False)

@@ -19,9 +19,14 @@ def demo(
     out: Annotated[Path, typer.Option(help="Where the plan, config and PNG figures go.")] = Path("reports/demo"),
     slo_p95_ms: Annotated[float, typer.Option(help="The p95 latency SLO in ms.")] = 150.0,
     peak_qps: Annotated[float | None, typer.Option(help="Peak QPS of the replay (default: from the profile).")] = None,
-    contention: Annotated[
-        float, typer.Option(help="Runtime factor for the cores shared with HTTP and the client.")
-    ] = 3.0,
+    calibrate_s: Annotated[
+        float,
+        typer.Option(
+            help="Seconds of serving the family over HTTP before planning, to measure what batches cost on this "
+            "host (profile calibrate --models).",
+            min=1.0,
+        ),
+    ] = 6.0,
     baseline: Annotated[bool, typer.Option(help="Also replay the load on DynBa (the top model alone).")] = True,
 ) -> None:
     """Train the digits family, profile it, plan, serve it on 127.0.0.1, replay a Twitter excerpt, plot."""
@@ -34,7 +39,7 @@ def demo(
             f"the demo needs torch and scikit-learn ({e}); pip install 'cascadeserve[demo]'"
         ) from None
     opts = DemoOptions(
-        quick=quick, out=out, slo_p95_ms=slo_p95_ms, peak_qps=peak_qps, contention=contention, baseline=baseline
+        quick=quick, out=out, slo_p95_ms=slo_p95_ms, peak_qps=peak_qps, calibrate_s=calibrate_s, baseline=baseline
     )
     console.print(f"[bold]cascadeserve demo[/] ({'quick' if quick else 'full'}): digits family, real models, 2 devices")
     with Progress(

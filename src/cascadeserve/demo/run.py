@@ -3,16 +3,18 @@
 1. **Train** the digits family (or load it from the cache), with a progress bar.
 2. **Profile** it with the profiler (runtimes for batch sizes 1-64 on one thread per model, memory, predictions
    and certainty on the 600 validation images); the profile is cached beside the weights and resumable.
-3. **Plan** for the default SLO (p95 ≤ 150 ms) on 2 local devices. The profile was measured on an idle machine,
-   but during the demo the HTTP server and the load generator share the same 2 cores with both devices, so the
-   planner sees the runtimes multiplied by ``contention`` (3 by default: roughly a third of the CPU is left to
-   each device thread). The peak QPS is set from the most accurate model's capacity under that contention, so
-   that the burst is more than that model alone can serve.
-4. **Serve** the plan on 127.0.0.1 with the V2 HTTP server, the models running on one thread per device.
-5. **Replay** an excerpt of the Twitter per-second counts bundled in ``cascadeserve/data/traces`` (a step from
+3. **Calibrate** the profile to this host: the profile was measured on an idle machine, but during the demo the
+   HTTP server and the load generator share the same cores with both devices. The family is served over HTTP on
+   127.0.0.1 with real images for a few seconds (``profile calibrate --models``,
+   :func:`cascadeserve.eval.hostcost.measure_host_costs`) and each model's runtimes are scaled by what its
+   batches measured.
+4. **Plan** the calibrated profile for the default SLO (p95 ≤ 150 ms) on 2 local devices. The peak QPS is set from
+   the most accurate model's calibrated capacity, so that the burst is more than that model alone can serve.
+5. **Serve** the plan on 127.0.0.1 with the V2 HTTP server, the models running on one thread per device.
+6. **Replay** an excerpt of the Twitter per-second counts bundled in ``cascadeserve/data/traces`` (a step from
    about 45 to about 220 tweets per second), scaled so its busiest second hits the peak, with one real image per
    request; then the **DynBa** baseline: the same load on the most accurate model alone with dynamic batching.
-6. **Summarise** (gear switches, p95 and accuracy against the SLO, the baseline) and **plot** to
+7. **Summarise** (gear switches, p95 and accuracy against the SLO, the baseline) and **plot** to
    ``reports/demo/`` (frontier, gear plan, timeline).
 
 The run fails (non-zero exit) if the server fails or any request of the cascadeserve run is lost.
@@ -31,12 +33,13 @@ import numpy as np
 from cascadeserve.cascade import Cascade
 from cascadeserve.demo.load import Replay, replay
 from cascadeserve.demo.plots import plot_frontier, plot_plan, plot_timeline
+from cascadeserve.eval.hostcost import measure_host_costs
 from cascadeserve.http import Server, build_app
 from cascadeserve.models import MeasureOptions, load_models_config, measure
 from cascadeserve.models.families import digits
 from cascadeserve.plan import SLO, Device, GearPlan, fixed_plan
 from cascadeserve.planner import Planner
-from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
+from cascadeserve.profile import Profile, calibrate
 from cascadeserve.runtime import load_model_config
 from cascadeserve.traces import build_trace
 
@@ -57,7 +60,7 @@ class DemoOptions:
     slo_p95_ms: float = 150.0
     devices: int = 2
     device_memory_mb: float = 256.0
-    contention: float = 3.0
+    calibrate_s: float = 6.0  # seconds of serving the family to measure this host's costs before planning
     peak_qps: float | None = None  # None: from the profile (see the module docstring)
     seed: int = 0
     baseline: bool = True
@@ -82,24 +85,6 @@ class DemoResult:
     @property
     def ok(self) -> bool:
         return self.cascade.lost == 0
-
-
-def _contended(profile: Profile, factor: float) -> Profile:
-    models = tuple(
-        ModelProfile(m.name, m.memory_mb, RuntimeCurve(m.runtime.batch_sizes, tuple(v * factor for v in m.runtime.ms)))
-        for m in profile.models
-    )
-    return Profile(
-        name=profile.name,
-        models=models,
-        sample_ids=profile.sample_ids,
-        labels=profile.labels,
-        predictions=profile.predictions,
-        certainties=profile.certainties,
-        task=profile.task,
-        device=f"{profile.device}; runtimes x{factor:g} for the demo's shared cores",
-        source=profile.source,
-    )
 
 
 def _serve(profile: Profile, plan: GearPlan, models_yaml: Path, run: Callable[[str], Replay]) -> Replay:
@@ -165,7 +150,15 @@ def run_demo(
         )
 
     t0 = time.perf_counter()
-    plan_prof = _contended(profile, opts.contention)
+    _, _, xv, yv, _ = digits.split(opts.seed)
+    costs = measure_host_costs(
+        profile, load_model_config(models_yaml), xv, devices=opts.devices, seconds=opts.calibrate_s, name="digits"
+    )
+    plan_prof = calibrate(profile, costs.factors, source=f"the demo's host ({costs.describe()})")
+    timings["calibrate_s"] = time.perf_counter() - t0
+    say(f"calibrated to this host: {costs.describe()}")
+
+    t0 = time.perf_counter()
     top = profile.model_names[int(np.argmax(profile.accuracies))]
     top_rt = plan_prof.model(top).runtime
     top_capacity = opts.devices * 32 / (float(top_rt.ms_at(32)) / 1000.0)
@@ -180,7 +173,7 @@ def run_demo(
     timings["plan_s"] = time.perf_counter() - t0
     say(
         f"plan: {len(plan.gears)} gears up to {plan.max_qps:.0f} QPS for {slo} on {opts.devices} devices "
-        f"(most accurate model {top}: about {top_capacity:.0f} QPS under contention x{opts.contention:g}); "
+        f"(most accurate model {top}: about {top_capacity:.0f} QPS at its calibrated cost); "
         f"planned in {timings['plan_s']:.1f} s"
     )
     for i, g in enumerate(plan.gears):
@@ -190,7 +183,6 @@ def run_demo(
         )
 
     trace = build_trace(trace_path(), fmt="per-second", window=opts.window, max_qps=peak, seed=opts.seed)
-    _, _, xv, yv, _ = digits.split(opts.seed)
     seconds = int(trace.duration_s)
     say(
         f"replaying {len(trace.arrivals)} requests over {seconds} s "

@@ -1,0 +1,92 @@
+"""Costs of the host, measured under serving conditions: the profile's runtimes as a served batch pays them.
+
+``profile measure`` times each model alone. On the serving host a batch also competes with the HTTP front end that
+parses every request, the other devices' threads and the client, so it runs slower (1.25-2x on a 2-core box). This
+module measures that in a few seconds, with the real pieces, and returns the per-model factors that
+:func:`cascadeserve.profile.calibrate` applies:
+
+1. a **probe plan**: every model of the family in one cascade (cheapest first, thresholds at 1, so every request
+   runs every stage), every model on every device, a minimum queue of 1; or the user's own plan;
+2. the real HTTP server with the real models on 127.0.0.1 (:func:`cascadeserve.http.build_app`), in this process;
+3. Poisson arrivals of real validation inputs over HTTP (:func:`cascadeserve.eval.loadgen.run_load`), at
+   ``busy`` times the probe plan's capacity under the *profiled* runtimes, for ``seconds``;
+4. the server's cost monitor (:class:`~cascadeserve.runtime.costs.CostMonitor`): per model, the median measured /
+   profiled batch time over every batch (``factor_vs_profile``).
+
+``profile calibrate --models`` and the demo use it; ``profile calibrate --server`` reads the same monitor from a
+server someone else is loading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.eval.loadgen import LoadReport, run_load
+from cascadeserve.http import Server, build_app
+from cascadeserve.plan import Device, GearPlan, fixed_plan
+from cascadeserve.profile import Profile
+from cascadeserve.runtime import ModelConfig
+from cascadeserve.traces import poisson
+
+__all__ = ["HostCosts", "measure_host_costs", "probe_plan"]
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """What a calibration run measured: factors per model (measured / profiled batch time, median), batches seen."""
+
+    factors: dict[str, float]
+    batches: dict[str, int]
+    qps: float
+    seconds: float
+    load: LoadReport
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{m} x{f:.2f} ({self.batches[m]} batches)" for m, f in self.factors.items())
+        return f"{parts}; {self.qps:.0f} QPS of real inputs over HTTP for {self.seconds:g} s"
+
+
+def probe_plan(profile: Profile, devices: int, memory_mb: float = 1e9) -> GearPlan:
+    """Every model, cheapest first, in one cascade whose thresholds send every request through every stage."""
+    order = tuple(profile.by_cost())
+    cascade = Cascade(order, tuple(1.0 for _ in order[:-1]))
+    devs = tuple(Device(name=f"dev{i}", memory_mb=memory_mb) for i in range(devices))
+    return fixed_plan(profile, cascade, devs, batch_overhead_ms=0.0)
+
+
+def _capacity_qps(profile: Profile, plan: GearPlan, batch: int = 8) -> float:
+    """Requests per second the plan's devices carry when every request runs every model, at the profiled cost."""
+    per_request_ms = sum(float(m.runtime.ms_at(batch)) / batch for m in profile.models if m.name in plan.models())
+    return len(plan.devices) * 1000.0 / max(per_request_ms, 1e-6)
+
+
+def measure_host_costs(
+    profile: Profile,
+    models: ModelConfig,
+    rows: np.ndarray,
+    *,
+    devices: int = 2,
+    seconds: float = 8.0,
+    busy: float = 0.5,
+    plan: GearPlan | None = None,
+    name: str = "calibrate",
+    seed: int = 0,
+) -> HostCosts:
+    """Serve ``plan`` (default: :func:`probe_plan`) with the real ``models`` and measure batch costs (module doc)."""
+    if not (seconds > 0 and 0 < busy <= 2):
+        raise ValueError(f"seconds must be positive and busy in (0, 2], got {seconds!r}, {busy!r}")
+    p = plan or probe_plan(profile, devices)
+    qps = busy * _capacity_qps(profile, p)
+    arrivals = poisson(qps, seconds, seed=seed).arrivals
+    app = build_app(profile, p, models=models, name=name)
+    with Server(app, "127.0.0.1", 0, grace_s=5.0) as server:
+        report = asyncio.run(run_load(server.url, name, arrivals, rows=rows))
+        snap: dict[str, Any] = app.costs.snapshot() if app.costs is not None else {"models": []}
+    factors = {m["model"]: float(m["factor_vs_profile"]) for m in snap["models"] if m["factor_vs_profile"]}
+    batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["factor_vs_profile"]}
+    return HostCosts(factors, batches, qps, seconds, report)
