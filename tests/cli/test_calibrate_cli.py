@@ -1,0 +1,121 @@
+"""``cascadeserve profile calibrate``: measured here (--models, the real HTTP server on 127.0.0.1 with real inputs)
+or read from a live server (--server); the new profile's runtimes are the old ones times the measured factors."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.cli_json import stdout_json
+
+from cascadeserve.cascade import Cascade
+from cascadeserve.cli import run
+from cascadeserve.eval.loadgen import run_load
+from cascadeserve.http import Server, build_app
+from cascadeserve.plan import SLO, Device, fixed_plan
+from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, load_profile, save_profile
+
+# two models that sleep 4 ms per batch whatever its size; the profile says 2 ms: a factor of 2 (and a bit)
+FACTORY = """
+import time
+import numpy as np
+
+def sleeper(classes=3):
+    def f(batch):
+        time.sleep(0.004)
+        x = np.asarray(batch, dtype=float)
+        return np.stack([x[:, 0], x[:, 1], x[:, 2]], axis=1)
+    return f
+"""
+
+
+@pytest.fixture()
+def family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    (tmp_path / "cs_calibrate_factories.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text(
+        textwrap.dedent(
+            """
+            certainty: margin
+            input: {name: x, datatype: FP64, shape: [-1, 3]}
+            models:
+              - {name: a, adapter: callable, ref: "cs_calibrate_factories:sleeper"}
+              - {name: b, adapter: callable, ref: "cs_calibrate_factories:sleeper"}
+            """
+        )
+    )
+    rng = np.random.default_rng(0)
+    x = rng.random(size=(30, 3))
+    y = x.argmax(axis=1)
+    data = tmp_path / "val.csv"
+    lines = ["sample_id,label,f0,f1,f2"] + [f"s{i},{y[i]}," + ",".join(f"{v:.4f}" for v in x[i]) for i in range(30)]
+    data.write_text("\n".join(lines) + "\n")
+    flat = RuntimeCurve((1, 64), (2.0, 2.0))
+    models = [ModelProfile("a", 1.0, flat), ModelProfile("b", 1.0, flat)]
+    prof = Profile.from_scores("sleepers", models, y, {"a": x, "b": x}, device="quiet machine")
+    return cfg, data, save_profile(prof, tmp_path / "prof")
+
+
+def test_measure_here_scales_every_model_by_what_its_batches_cost(
+    family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg, data, prof_dir = family
+    out = tmp_path / "host"
+    argv = ["profile", "calibrate", str(prof_dir), "--models", str(cfg), "--validation", str(data)]
+    code = run([*argv, "--devices", "1", "--seconds", "2", "--out", str(out), "--json"])
+    assert code == 0, capsys.readouterr().err
+    summary = stdout_json(capsys)
+    before, after = load_profile(prof_dir), load_profile(out)
+    for m in ("a", "b"):
+        f = summary["factors"][m]
+        assert 1.9 < f < 50  # 4 ms of sleep against 2 ms profiled, plus the host's share (a busy CI box)
+        assert after.model(m).runtime.ms == pytest.approx(tuple(v * f for v in before.model(m).runtime.ms))
+    assert after.calibration.startswith("runtimes a x") and "this host under serving conditions" in after.calibration
+    assert before.calibration == ""  # the input is never rewritten
+
+
+def test_read_a_live_servers_costs(
+    family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cascadeserve.runtime import load_model_config
+
+    cfg, _, prof_dir = family
+    prof = load_profile(prof_dir)
+    plan = fixed_plan(
+        prof, Cascade(("a", "b"), (1.0,)), (Device(name="d0", memory_mb=10),), slo=SLO(kind="p95_ms", value=500)
+    )
+    app = build_app(prof, plan, models=load_model_config(cfg), name="sleepers")
+    rows = np.random.default_rng(1).random(size=(30, 3))
+    with Server(app, "127.0.0.1", 0, grace_s=2.0) as server:
+        report = asyncio.run(run_load(server.url, "sleepers", np.linspace(0, 1.0, 40), rows=rows))
+        assert report.ok == 40
+        out, url = tmp_path / "live", server.url
+        code = run(["profile", "calibrate", str(prof_dir), "--server", url, "--out", str(out), "--min-batches", "5"])
+    assert code == 0, capsys.readouterr().err
+    after = load_profile(out)
+    assert after.model("a").runtime.ms[0] > 3.8 and after.model("b").runtime.ms[0] > 3.8
+    assert f"as measured on {url} (" in after.calibration
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ([], "give --server URL"),
+        (["--server", "http://127.0.0.1:9", "--models", "m.yaml"], "give --server URL"),
+        (["--server", "http://127.0.0.1:9"], "--server: cannot read"),
+        (["--models", "m.yaml"], "--validation: needed with --models"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2(
+    family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], named: str
+) -> None:
+    _, _, prof_dir = family
+    code = run(["profile", "calibrate", str(prof_dir), "--out", str(tmp_path / "x"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and named in err and len(err.strip().splitlines()) == 1
+    assert run(["profile", "calibrate", str(prof_dir), "--out", str(prof_dir), "--server", "http://x"]) == 2
+    assert "is the input profile" in capsys.readouterr().err
