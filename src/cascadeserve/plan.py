@@ -146,6 +146,12 @@ class Gear(_Frozen):
     def cascade(self) -> Cascade:
         return Cascade(self.models, self.thresholds)
 
+    def serves_like(self, other: Gear) -> bool:
+        """Whether ``other`` serves exactly as this gear does: the same cascade, thresholds and replica settings
+        (batch triggers, shares, caps). Such gears differ at most in their QPS range and predictions, so moving
+        between them changes nothing and is no gear switch (:attr:`GearPlan.gear_runs`)."""
+        return (self.models, self.thresholds, self.replicas) == (other.models, other.thresholds, other.replicas)
+
     def replicas_of(self, model: str) -> tuple[GearReplica, ...]:
         """This gear's entries for ``model``'s replicas, in plan order (empty if the gear does not use it)."""
         return tuple(r for r in self.replicas if r.model == model)
@@ -253,6 +259,20 @@ class GearPlan(_Frozen):
     @property
     def max_qps(self) -> float:
         return self.gears[-1].qps_high
+
+    @property  # not cached: ``model_copy`` would carry a cached value over to a copy with other gears
+    def gear_runs(self) -> tuple[tuple[int, int], ...]:
+        """The plan's *distinct* gears: each run of neighbouring gears that serve alike (:meth:`Gear.serves_like`),
+        as its first and last gear index, lowest QPS first. The planner often gives several neighbouring ranges the
+        same gear; the plan keeps one gear per range (so old plans and per-range notes stay as they are), and the
+        gear selector, the switch counts and the plots treat each run as one gear."""
+        runs: list[tuple[int, int]] = []
+        for i, g in enumerate(self.gears):
+            if runs and self.gears[runs[-1][1]].serves_like(g):
+                runs[-1] = (runs[-1][0], i)
+            else:
+                runs.append((i, i))
+        return tuple(runs)
 
     def models(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(r.model for r in self.replicas))

@@ -86,6 +86,8 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
         "batch_overhead_ms": plan.batch_overhead_ms,
         "max_busy": plan.max_busy,
         "gears": gears,
+        # neighbouring gears that serve alike are one gear online (no switch): [first, last] gear index per run
+        "distinct_gears": [list(run) for run in plan.gear_runs],
         "placement": placement,
         "notes": dict(plan.notes),
     }
@@ -131,6 +133,9 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
         place.add_row(d.name, f"{d.memory_mb:,.0f}", ", ".join(models) or "-")
     console.print(place)
     extra = [f"qps_scale {plan.qps_scale:g}", f"alpha {plan.alpha:g}"]
+    runs = plan.gear_runs
+    if len(runs) < len(plan.gears):  # identical neighbours serve as one gear: moving between them is no switch
+        extra.append(f"{len(runs)} distinct gear{'s' if len(runs) != 1 else ''} over {len(plan.gears)} QPS ranges")
     if plan.batch_overhead_ms:
         extra.append(f"batch overhead {plan.batch_overhead_ms:g} ms")
     if plan.max_busy < 1:
