@@ -41,6 +41,11 @@ def test_gear_runs_group_neighbours_that_serve_alike(toy_profile: Profile) -> No
     # A predicted p95 is no serving setting: it does not split a run.
     g = aaaa.gears[2].model_copy(update={"predicted_p95_ms": 12.5})
     assert aaaa.model_copy(update={"gears": (*aaaa.gears[:2], g, aaaa.gears[3])}).gear_runs == ((0, 3),)
+    # Shares from separate LP solves differ in the last bits: still alike; a real difference is not.
+    for eps, runs in ((1e-12, ((0, 3),)), (1e-3, ((0, 1), (2, 2), (3, 3)))):
+        rep = g.replicas[0].model_copy(update={"share": g.replicas[0].share - eps})
+        near = g.model_copy(update={"replicas": (rep, *g.replicas[1:])})
+        assert aaaa.model_copy(update={"gears": (*aaaa.gears[:2], near, aaaa.gears[3])}).gear_runs == runs
     # A different batch trigger does.
     rep = g.replicas[0].model_copy(update={"min_queue": 3})
     other = g.model_copy(update={"replicas": (rep, *g.replicas[1:])})
