@@ -3,15 +3,17 @@ loops, in a gear schedule and in the counts (the planner often gives every range
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from tests.simulate.sim_helpers import assert_same_result
+from tests.simulate.test_engine import two_gear_plan
 
 from cascadeserve.plan import Gear, GearPlan
 from cascadeserve.policy import GearSchedule, GearSelector, PlanTables
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
-from tests.simulate.sim_helpers import assert_same_result
-from tests.simulate.test_engine import two_gear_plan
 
 # 20 QPS for 2 s, 400 QPS for 2 s, 20 QPS for 4 s (uniform arrivals): one step up and one back down.
 STEP = np.concatenate([np.arange(40) / 20, 2 + np.arange(800) / 400, 4 + np.arange(80) / 20])
@@ -21,7 +23,7 @@ def split(plan: GearPlan, gear: int, at: list[float]) -> GearPlan:
     """``plan`` with gear ``gear`` cut at the QPS values ``at`` into identical gears (same serving settings)."""
     g = plan.gears[gear]
     edges = [g.qps_low, *at, g.qps_high]
-    pieces = tuple(g.model_copy(update={"qps_low": lo, "qps_high": hi}) for lo, hi in zip(edges, edges[1:], strict=False))
+    pieces = tuple(g.model_copy(update={"qps_low": lo, "qps_high": hi}) for lo, hi in itertools.pairwise(edges))
     return plan.model_copy(update={"gears": plan.gears[:gear] + pieces + plan.gears[gear + 1 :]})
 
 

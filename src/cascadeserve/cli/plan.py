@@ -142,8 +142,11 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
         extra.append(f"devices at most {plan.max_busy:.0%} busy")
     if plan.audit_fraction:
         extra.append(f"sized for auditing {plan.audit_fraction:.1%} of early exits")
-    extra += [f"{k}: {v}" for k, v in plan.notes.items() if k != "planner"]
+    extra += [f"{k}: {v}" for k, v in plan.notes.items() if k not in ("planner", "warnings")]
     console.print("; ".join(extra), highlight=False)
+    for warning in plan.notes.get("warnings", "").split(" | "):  # the planner's, e.g. models memory left out
+        if warning:
+            console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 @plan_app.callback()
@@ -250,6 +253,8 @@ def plan(
                 prof, hw, slo, max_qps, progress=progress, check_arrivals=None if check is None else check.arrivals
             )
     except InfeasibleError:
+        for warning in planner.report_.warnings if planner.report_ else []:
+            err_console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
         if as_json:
             rep = planner.report_
             print_json(
@@ -264,6 +269,8 @@ def plan(
     assert planner.plan_ is not None and planner.report_ is not None
     planner.plan_.save(out)
     rep = planner.report_
+    for warning in rep.warnings:  # one line each on stderr, with --json too (stdout stays one JSON object)
+        err_console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
     if as_json:
         print_json(plan_summary(planner.plan_, rep, out))
         return

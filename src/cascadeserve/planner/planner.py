@@ -39,7 +39,7 @@ import numpy as np
 from cascadeserve.errors import InfeasibleError
 from cascadeserve.plan import SLO, Device, GearPlan
 from cascadeserve.planner.build import build_plan
-from cascadeserve.planner.explain import explain
+from cascadeserve.planner.explain import explain, memory_warnings
 from cascadeserve.planner.loop import LoopInfeasible, LoopResult, Step, run_loop
 from cascadeserve.planner.problem import Options, Problem, make_problem
 from cascadeserve.planner.solution import Issue, Solution, empty_solution, weighted_acc
@@ -84,6 +84,8 @@ class PlannerReport:
     qps_dist: str = ""
     message: str = ""
     trace_check: TraceCheck | None = None  # set when ``fit`` was given check arrivals
+    # profile models that memory kept out of the plan, one sentence each (also in the plan's notes, ``warnings``)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -334,6 +336,7 @@ class Planner:
         except LoopInfeasible as e:
             self._fill(report, cycle, e.result, t0)
             report.message = explain(problem, cycle.solution, e.error)
+            report.warnings = memory_warnings(problem, cycle.solution, {m for m, _ in cycle.solution.placement})
             self.plan_ = None
             raise InfeasibleError(report.message) from None
         self._fill(report, cycle, res, t0)
@@ -341,7 +344,11 @@ class Planner:
         if res.hit_cap and not sol.assign:
             report.message = f"Algorithm 1 hit its cap of {self.max_iterations} submodule calls before any plan"
             raise InfeasibleError(report.message)
-        self.plan_ = build_plan(problem, sol, cycle.qps_scale())
+        plan = build_plan(problem, sol, cycle.qps_scale())
+        report.warnings = memory_warnings(problem, sol, set(plan.models()))
+        if report.warnings:  # the plan file says it too, so ``plan explain`` shows it
+            plan = plan.model_copy(update={"notes": {**plan.notes, "warnings": " | ".join(report.warnings)}})
+        self.plan_ = plan
         report.feasible = True
         report.plan_accuracy = weighted_acc(problem, sol.fr, sol.assign)
         if res.hit_cap:

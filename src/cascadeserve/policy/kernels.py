@@ -233,4 +233,3 @@ def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[...,
     out.__qualname__ = f"{fn.__qualname__}_k{_kernels_digest()}"
     out.__module__ = fn.__module__
     return out
-
