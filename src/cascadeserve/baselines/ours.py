@@ -8,7 +8,10 @@
 * :class:`NoSwitching`: one static cascade serves the whole trace. The candidates are SP1's frontier cascades
   that can reach an accuracy target (up to :data:`STATIC_CANDIDATES`, spread over the frontier), each placed on
   every device where it fits with work-conserving batching (a free device takes its whole queue up to each
-  model's batch cap, the planner's rule without a latency bound); and every one-model cascade that can reach a
+  model's batch cap, the planner's rule without a latency bound): :func:`~cascadeserve.planner.static_cascades`
+  and :func:`~cascadeserve.planner.static_plan`, the same functions with which the planner weighs every static
+  cascade against its own plan (so cascadeserve never needs more devices for a cell than these settings); and
+  every one-model cascade that can reach a
   target with the planner's batching (the planner on the one-model profile per latency SLO, as DynBa does), so
   the ablation's space contains DynBa's and it is never the weaker of the two; grid-searched.
   (The planner with ``n_ranges=1`` is not used: it would search the same space through SP3/SP4's placement and
