@@ -133,9 +133,6 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
         place.add_row(d.name, f"{d.memory_mb:,.0f}", ", ".join(models) or "-")
     console.print(place)
     extra = [f"qps_scale {plan.qps_scale:g}", f"alpha {plan.alpha:g}"]
-    runs = plan.gear_runs
-    if len(runs) < len(plan.gears):  # identical neighbours serve as one gear: moving between them is no switch
-        extra.append(f"{len(runs)} distinct gear{'s' if len(runs) != 1 else ''} over {len(plan.gears)} QPS ranges")
     if plan.batch_overhead_ms:
         extra.append(f"batch overhead {plan.batch_overhead_ms:g} ms")
     if plan.max_busy < 1:
@@ -144,6 +141,13 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
         extra.append(f"sized for auditing {plan.audit_fraction:.1%} of early exits")
     extra += [f"{k}: {v}" for k, v in plan.notes.items() if k not in ("planner", "warnings")]
     console.print("; ".join(extra), highlight=False)
+    runs = plan.gear_runs
+    if len(runs) < len(plan.gears):  # identical neighbours serve as one gear: moving between them is no switch
+        console.print(
+            f"{len(runs)} distinct gear{'s' if len(runs) != 1 else ''} over {len(plan.gears)} QPS ranges: "
+            + ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs),
+            highlight=False,
+        )
     for warning in plan.notes.get("warnings", "").split(" | "):  # the planner's, e.g. models memory left out
         if warning:
             console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
