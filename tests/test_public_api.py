@@ -253,6 +253,7 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.simulate": ["BatchRecord", "SimResult", "Simulator", "simulate"],
     "cascadeserve.simulate.engine": ["Simulator", "simulate", "tick_windows"],
     "cascadeserve.planner": [
+        "STATIC_CANDIDATES",
         "SUBMODULES",
         "ZIPF_EXPONENT",
         "Balance",
@@ -276,6 +277,8 @@ EXPECTED: dict[str, list[str]] = {
         "qps_scale_for",
         "run_loop",
         "search_cascades",
+        "static_cascades",
+        "static_plan",
     ],
     "cascadeserve.backends.ray": [
         "InferenceServer",

@@ -64,6 +64,9 @@ once its oldest sample has waited this long (one producer tick at the default ``
 request under a gear with a minimum queue above 1 would wait for company that may never come. The simulator and
 every runtime apply it alike (:class:`cascadeserve.policy.PlanTables`)."""
 _SHARE_TOL = 1e-6
+_SAME_SHARE_TOL = 1e-9
+"""Two replica shares this close serve alike (:meth:`Gear.serves_like`): a weighted round-robin over them picks the
+same replicas for a billion requests."""
 
 
 class _Frozen(BaseModel):
@@ -145,6 +148,22 @@ class Gear(_Frozen):
     @property
     def cascade(self) -> Cascade:
         return Cascade(self.models, self.thresholds)
+
+    def serves_like(self, other: Gear) -> bool:
+        """Whether ``other`` serves exactly as this gear does: the same cascade, thresholds and replica settings
+        (batch triggers, shares, caps). Such gears differ at most in their QPS range and predictions, so moving
+        between them changes nothing and is no gear switch (:attr:`GearPlan.gear_runs`). Shares count as equal
+        within ``_SAME_SHARE_TOL``: the planner balances each range with its own LP solve, whose shares for the
+        same placement differ in the last bits."""
+        if (self.models, self.thresholds) != (other.models, other.thresholds) or len(self.replicas) != len(
+            other.replicas
+        ):
+            return False
+        return all(
+            (a.model, a.device, a.min_queue, a.max_batch) == (b.model, b.device, b.min_queue, b.max_batch)
+            and abs(a.share - b.share) <= _SAME_SHARE_TOL
+            for a, b in zip(self.replicas, other.replicas, strict=True)
+        )
 
     def replicas_of(self, model: str) -> tuple[GearReplica, ...]:
         """This gear's entries for ``model``'s replicas, in plan order (empty if the gear does not use it)."""
@@ -253,6 +272,21 @@ class GearPlan(_Frozen):
     @property
     def max_qps(self) -> float:
         return self.gears[-1].qps_high
+
+    @property  # not cached: ``model_copy`` would carry a cached value over to a copy with other gears
+    def gear_runs(self) -> tuple[tuple[int, int], ...]:
+        """The plan's *distinct* gears: each run of neighbouring gears that serve alike (:meth:`Gear.serves_like`),
+        as its first and last gear index, lowest QPS first. The planner often gives several neighbouring ranges the
+        same gear; the plan keeps one gear per range (so old plans and per-range notes stay as they are), and the
+        gear selector, the switch counts and the plots treat each run as one gear."""
+        runs: list[tuple[int, int]] = []
+        for i, g in enumerate(self.gears):
+            # against the run's first gear, the one served: shares equal within a tolerance cannot drift along a run
+            if runs and self.gears[runs[-1][0]].serves_like(g):
+                runs[-1] = (runs[-1][0], i)
+            else:
+                runs.append((i, i))
+        return tuple(runs)
 
     def models(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(r.model for r in self.replicas))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.cli_json import stdout_json
+from tests.cli_json import parse_json, stdout_json
 
 from cascadeserve.cli import run
 from cascadeserve.plan import load_plan
@@ -151,3 +151,28 @@ def test_plan_replays_a_trace_distribution_and_reports_the_check(
     assert stdout_json(capsys)["report"]["trace_check"] is None
     assert run([*args[:-1], "--qps-dist", dist]) == 0  # the table view says how the replay went
     assert "trace check met" in capsys.readouterr().out
+
+
+def test_models_left_out_for_memory_are_named_on_stderr_and_by_explain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.conftest import make_toy_profile
+
+    prof = tmp_path / "toy"
+    save_profile(make_toy_profile(), prof)  # m0, m1, m2 need 100, 200 and 300 MB
+    out = tmp_path / "plan.json"
+    args = ["plan", "--profile", str(prof), "--devices", "1", "--slo-p95-ms", "100", "--max-qps", "50"]
+    expected = {
+        "250": "warning: model m2 needs 300 MB and fits on no device (1 device of 250 MB): the plan leaves it out",
+        "350": "warning: model m1 (200 MB) was left out of the plan for memory: the cascades that use it could not be "
+        "placed on 1 device of 350 MB beside the other models the plan needs",
+    }
+    for mb, line in expected.items():
+        assert run([*args, "--device-memory-mb", mb, "--ranges", "2", "--out", str(out), "--json"]) == 0
+        captured = capsys.readouterr()
+        assert [ln for ln in captured.err.splitlines() if ln.startswith("warning:")] == [line]
+        assert parse_json(captured.out)["report"]["warnings"] == [line.removeprefix("warning: ")]
+        assert run(["plan", "explain", str(out)]) == 0
+        assert line in capsys.readouterr().out.splitlines()
+    assert run([*args, "--device-memory-mb", "1000", "--ranges", "2", "--out", str(out)]) == 0
+    assert "warning:" not in capsys.readouterr().err

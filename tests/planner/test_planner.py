@@ -187,3 +187,29 @@ def test_a_large_overhead_makes_a_feasible_load_infeasible() -> None:
     # at best (4 + 6) / 2 = 5 ms: one device carries 200 QPS, not 300.
     with pytest.raises(InfeasibleError, match=r"saturates model m at about 200 QPS"):
         _fit_flat(6.0)
+
+
+@pytest.mark.parametrize(
+    ("mb", "plan_models", "warnings"),
+    [
+        (1000.0, ("m1", "m2"), []),  # the best cascade on 1 GB is m1 > m2, by choice, not for memory
+        (250.0, ("m1",), ["model m2 needs 300 MB and fits on no device (1 device of 250 MB): the plan leaves it out"]),
+        (
+            350.0,
+            ("m2",),
+            [
+                "model m1 (200 MB) was left out of the plan for memory: the cascades that use it could not be placed "
+                "on 1 device of 350 MB beside the other models the plan needs"
+            ],
+        ),
+    ],
+)
+def test_models_memory_leaves_out_are_named(
+    toy_profile: Profile, mb: float, plan_models: tuple[str, ...], warnings: list[str]
+) -> None:
+    # m0, m1, m2 need 100, 200 and 300 MB; the most accurate cascade uses all three
+    pl = Planner(n_ranges=2, sim_requests=2000).fit(toy_profile, _devices(1, mb), SLO(kind="p95_ms", value=100), 50)
+    assert pl.plan_ is not None and pl.report_ is not None
+    assert tuple(sorted(pl.plan_.models())) == plan_models
+    assert pl.report_.warnings == warnings
+    assert pl.plan_.notes.get("warnings") == (" | ".join(warnings) or None)

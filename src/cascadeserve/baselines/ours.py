@@ -8,7 +8,10 @@
 * :class:`NoSwitching`: one static cascade serves the whole trace. The candidates are SP1's frontier cascades
   that can reach an accuracy target (up to :data:`STATIC_CANDIDATES`, spread over the frontier), each placed on
   every device where it fits with work-conserving batching (a free device takes its whole queue up to each
-  model's batch cap, the planner's rule without a latency bound); and every one-model cascade that can reach a
+  model's batch cap, the planner's rule without a latency bound): :func:`~cascadeserve.planner.static_cascades`
+  and :func:`~cascadeserve.planner.static_plan`, the same functions with which the planner weighs every static
+  cascade against its own plan (so cascadeserve never needs more devices for a cell than these settings); and
+  every one-model cascade that can reach a
   target with the planner's batching (the planner on the one-model profile per latency SLO, as DynBa does), so
   the ablation's space contains DynBa's and it is never the weaker of the two; grid-searched.
   (The planner with ``n_ranges=1`` is not used: it would search the same space through SP3/SP4's placement and
@@ -36,14 +39,12 @@ from cascadeserve.baselines.common import (
     planned_single_model,
 )
 from cascadeserve.cascade import Cascade
-from cascadeserve.errors import InfeasibleError, PlanError
-from cascadeserve.plan import SLO, fixed_plan
-from cascadeserve.planner import Planner, default_batch_caps, search_cascades
+from cascadeserve.errors import InfeasibleError
+from cascadeserve.plan import SLO
+from cascadeserve.planner import STATIC_CANDIDATES, Planner, search_cascades, static_cascades, static_plan
 from cascadeserve.profile import Profile
 
 __all__ = ["STATIC_CANDIDATES", "CascadeServe", "NoCascade", "NoSwitching", "without_cascades"]
-
-STATIC_CANDIDATES = 8
 
 
 def without_cascades(profile: Profile) -> Profile:
@@ -105,11 +106,7 @@ class NoSwitching(System):
         hit = self._front.get(id(w.profile))
         if hit is None:
             low = min(w.accuracy_targets) - ACCURACY_TOL if w.accuracy_targets else 0.0
-            cands = [c for c in search_cascades(w.profile).candidates if c.accuracy >= low]
-            if len(cands) > STATIC_CANDIDATES:  # spread over the frontier, always keeping the most accurate
-                idx = np.unique(np.linspace(0, len(cands) - 1, STATIC_CANDIDATES).round().astype(int))
-                cands = [cands[i] for i in idx]
-            hit = self._front[id(w.profile)] = [c.cascade for c in cands]
+            hit = self._front[id(w.profile)] = static_cascades(search_cascades(w.profile), low)
         return hit
 
     def configs(self, w: Workload, devices: int) -> list[Config]:
@@ -127,12 +124,8 @@ class NoSwitching(System):
         c = Cascade(tuple(config["models"]), tuple(config["thresholds"]))
         if config.get("batching") == "planner":
             return self._planned(w, devices, config, c.models[0])
-        caps = default_batch_caps(w.profile, None, overhead_ms=w.batch_overhead_ms, models=c.models)
-        try:
-            plan = fixed_plan(w.profile, c, w.devices(devices), min_queue=1, batch_caps=caps)
-        except PlanError:
-            return None
-        return Deployment(self.name, dict(config), w.profile, w.carry(plan))
+        plan = static_plan(w.profile, c, w.devices(devices), overhead_ms=w.batch_overhead_ms)
+        return None if plan is None else Deployment(self.name, dict(config), w.profile, plan)
 
     def _planned(self, w: Workload, devices: int, config: Config, model: str) -> Deployment | None:
         """One model, statically on every device, batched by the planner for one latency SLO (DynBa's setting)."""

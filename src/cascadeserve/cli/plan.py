@@ -86,6 +86,8 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
         "batch_overhead_ms": plan.batch_overhead_ms,
         "max_busy": plan.max_busy,
         "gears": gears,
+        # neighbouring gears that serve alike are one gear online (no switch): [first, last] gear index per run
+        "distinct_gears": [list(run) for run in plan.gear_runs],
         "placement": placement,
         "notes": dict(plan.notes),
     }
@@ -137,8 +139,18 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
         extra.append(f"devices at most {plan.max_busy:.0%} busy")
     if plan.audit_fraction:
         extra.append(f"sized for auditing {plan.audit_fraction:.1%} of early exits")
-    extra += [f"{k}: {v}" for k, v in plan.notes.items() if k != "planner"]
+    extra += [f"{k}: {v}" for k, v in plan.notes.items() if k not in ("planner", "warnings")]
     console.print("; ".join(extra), highlight=False)
+    runs = plan.gear_runs
+    if len(runs) < len(plan.gears):  # identical neighbours serve as one gear: moving between them is no switch
+        console.print(
+            f"{len(runs)} distinct gear{'s' if len(runs) != 1 else ''} over {len(plan.gears)} QPS ranges: "
+            + ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs),
+            highlight=False,
+        )
+    for warning in plan.notes.get("warnings", "").split(" | "):  # the planner's, e.g. models memory left out
+        if warning:
+            console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 @plan_app.callback()
@@ -245,6 +257,8 @@ def plan(
                 prof, hw, slo, max_qps, progress=progress, check_arrivals=None if check is None else check.arrivals
             )
     except InfeasibleError:
+        for warning in planner.report_.warnings if planner.report_ else []:
+            err_console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
         if as_json:
             rep = planner.report_
             print_json(
@@ -259,6 +273,8 @@ def plan(
     assert planner.plan_ is not None and planner.report_ is not None
     planner.plan_.save(out)
     rep = planner.report_
+    for warning in rep.warnings:  # one line each on stderr, with --json too (stdout stays one JSON object)
+        err_console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
     if as_json:
         print_json(plan_summary(planner.plan_, rep, out))
         return

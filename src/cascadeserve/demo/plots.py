@@ -56,16 +56,23 @@ def plot_plan(plan: GearPlan, path: Path) -> Path:
                 models.append(m)
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     colors = plt.get_cmap("viridis")(np.linspace(0.1, 0.9, max(len(models), 1)))
-    for g in plan.gears:
+    # One column per distinct gear: neighbouring ranges with the same gear are one gear when served (no switch)
+    for first, last in plan.gear_runs:
+        g = plan.gears[first]
+        lo, hi = g.qps_low, plan.gears[last].qps_high
         for stage, m in enumerate(g.models):
             j = models.index(m)
-            ax.barh(j, g.qps_high - g.qps_low, left=g.qps_low, color=colors[j], edgecolor="white")
+            ax.barh(j, hi - lo, left=lo, color=colors[j], edgecolor="white")
             mq = max((gr.min_queue for gr in g.replicas_of(m)), default=1)
             label = (f"t={g.thresholds[stage]:.2f}" if stage < len(g.thresholds) else "last") + f" q>={mq}"
-            ax.text((g.qps_low + g.qps_high) / 2, j, label, ha="center", va="center", fontsize=7, color="white")
+            ax.text((lo + hi) / 2, j, label, ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(len(models)), models)
     ax.set_ylabel("model (threshold t, batch trigger q)")
-    ax.set_title(f"gear plan: cascade per QPS range ({plan.slo or 'no SLO'})")
+    n_runs = len(plan.gear_runs)
+    ax.set_title(
+        f"gear plan: {n_runs} distinct gear{'s' if n_runs != 1 else ''} over {len(plan.gears)} QPS ranges "
+        f"({plan.slo or 'no SLO'})"
+    )
     mids = [(g.qps_low + g.qps_high) / 2 for g in plan.gears]
     acc = [g.predicted_accuracy or np.nan for g in plan.gears]
     p95 = [g.predicted_p95_ms or np.nan for g in plan.gears]

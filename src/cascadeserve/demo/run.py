@@ -176,9 +176,11 @@ def run_demo(
         f"(most accurate model {top}: about {top_capacity:.0f} QPS at its calibrated cost); "
         f"planned in {timings['plan_s']:.1f} s"
     )
-    for i, g in enumerate(plan.gears):
+    for first, last in plan.gear_runs:  # neighbouring ranges with the same gear are one gear (no switch)
+        g = plan.gears[first]
+        name = f"gear {first}" if first == last else f"gears {first}-{last}"
         say(
-            f"  gear {i}: {g.qps_low:>4.0f}-{g.qps_high:<4.0f} QPS  {g.cascade}  "
+            f"  {name}: {g.qps_low:>4.0f}-{plan.gears[last].qps_high:<4.0f} QPS  {g.cascade}  "
             f"(predicted accuracy {g.predicted_accuracy or 0:.3f})"
         )
 

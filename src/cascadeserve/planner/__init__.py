@@ -9,7 +9,9 @@ caps each model's batch (:func:`default_batch_caps`, schema 3's ``GearReplica.ma
 :func:`search_cascades` (SP1), :class:`QpsDistribution` (SP2's weights), :func:`place_replicas` and
 :func:`balance` (SP3), :func:`check_load` (SP4's simulation check) and :func:`run_loop` (Algorithm 1's control
 flow). ``fit(check_arrivals=…)`` replays the finished plan on a trace and re-plans against a tighter internal SLO
-while it misses (:mod:`cascadeserve.planner.tracecheck`). :mod:`cascadeserve.eval.quality` compares the planner
+while it misses (:mod:`cascadeserve.planner.tracecheck`). Where a static cascade (one for every range,
+:func:`static_cascades`, :func:`static_plan`) does better than Algorithm 1's plan, judged the same way, the planner
+returns that (:mod:`cascadeserve.planner.static`). :mod:`cascadeserve.eval.quality` compares the planner
 with exhaustive and random search.
 """
 
@@ -22,10 +24,12 @@ from cascadeserve.planner.placement import Load, PlacementError, place_replicas
 from cascadeserve.planner.planner import SUBMODULES, Planner, PlannerReport, qps_scale_for
 from cascadeserve.planner.problem import default_batch_caps
 from cascadeserve.planner.search import Candidate, Frontier, search_cascades
+from cascadeserve.planner.static import STATIC_CANDIDATES, static_cascades, static_plan
 from cascadeserve.planner.tracecheck import TraceCheck
 from cascadeserve.planner.workload import ZIPF_EXPONENT, QpsDistribution, qps_ranges
 
 __all__ = [
+    "STATIC_CANDIDATES",
     "SUBMODULES",
     "ZIPF_EXPONENT",
     "Balance",
@@ -49,4 +53,6 @@ __all__ = [
     "qps_scale_for",
     "run_loop",
     "search_cascades",
+    "static_cascades",
+    "static_plan",
 ]

@@ -14,7 +14,31 @@ import math
 from cascadeserve.planner.problem import Problem
 from cascadeserve.planner.solution import Issue, Solution, weighted_acc
 
-__all__ = ["explain"]
+__all__ = ["explain", "memory_warnings"]
+
+
+def memory_warnings(problem: Problem, sol: Solution, placed: set[str]) -> list[str]:
+    """One sentence per profile model that memory kept out of the plan (``placed``: the models of the final
+    placement): a model larger than every device, and a model that SP2 dropped to resolve a memory error (the
+    cascades that use it could not be placed beside the rest). A plan that quietly lacks the most accurate model
+    looks like a planner's choice; these say it was the hardware's."""
+    largest = max(d.memory_mb for d in problem.devices)
+    n = f"{problem.n_dev} device{'s' if problem.n_dev != 1 else ''}"
+    mem = ", ".join(sorted({f"{d.memory_mb:g} MB" for d in problem.devices}))
+    out: list[str] = []
+    for m in problem.profile.models:
+        if m.name in placed:
+            continue
+        if m.memory_mb > largest + 1e-9:
+            out.append(
+                f"model {m.name} needs {m.memory_mb:g} MB and fits on no device ({n} of {mem}): the plan leaves it out"
+            )
+        elif m.name in sol.memory_dropped:
+            out.append(
+                f"model {m.name} ({m.memory_mb:g} MB) was left out of the plan for memory: the cascades that use it "
+                f"could not be placed on {n} of {mem} beside the other models the plan needs"
+            )
+    return out
 
 
 def explain(problem: Problem, sol: Solution, issue: Issue) -> str:

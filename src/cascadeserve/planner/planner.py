@@ -38,15 +38,18 @@ import numpy as np
 
 from cascadeserve.errors import InfeasibleError
 from cascadeserve.plan import SLO, Device, GearPlan
+from cascadeserve.planner.batching import check_load, check_seed, sim_duration
 from cascadeserve.planner.build import build_plan
-from cascadeserve.planner.explain import explain
+from cascadeserve.planner.explain import explain, memory_warnings
 from cascadeserve.planner.loop import LoopInfeasible, LoopResult, Step, run_loop
 from cascadeserve.planner.problem import Options, Problem, make_problem
+from cascadeserve.planner.search import search_cascades
 from cascadeserve.planner.solution import Issue, Solution, empty_solution, weighted_acc
 from cascadeserve.planner.sp1 import sp1
 from cascadeserve.planner.sp2 import sp2
 from cascadeserve.planner.sp3 import sp3
 from cascadeserve.planner.sp4 import sp4
+from cascadeserve.planner.static import best_static
 from cascadeserve.planner.tracecheck import SloSearch, TraceCheck, rank, shortfall
 from cascadeserve.planner.workload import QpsDistribution
 from cascadeserve.profile import Profile
@@ -84,6 +87,10 @@ class PlannerReport:
     qps_dist: str = ""
     message: str = ""
     trace_check: TraceCheck | None = None  # set when ``fit`` was given check arrivals
+    # profile models that memory kept out of the plan, one sentence each (also in the plan's notes, ``warnings``)
+    warnings: list[str] = field(default_factory=list)
+    # set when the planner kept a static cascade over Algorithm 1's plan (:mod:`cascadeserve.planner.static`): why
+    static_cascade: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -273,7 +280,20 @@ class Planner:
         notes name the internal one.
         """
         if check_arrivals is None:
-            return self._fit_once(profile, hardware, slo, max_qps, progress)
+            try:
+                self._fit_once(profile, hardware, slo, max_qps, progress)
+            except InfeasibleError:
+                if not self._static_floor(profile, hardware, slo, max_qps, None, None):
+                    raise
+                return self
+            assert self.plan_ is not None and self.report_ is not None
+            if slo.kind == "p95_ms":
+                # Without arrivals a static cascade competes on accuracy only: the plan's p95s are per range, at
+                # each range's top, and compare with no single p95 of a static plan (an accuracy SLO keeps the plan)
+                p95s = [g.predicted_p95_ms for g in self.plan_.gears if g.predicted_p95_ms is not None]
+                own = TraceCheck(True, max(p95s, default=0.0), self.report_.plan_accuracy, 0, 0, slo.value)
+                self._static_floor(profile, hardware, slo, max_qps, None, own)
+            return self
         t0 = time.perf_counter()
         arrivals = np.asarray(check_arrivals, dtype=np.float64)
         internal, search = slo, SloSearch(slo)
@@ -283,7 +303,13 @@ class Planner:
                 self._fit_once(profile, hardware, internal, max_qps, progress)
             except InfeasibleError:
                 if best is None:
-                    raise  # the user's own SLO is infeasible: the planner's message says why
+                    # the user's own SLO is infeasible for Algorithm 1: a static cascade may still meet it on the
+                    # replay; otherwise the planner's message says why
+                    if self._static_floor(profile, hardware, slo, max_qps, arrivals, None):
+                        assert self.report_ is not None
+                        self.report_.planner_s = time.perf_counter() - t0
+                        return self
+                    raise
                 break  # a retargeted SLO is infeasible: keep the best plan so far
             assert self.plan_ is not None and self.report_ is not None
             res = simulate(profile, self.plan_, arrivals)
@@ -306,9 +332,84 @@ class Planner:
         notes["trace_check"] = check.describe(slo)
         self.plan_ = plan.model_copy(update={"slo": slo, "notes": notes})
         report.trace_check = check
-        report.planner_s = time.perf_counter() - t0
         self.report_ = report
+        self._static_floor(profile, hardware, slo, max_qps, arrivals, check)
+        self.report_.planner_s = time.perf_counter() - t0
         return self
+
+    def _static_floor(
+        self,
+        profile: Profile,
+        hardware: Sequence[Device],
+        slo: SLO,
+        max_qps: float,
+        arrivals: np.ndarray | None,
+        beat: TraceCheck | None,
+    ) -> bool:
+        """Keep the best static cascade instead of Algorithm 1's plan where it does better, judged as that plan was
+        (``beat``; ``None`` when Algorithm 1 found none): on the replay of ``arrivals``, or without them by SP4's
+        load check at ``max_qps`` (:mod:`cascadeserve.planner.static`). Returns whether it did; then ``plan_`` is
+        the static plan, and ``report_`` and the plan's notes say so."""
+        if not hardware:
+            return False
+        opts = self._options(profile)
+        frontier = search_cascades(profile, levels=self.levels, seed=self.seed, method=self.search_method)
+        latency = slo.value if slo.kind == "p95_ms" else None
+
+        def judge(plan: GearPlan, acc: float) -> TraceCheck:
+            if arrivals is not None:
+                res = simulate(profile, plan, arrivals)
+                p95, got = res.percentile_ms(95), res.accuracy
+                return TraceCheck(shortfall(slo, p95, got) <= 0, p95, got, len(arrivals), 0, slo.value)
+            dur = self.check_duration_s or sim_duration(
+                max_qps, latency, self.sim_requests, n_samples=profile.n_samples
+            )
+            chk = check_load(profile, plan, max_qps, dur, seed=check_seed(self.seed, 0), slo_ms=latency)
+            met = chk.keep_up and chk.busy_max <= self.max_busy and shortfall(slo, chk.p95_ms, acc) <= 0
+            return TraceCheck(met, chk.p95_ms, acc, chk.requests, 0, slo.value)
+
+        span = float(arrivals[-1] - arrivals[0]) if arrivals is not None and len(arrivals) > 1 else 0.0
+        found = best_static(
+            profile,
+            frontier,
+            hardware,
+            slo,
+            judge,
+            overhead_ms=opts.batch_overhead_ms,
+            max_qps=max_qps,
+            load_qps=len(arrivals) / span if arrivals is not None and span > 0 else max_qps,
+            n_requests=0 if arrivals is None else len(arrivals),
+            beat=beat,
+            span_s=span,
+        )
+        if found is None:
+            return False
+        cascade, plan, check = found
+        why = "Algorithm 1 found no plan" if beat is None else "it does better than Algorithm 1's plan"
+        how = "on the check arrivals" if arrivals is not None else f"at {max_qps:g} QPS"
+        said = f"static cascade {cascade}: {why} (p95 {check.p95_ms:.1f} ms, accuracy {check.accuracy:.4f} {how})"
+        gear = plan.gears[0].model_copy(
+            update={"predicted_p95_ms": round(check.p95_ms, 3), "predicted_accuracy": round(check.accuracy, 6)}
+        )
+        self.plan_ = plan.model_copy(
+            update={
+                "gears": (gear,),
+                "slo": slo,
+                "alpha": self.alpha,
+                "audit_fraction": self.audit_fraction,
+                "max_busy": self.max_busy,
+                "notes": {"planner": "cascadeserve.planner (static cascade)", "static_cascade": said},
+            }
+        )
+        report = self.report_ or PlannerReport()
+        report.feasible = True
+        report.plan_accuracy = check.accuracy
+        report.static_cascade = said
+        report.message = said
+        if arrivals is not None:
+            report.trace_check = check
+        self.report_ = report
+        return True
 
     def _fit_once(
         self,
@@ -334,6 +435,7 @@ class Planner:
         except LoopInfeasible as e:
             self._fill(report, cycle, e.result, t0)
             report.message = explain(problem, cycle.solution, e.error)
+            report.warnings = memory_warnings(problem, cycle.solution, {m for m, _ in cycle.solution.placement})
             self.plan_ = None
             raise InfeasibleError(report.message) from None
         self._fill(report, cycle, res, t0)
@@ -341,7 +443,11 @@ class Planner:
         if res.hit_cap and not sol.assign:
             report.message = f"Algorithm 1 hit its cap of {self.max_iterations} submodule calls before any plan"
             raise InfeasibleError(report.message)
-        self.plan_ = build_plan(problem, sol, cycle.qps_scale())
+        plan = build_plan(problem, sol, cycle.qps_scale())
+        report.warnings = memory_warnings(problem, sol, set(plan.models()))
+        if report.warnings:  # the plan file says it too, so ``plan explain`` shows it
+            plan = plan.model_copy(update={"notes": {**plan.notes, "warnings": " | ".join(report.warnings)}})
+        self.plan_ = plan
         report.feasible = True
         report.plan_accuracy = weighted_acc(problem, sol.fr, sol.assign)
         if res.hit_cap:

@@ -58,6 +58,8 @@ class Solution:
     * ``mq`` (SP4): per range, the minimum queue length of each first-stage replica.
     * ``p95`` (SP4): per range, the p95 (ms) of the simulation that accepted it; NaN until then.
     * ``busy`` (SP4): per range, the busiest device's busy fraction in that simulation at the range's check load.
+    * ``memory_dropped`` (SP2): the models SP2 dropped from the plan to resolve a memory error, in order (the
+      planner warns about those still absent from the final placement).
     """
 
     frontier: Frontier | None
@@ -71,6 +73,7 @@ class Solution:
     mq: tuple[Mapping[RepKey, int], ...]
     p95: tuple[float, ...]
     busy: tuple[float, ...] = ()
+    memory_dropped: tuple[str, ...] = ()
 
     @property
     def fr(self) -> Frontier:

@@ -129,7 +129,11 @@ def sp2(problem: Problem, sol: Solution, error: Issue | None) -> tuple[Solution,
         if dropped is None:
             return sol, Step(error)
         assign, caps = dropped
-        return replace(sol, assign=assign, caps=caps), Step(changed=assign != before)
+        out = replace(sol, assign=assign, caps=caps)
+        if error.kind == "memory":  # remembered so that the planner can say which models memory cost the plan
+            gone = sorted(sol.used_models() - out.used_models())
+            out = replace(out, memory_dropped=tuple(dict.fromkeys((*sol.memory_dropped, *gone))))
+        return out, Step(changed=assign != before)
     n = problem.n_ranges
     if latency:
         new = list(sol.assign)

@@ -2,7 +2,9 @@
 
 Gears cover contiguous QPS ranges ``[qps_low, qps_high)``; a QPS at or above the last range's top uses the last
 gear. Under an accuracy SLO the plan may carry a ``qps_scale`` (appendix C.2), by which measured QPS is multiplied
-before the lookup.
+before the lookup. Neighbouring gears that serve alike (:attr:`~cascadeserve.plan.GearPlan.gear_runs`) are given one
+top, their run's, so the lookup answers the run's first gear for all of them: moving between identical gears is no
+switch.
 
 Hysteresis: after a burst the queues hold a backlog. Switching to a gear for a *lower* QPS range (a slower, more
 accurate cascade) would then make the backlog drain slower, so the producer keeps the current gear while

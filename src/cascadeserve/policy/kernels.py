@@ -24,8 +24,11 @@ on-disk cache), so importing the policy never pays for numba.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -96,15 +99,24 @@ def swrr_pick(seq: np.ndarray, pos: int) -> tuple[int, int]:
 
 
 def gear_for_qps(highs: Sequence[float] | np.ndarray, qps: float) -> int:
-    """The gear whose QPS range ``[.., highs[g])`` holds ``qps`` (already scaled); the last one above the top."""
-    lo, hi = 0, len(highs)
+    """The gear whose QPS range ``[.., highs[g])`` holds ``qps`` (already scaled); the last one above the top.
+
+    Neighbouring gears that serve alike share one top (their run's, :attr:`~cascadeserve.plan.GearPlan.gear_runs`),
+    and the answer is always the *first* gear of a run, so moving within a run is no switch: ``bisect_right`` finds
+    the first of equal tops by itself, and above the top the walk back finds the first gear of the last run."""
+    n = len(highs)
+    lo, hi = 0, n
     while lo < hi:  # bisect_right
         mid = (lo + hi) // 2
         if qps < highs[mid]:
             hi = mid
         else:
             lo = mid + 1
-    return lo if lo < len(highs) - 1 else len(highs) - 1
+    if lo >= n:
+        lo = n - 1
+        while lo > 0 and highs[lo - 1] == highs[lo]:
+            lo -= 1
+    return lo
 
 
 def select_gear(
@@ -201,6 +213,12 @@ def _njit(fn: Callable[..., Any]) -> Any:
     return numba.njit(cache=True)(fn)
 
 
+@functools.cache
+def _kernels_digest() -> str:
+    """A short hash of this module's source (see :func:`bind_kernels`)."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+
+
 def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[..., Any]:
     """A copy of ``fn`` (the same code) whose global names of kernels are bound to their compiled twins: numba
     resolves a global at compile time and cannot call a plain Python function."""
@@ -209,7 +227,9 @@ def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[...,
     glb = dict(fn.__globals__)
     glb.update(twins)
     out = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
-    out.__qualname__ = fn.__qualname__
+    # numba names a function's on-disk cache by its qualified name and invalidates it only when the function's own
+    # file changes: a loop compiled against older kernels would load from the cache and run the old rules. The
+    # kernels' source hash in the name gives every version of the kernels its own cache entry.
+    out.__qualname__ = f"{fn.__qualname__}_k{_kernels_digest()}"
     out.__module__ = fn.__module__
     return out
-

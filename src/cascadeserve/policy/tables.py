@@ -98,7 +98,15 @@ class PlanTables:
             tuple(drain_trigger(c) for c in caps[g]) for g in range(g_count)
         )
         self._first_stage = [self._routes[(g, int(self.first_row[g]))].replicas for g in range(g_count)]
-        self.selector = GearSelector([g.qps_high for g in plan.gears], alpha=plan.alpha, qps_scale=plan.qps_scale)
+        # Each gear's top is its run's (neighbouring gears that serve alike, GearPlan.gear_runs): the selector then
+        # answers only the first gear of a run, so moving between identical gears is no switch (no new generation,
+        # nothing counted) in the simulator and in every runtime alike.
+        self.canonical = np.empty(g_count, dtype=np.int64)  # gear -> the first gear of its run
+        tops = [0.0] * g_count
+        for first, last in plan.gear_runs:
+            self.canonical[first : last + 1] = first
+            tops[first : last + 1] = [plan.gears[last].qps_high] * (last - first + 1)
+        self.selector = GearSelector(tops, alpha=plan.alpha, qps_scale=plan.qps_scale)
         self._thr_lists: list[list[float]] = self.threshold.tolist()
 
     def thresholds_of(self, gear: int) -> tuple[float, ...]:
@@ -133,8 +141,11 @@ class PlanTables:
 
     def gear_policy(self, schedule: GearSchedule | None = None) -> GearPolicy:
         """The producer's gear decision for this plan (raises ``ValueError`` when ``schedule`` names a gear the
-        plan does not have)."""
-        return GearPolicy(self.selector, schedule)
+        plan does not have). A schedule's gears are read as the first gear of their run, as the selector's are."""
+        policy = GearPolicy(self.selector, schedule)
+        if schedule is None or not np.any(self.canonical[schedule.gears] != schedule.gears):
+            return policy
+        return GearPolicy(self.selector, GearSchedule(self.canonical[schedule.gears]))
 
     def q0(self, gear: int, queue_length: Callable[[int], int]) -> int:
         """The hysteresis input: the first stage's queue length in ``gear``, summed over its replicas."""
