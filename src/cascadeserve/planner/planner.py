@@ -52,7 +52,7 @@ from cascadeserve.planner.sp4 import sp4
 from cascadeserve.planner.static import best_static
 from cascadeserve.planner.tracecheck import SloSearch, TraceCheck, rank, shortfall
 from cascadeserve.planner.workload import QpsDistribution
-from cascadeserve.profile import Profile
+from cascadeserve.profile import Profile, costs_note
 from cascadeserve.simulate import simulate
 
 __all__ = ["SUBMODULES", "Planner", "PlannerReport", "qps_scale_for"]
@@ -398,7 +398,11 @@ class Planner:
                 "alpha": self.alpha,
                 "audit_fraction": self.audit_fraction,
                 "max_busy": self.max_busy,
-                "notes": {"planner": "cascadeserve.planner (static cascade)", "static_cascade": said},
+                "notes": {
+                    "planner": "cascadeserve.planner (static cascade)",
+                    "static_cascade": said,
+                    "costs": costs_note(profile),
+                },
             }
         )
         report = self.report_ or PlannerReport()
