@@ -58,7 +58,8 @@ def test_a_latency_plan_that_misses_on_its_trace_is_replanned_until_it_meets(toy
     first = simulate(toy_profile, plain, arrivals)
     assert first.percentile_ms(95) > slo.value  # the scenario: Algorithm 1's per-range checks pass, the trace misses
 
-    pl = Planner(n_ranges=4, seed=1).fit(toy_profile, hw, slo, 4000, check_arrivals=arrivals)
+    # Algorithm 1 with its trace check alone (the static floor keeps a static cascade here: see test_static.py)
+    pl = Planner(n_ranges=4, seed=1, static_floor=False).fit(toy_profile, hw, slo, 4000, check_arrivals=arrivals)
     assert pl.plan_ is not None and pl.report_ is not None and pl.report_.trace_check is not None
     check = pl.report_.trace_check
     assert check.met and check.rounds >= 1 and check.requests == len(arrivals) and check.planned_for < slo.value
@@ -68,7 +69,7 @@ def test_a_latency_plan_that_misses_on_its_trace_is_replanned_until_it_meets(toy
     assert again.percentile_ms(95) == pytest.approx(check.p95_ms) and again.percentile_ms(95) <= slo.value
     assert again.accuracy == pytest.approx(check.accuracy)
     # searching both ways keeps a plan at least as accurate as stopping at the first that meets the SLO
-    stop_early = Planner(n_ranges=4, seed=1, trace_loosen=False)
+    stop_early = Planner(n_ranges=4, seed=1, trace_loosen=False, static_floor=False)
     first_met = stop_early.fit(toy_profile, hw, slo, 4000, check_arrivals=arrivals)
     assert first_met.report_ is not None and first_met.report_.trace_check is not None
     assert first_met.report_.trace_check.met and first_met.report_.trace_check.rounds >= 1
@@ -97,10 +98,11 @@ def test_an_accuracy_plan_that_falls_short_on_its_trace_is_replanned(real_profil
     assert check.p95_ms <= first_met.report_.trace_check.p95_ms  # the fastest plan that meets the SLO is kept
 
 
+# These look at the trace check of Algorithm 1's plan, so the static floor (test_static.py) is off.
 def test_when_no_tighter_plan_exists_the_closest_plan_is_kept_and_the_miss_reported(toy_profile: Profile) -> None:
     slo, hw, arrivals = SLO(kind="p95_ms", value=10.0), _devices(2, 1000.0), zipf(8000, 10.0, seed=1).arrivals
-    plain = Planner(n_ranges=4, seed=1).fit(toy_profile, hw, slo, 8000).plan_
-    pl = Planner(n_ranges=4, seed=1).fit(toy_profile, hw, slo, 8000, check_arrivals=arrivals)
+    plain = Planner(n_ranges=4, seed=1, static_floor=False).fit(toy_profile, hw, slo, 8000).plan_
+    pl = Planner(n_ranges=4, seed=1, static_floor=False).fit(toy_profile, hw, slo, 8000, check_arrivals=arrivals)
     assert pl.report_ is not None and pl.report_.trace_check is not None and pl.plan_ is not None and plain is not None
     check = pl.report_.trace_check
     assert not check.met and check.rounds == 0 and check.planned_for == slo.value
@@ -110,8 +112,9 @@ def test_when_no_tighter_plan_exists_the_closest_plan_is_kept_and_the_miss_repor
 
 def test_zero_rounds_replays_and_reports_without_replanning(toy_profile: Profile) -> None:
     slo, hw, arrivals = SLO(kind="p95_ms", value=20.0), _devices(2, 1000.0), zipf(4000, 10.0, seed=1).arrivals
-    plain = Planner(n_ranges=4, seed=1).fit(toy_profile, hw, slo, 4000).plan_
-    pl = Planner(n_ranges=4, seed=1, trace_rounds=0).fit(toy_profile, hw, slo, 4000, check_arrivals=arrivals)
+    plain = Planner(n_ranges=4, seed=1, static_floor=False).fit(toy_profile, hw, slo, 4000).plan_
+    once = Planner(n_ranges=4, seed=1, trace_rounds=0, static_floor=False)
+    pl = once.fit(toy_profile, hw, slo, 4000, check_arrivals=arrivals)
     assert pl.report_ is not None and pl.report_.trace_check is not None and pl.plan_ is not None and plain is not None
     assert not pl.report_.trace_check.met and pl.report_.trace_check.rounds == 0
     assert pl.plan_.gears == plain.gears

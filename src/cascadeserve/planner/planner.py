@@ -204,6 +204,8 @@ class Planner:
       low until a device is nearly full, so a plan can sit at 95 % busy and meet the SLO in the simulator while a
       runtime whose per-batch cost grows with load (emulated or CPU-thread devices; RESULTS.md, issue 17) queues.
       The plan records it, and re-plans keep it.
+    * ``static_floor`` (default True): after Algorithm 1, keep a static cascade instead where it does better
+      (:mod:`cascadeserve.planner.static`); False gives Algorithm 1's plan alone (its ablations and tests).
     """
 
     def __init__(
@@ -225,6 +227,7 @@ class Planner:
         trace_loosen: bool = True,
         audit_fraction: float = 0.0,
         max_busy: float = 1.0,
+        static_floor: bool = True,
     ) -> None:
         if not 0.0 < max_busy <= 1.0:
             raise ValueError(f"max_busy must lie in (0, 1], got {max_busy!r}")
@@ -254,6 +257,7 @@ class Planner:
         self.trace_loosen = trace_loosen
         self.audit_fraction = float(audit_fraction)
         self.max_busy = float(max_busy)
+        self.static_floor = static_floor
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 
@@ -350,7 +354,7 @@ class Planner:
         (``beat``; ``None`` when Algorithm 1 found none): on the replay of ``arrivals``, or without them by SP4's
         load check at ``max_qps`` (:mod:`cascadeserve.planner.static`). Returns whether it did; then ``plan_`` is
         the static plan, and ``report_`` and the plan's notes say so."""
-        if not hardware:
+        if not hardware or not self.static_floor:
             return False
         opts = self._options(profile)
         frontier = search_cascades(profile, levels=self.levels, seed=self.seed, method=self.search_method)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Plans that hold on the serving host, with real models: simulated vs served p95 for a family calibrated to this host.
+#
+#   benchmarks/host_fidelity.sh PROFILE MODELS VALIDATION NAME SLO_MS QPS_LOW QPS_HIGH [RUNS]
+#   e.g. benchmarks/host_fidelity.sh profiles/tweets-minilm profiles/tweets-minilm/models.yaml \
+#        tweets:../shared/data/datasets/tweeteval_sentiment tweets 150 40 80 3
+#
+# 1. plan the profile as measured (2 devices), serve that plan with the real models, bench the Twitter excerpt at
+#    QPS_HIGH, and `profile calibrate --server` from that run (the supported path: no file is edited by hand);
+# 2. plan the calibrated profile;
+# 3. at QPS_LOW and QPS_HIGH: RUNS times serve + bench (a fresh server each run), and simulate the same plan and
+#    trace once; print simulated p95, served p95 (client side and server side) and the error.
+# Each server runs in its own process (`cascadeserve serve`), the load generator in another (`cascadeserve bench`).
+set -euo pipefail
+PROFILE=$1; MODELS=$2; VAL=$3; NAME=$4; SLO=$5; LOW=$6; HIGH=$7; RUNS=${8:-3}
+CS="${CS:-.venv/bin/cascadeserve}"
+W="${W:-/tmp/host_fidelity}/$NAME"; PORT="${PORT:-8791}"
+TRACE="${TRACE:-src/cascadeserve/data/traces/twitter_2021_excerpt.txt}"; WINDOW="${WINDOW:-0:60}"
+rm -rf "$W"; mkdir -p "$W"; cp -r "$PROFILE" "$W/raw"
+
+serve() {  # PLAN PROFILE -> starts a server in the background; SP holds its pid
+  $CS serve --plan "$1" --profile "$2" --models "$MODELS" --name "$NAME" --port "$PORT" 2> "$W/serve.err" &
+  SP=$!
+  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/v2/health/ready" >/dev/null && return 0; sleep 0.5; done
+  echo "server did not become ready" >&2; cat "$W/serve.err" >&2; exit 1
+}
+stop() { kill -TERM "$SP"; wait "$SP" || true; }
+bench() {  # QPS OUT
+  $CS bench --url "http://127.0.0.1:$PORT" --model "$NAME" --validation "$VAL" --trace "$TRACE" --window "$WINDOW" \
+      --max-qps "$1" --json > "$2"
+}
+
+$CS plan --profile "$W/raw" --devices 2 --device-memory-mb 8192 --slo-p95-ms "$SLO" --max-qps "$HIGH" \
+    --out "$W/plan0.json" > /dev/null
+serve "$W/plan0.json" "$W/raw"
+bench "$HIGH" "$W/calibration-bench.json"
+$CS profile calibrate "$W/raw" --server "http://127.0.0.1:$PORT" --out "$W/cal"
+stop
+$CS plan --profile "$W/cal" --devices 2 --device-memory-mb 8192 --slo-p95-ms "$SLO" --max-qps "$HIGH" \
+    --out "$W/plan.json" > /dev/null
+$CS plan explain "$W/plan.json" | head -20
+for QPS in "$LOW" "$HIGH"; do
+  $CS simulate --profile "$W/cal" --plan "$W/plan.json" --trace "$TRACE" --window "$WINDOW" --max-qps "$QPS" \
+      --json > "$W/sim-$QPS.json"
+  for r in $(seq "$RUNS"); do
+    serve "$W/plan.json" "$W/cal"; bench "$QPS" "$W/bench-$QPS-$r.json"; stop
+  done
+done
+python3 - "$W" "$LOW" "$HIGH" "$RUNS" "$NAME" <<'PY'
+import json, statistics, sys
+w, low, high, runs, name = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+print(f"{name}: qps | simulated p95 | served p95 (client, median of {runs}) | error | server-side p95 | shed")
+for q in (low, high):
+    sim = json.load(open(f"{w}/sim-{q}.json"))
+    b = [json.load(open(f"{w}/bench-{q}-{r}.json")) for r in range(1, runs + 1)]
+    served = statistics.median(x["p95_ms"] for x in b)
+    server = statistics.median(x["server_p95_ms"] for x in b)
+    sp = sim["p95_ms"]
+    print(f"{q:>6} | {sp:8.1f} | {served:8.1f} ({', '.join(f'{x['p95_ms']:.1f}' for x in b)}) | "
+          f"{100 * (served - sp) / sp:+.1f}% | {server:.1f} | {sum(x['shed'] for x in b)}")
+PY
