@@ -23,7 +23,9 @@ EXPECTED: dict[str, list[str]] = {
         "ModelProfile",
         "Profile",
         "RuntimeCurve",
+        "calibrate",
         "certainty_function",
+        "costs_note",
         "load_profile",
         "margin",
         "max_probability",
@@ -295,6 +297,7 @@ EXPECTED: dict[str, list[str]] = {
 # Packages that re-export names from their submodules: the objects must be the same.
 REEXPORTS = {
     "cascadeserve.profile": [
+        "cascadeserve.profile.calibration",
         "cascadeserve.profile.certainty",
         "cascadeserve.profile.io",
         "cascadeserve.profile.profile",

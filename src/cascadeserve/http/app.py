@@ -44,14 +44,15 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive
+from starlette.types import ASGIApp
 
 from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
-from cascadeserve.http.fastpath import InferFastPath, server_error
+from cascadeserve.http.fastpath import InferFastPath, disconnected, server_error
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
+from cascadeserve.http.openai import openai_routes
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
 from cascadeserve.http.tuning import tuned_plan_json
 from cascadeserve.http.v2 import (
@@ -312,7 +313,7 @@ class _Api:
         except ServingError as e:
             return _error(str(e), e.status)
         waiting = asyncio.gather(*(r.future for r in reqs), return_exceptions=True)
-        gone = asyncio.ensure_future(_disconnected(request.receive))
+        gone = asyncio.ensure_future(disconnected(request.receive))
         try:
             await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
             if not waiting.done():  # the client went away: drop its rows that have not started
@@ -348,6 +349,8 @@ class _Api:
             OutputTensor("certainty", "FP32", np.array([a.certainty for a in answers], dtype=np.float32)),
             OutputTensor("model", "BYTES", [a.model for a in answers]),
         ]
+        if any(a.output is not None for a in answers):  # a generative cascade: its answers as text
+            outputs.append(OutputTensor("text", "BYTES", [a.output.text if a.output else "" for a in answers]))
         try:
             body, headers = encode_infer_response(self.model.name, dec, outputs, params)
         except ProtocolError as e:
@@ -402,14 +405,6 @@ class _Api:
         return JSONResponse({"generation": generation, "gears": len(plan.gears)})
 
 
-async def _disconnected(receive: Receive) -> None:
-    """Return when the client disconnects (the body has been read; the next message is the disconnect)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return _error(exc.detail or "error", exc.status_code)
@@ -450,7 +445,7 @@ def metrics_routes(api: _Api) -> list[BaseRoute]:
     return [Route("/metrics", api.metrics_endpoint, methods=["GET"])]
 
 
-ROUTERS: tuple[Router, ...] = (health_routes, model_routes, plan_routes, cost_routes, metrics_routes)
+ROUTERS: tuple[Router, ...] = (health_routes, model_routes, plan_routes, cost_routes, openai_routes, metrics_routes)
 
 
 def create_app(

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["InferFastPath", "server_error"]
+__all__ = ["InferFastPath", "disconnected", "server_error"]
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
@@ -50,3 +50,11 @@ class InferFastPath:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+async def disconnected(receive: Receive) -> None:
+    """Return when the client disconnects (the body has been read; the next message is the disconnect)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

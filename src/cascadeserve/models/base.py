@@ -12,13 +12,14 @@ and, when it is missing, raises :class:`MissingExtraError` naming the ``pip inst
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from cascadeserve.errors import CascadeServeError
 
-__all__ = ["EXTRAS", "MissingExtraError", "Model", "ModelLoadError", "require"]
+__all__ = ["EXTRAS", "Generated", "MissingExtraError", "Model", "ModelLoadError", "TextOutput", "require"]
 
 # module -> the extra that installs it
 EXTRAS: dict[str, str] = {
@@ -53,6 +54,24 @@ def require(module: str, *, model: str | None = None) -> Any:
         raise MissingExtraError(
             f"{who}{root} is not installed ({e}); install it with: pip install 'cascadeserve[{extra}]'"
         ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class TextOutput:
+    """One generated answer as the runtime hands it to the front end: the text and the tokens it cost."""
+
+    text: str
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What a generative stage returns for a batch instead of scores: one answer per row and the stage's certainty
+    in each (in [0, 1], higher = surer; the cascade's thresholds apply to it as to a classifier's margin)."""
+
+    outputs: tuple[TextOutput, ...]
+    certainties: np.ndarray
 
 
 @runtime_checkable

@@ -211,6 +211,7 @@ class Consumer:
         stage = tables.stage
         answered = 0
         sure_l, labels_l, certs_l = sure.tolist(), labels.tolist(), certs.tolist()
+        outputs = out.outputs
         tuning = gen.tuning
         # online tuning: trails, whole records, and which early exits are audited (runtime/tuning.py)
         audit = None if tuning is None else tuning.on_batch(row, batch, sure_l, labels_l, certs_l, garbage)
@@ -239,6 +240,7 @@ class Consumer:
                     compute_s=req.compute_s,
                     finished=t1,
                     emulated=emulated,
+                    output=None if outputs is None else outputs[k],
                 )
                 req.resolve(answer)  # first: an audit never delays the answer
                 if audit is not None and audit[k]:
@@ -246,6 +248,7 @@ class Consumer:
                     gen.forward(continuation(req, answer), row, t1)
             else:
                 req.best = (int(label), float(cert), row)
+                req.best_output = None if outputs is None else outputs[k]
                 self._forwarded.add(req)
                 gen.forward(req, row, t1)
         return answered

@@ -22,14 +22,15 @@ from typing import Protocol
 
 import numpy as np
 
+from cascadeserve.models.base import Generated, TextOutput
 from cascadeserve.profile import CertaintyFn, Profile, certainty_function
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.runtime.clock import Clock
 
 __all__ = ["BatchOutput", "Device", "EmulatedDevice", "ModelFn", "ThreadDevice"]
 
-ModelFn = Callable[[np.ndarray], np.ndarray]
-"""A model: ``scores[n, classes] = f(batch[n, ...])``."""
+ModelFn = Callable[[np.ndarray], "np.ndarray | Generated"]
+"""A model: ``scores[n, classes] = f(batch[n, ...])``, or a generative stage's :class:`Generated` answers."""
 
 # The simulator looks runtimes up in a table of this many batch sizes; the emulated device uses the same table
 # so that both compute bit-identical batch durations.
@@ -43,6 +44,8 @@ class BatchOutput:
     # Rows whose scores were not finite (NaN, Inf): garbage from the model, failed (or answered by an earlier
     # stage) rather than passed through the cascade as if they meant something. None: every row is sound.
     garbage: np.ndarray | None = None  # bool [n]
+    # A generative stage's answers, one per row (labels are then 0): what the front end returns as text
+    outputs: tuple[TextOutput, ...] | None = None
 
 
 class Device(Protocol):
@@ -87,6 +90,15 @@ class EmulatedDevice:
         return None
 
 
+def _generated(result: Generated, n: int) -> BatchOutput:
+    """A generative stage's batch: its answers ride along, its certainties drive the cascade (NaN: garbage)."""
+    certs = np.asarray(result.certainties, dtype=np.float64)
+    if len(result.outputs) != n or certs.shape != (n,):
+        raise ValueError(f"expected {n} answers and certainties, got {len(result.outputs)} and {list(certs.shape)}")
+    sound = np.isfinite(certs)
+    return BatchOutput(np.zeros(n, dtype=np.int64), certs, None if sound.all() else ~sound, tuple(result.outputs))
+
+
 class ThreadDevice:
     """Runs real models on a dedicated worker thread (one batch at a time)."""
 
@@ -117,11 +129,14 @@ class ThreadDevice:
 
     def _compute(self, row: int, inputs: np.ndarray) -> BatchOutput:
         started = time.perf_counter()
-        scores = np.asarray(self.models[row](inputs))
+        result = self.models[row](inputs)
         if self.slowdowns is not None and self.clock is not None:
             f = self.slowdowns.factor(self.name, self.clock.now(), self.model_names.get(row))
             if f > 1:
                 time.sleep((f - 1.0) * (time.perf_counter() - started))
+        if isinstance(result, Generated):
+            return _generated(result, len(inputs))
+        scores = np.asarray(result)
         if scores.ndim != 2 or scores.shape[0] != len(inputs):
             raise ValueError(f"expected scores of shape [{len(inputs)}, classes], got {list(scores.shape)}")
         if scores.dtype.kind not in "fiub":

@@ -173,6 +173,7 @@ class Generation:
                 finished=now,
                 fallback=True,
                 emulated=self.emulated,
+                output=req.best_output,
             )
         )
 

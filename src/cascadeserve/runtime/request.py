@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cascadeserve.models.base import TextOutput
+
 __all__ = [
     "Answer",
     "ClientGone",
@@ -106,6 +108,7 @@ class Answer:
     fallback: bool = False  # answered by an earlier stage because the deadline passed
     emulated: bool = False
     cached: bool = False  # answered from the prediction cache, without queueing
+    output: TextOutput | None = None  # a generative stage's answer (text and tokens); None for a classifier
 
 
 class Request:
@@ -115,6 +118,7 @@ class Request:
         "arrival",
         "audit",
         "best",
+        "best_output",
         "cache_epoch",
         "cache_key",
         "compute_s",
@@ -153,6 +157,7 @@ class Request:
         self.queue_s = 0.0
         self.compute_s = 0.0
         self.best: tuple[int, float, int] | None = None  # (label, certainty, model row) of the last stage run
+        self.best_output: TextOutput | None = None  # and its generated answer, for a generative stage
         self.timer: asyncio.Task[None] | None = None
         self.cache_key: Any = None  # the prediction cache's key when the runtime caches answers (a miss)
         self.cache_epoch = 0  # the cache's epoch at lookup: an answer of an invalidated epoch is not stored
