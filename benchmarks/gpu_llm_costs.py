@@ -90,9 +90,6 @@ def measure(cfg_path: Path, args: argparse.Namespace, device: str, dtype: Any) -
                 dec[b] = round(max(total - pre[b] * n, 0.0) / args.steps, 4)
             res["prefill_ms_per_token"][n] = pre
             res["decode_ms_per_step"][n] = dec
-    del model
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
     return res
 
 
@@ -122,6 +119,8 @@ def main() -> None:
     for path in sorted(args.configs.glob("*.json")):
         t0 = time.perf_counter()
         doc["models"][path.stem] = measure(path, args, device, dtype)
+        if device == "cuda":
+            torch.cuda.empty_cache()  # the last model is unreferenced now
         print(f"{path.stem}: {time.perf_counter() - t0:.1f} s", flush=True)
         args.out.write_text(json.dumps(doc, indent=1))
     print(json.dumps(doc)[:3000])
