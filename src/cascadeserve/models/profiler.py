@@ -108,6 +108,16 @@ def _rss_mb() -> float:
         return 0.0
 
 
+def _portable(source: str) -> str:
+    """A data source as a committed profile may carry it: no machine path (relative to the working directory, or
+    under ``~``)."""
+    for root, short in ((Path.cwd(), ""), (Path.home(), "~/")):
+        prefix = str(root).rstrip("/") + "/"
+        if prefix in source and prefix != "/":
+            source = source.replace(prefix, short)
+    return source
+
+
 def _fingerprint(spec: Mapping[str, Any], validation: ValidationSet, options: MeasureOptions, threads: int) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(spec, sort_keys=True, default=str).encode())
@@ -325,7 +335,7 @@ def measure(
     adapters = dict(models) if models is not None else config.build()
     certainty = certainty_function(config.certainty.replace("_", "-"))
     records: list[ModelRecord] = []
-    source = f"cascadeserve profile measure on {validation.source} ({len(validation)} samples)"
+    source = f"cascadeserve profile measure on {_portable(validation.source)} ({len(validation)} samples)"
     if opts.pause_ms:  # the runtimes are an idle device's: say so where a reader of the profile looks
         source += f", {opts.pause_ms:g} ms idle before each timed batch"
     for spec in config.models:
