@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -26,9 +26,15 @@ from cascadeserve.runtime.costs import CostMonitor
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from cascadeserve.http.app import _Api
-
 __all__ = ["CostCollector", "cost_routes"]
+
+
+class _Api(Protocol):
+    """What the route needs of the app's handlers (``http.app``; a Protocol, so no import goes back up there)."""
+
+    costs: CostMonitor | None
+
+    def _auth(self, request: Request, *, admin: bool = False) -> Response | None: ...
 
 
 class CostCollector(Collector):

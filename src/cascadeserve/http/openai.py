@@ -33,18 +33,16 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from cascadeserve.http.clipper import ClipperLayer
 from cascadeserve.http.fastpath import disconnected
 from cascadeserve.http.v2 import ProtocolError
-from cascadeserve.runtime import Answer, Overloaded, ServingError
-
-if TYPE_CHECKING:
-    from cascadeserve.http.app import _Api
+from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
 
 __all__ = ["MAX_PROMPT_CHARS", "OpenAIError", "openai_routes", "parse_chat", "parse_completion"]
 
@@ -56,6 +54,28 @@ _CHAT_FIELDS = {
     "n", "user", "seed", "options", "timeout", "stop", "metadata", "store",
 }  # fmt: skip
 _COMPLETION_FIELDS = (_CHAT_FIELDS - {"messages", "max_completion_tokens", "store", "metadata"}) | {"prompt", "echo"}
+
+
+class _Served(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def input(self) -> InputSpec: ...
+
+
+class _Api(Protocol):
+    """What the routes need of the app's handlers (``http.app``; a Protocol, so no import goes back up there)."""
+
+    runtime: Runtime
+    layer: ClipperLayer
+
+    @property
+    def model(self) -> _Served: ...
+
+    def _auth(self, request: Request, *, admin: bool = False) -> Response | None: ...
+
+    async def _body(self, request: Request) -> bytes: ...
 
 
 class OpenAIError(Exception):
