@@ -38,7 +38,7 @@ $CS profile calibrate "$W/raw" --server "http://127.0.0.1:$PORT" --out "$W/cal"
 stop
 $CS plan --profile "$W/cal" --devices 2 --device-memory-mb 8192 --slo-p95-ms "$SLO" --max-qps "$HIGH" \
     --out "$W/plan.json" > /dev/null
-$CS plan explain "$W/plan.json" | head -20
+$CS plan explain "$W/plan.json" > "$W/plan.txt"
 for QPS in "$LOW" "$HIGH"; do
   $CS simulate --profile "$W/cal" --plan "$W/plan.json" --trace "$TRACE" --window "$WINDOW" --max-qps "$QPS" \
       --json > "$W/sim-$QPS.json"
