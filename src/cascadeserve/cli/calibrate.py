@@ -40,7 +40,7 @@ def server_factors(snapshot: dict[str, Any], min_batches: int) -> tuple[dict[str
     factors: dict[str, float] = {}
     notes: list[str] = []
     for m in snapshot.get("models", []):
-        f, n = m.get("factor_vs_profile"), int(m.get("batches") or 0)
+        f, n = m.get("mean_factor_vs_profile", m.get("factor_vs_profile")), int(m.get("batches") or 0)
         if f is None or n < min_batches:
             notes.append(f"model {m['model']!r}: {n} batches (fewer than --min-batches {min_batches}): unchanged")
         else:

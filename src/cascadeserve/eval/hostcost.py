@@ -10,8 +10,8 @@ module measures that in a few seconds, with the real pieces, and returns the per
 2. the real HTTP server with the real models on 127.0.0.1 (:func:`cascadeserve.http.build_app`), in this process;
 3. Poisson arrivals of real validation inputs over HTTP (:func:`cascadeserve.eval.loadgen.run_load`), at
    ``busy`` times the probe plan's capacity under the *profiled* runtimes, for ``seconds``;
-4. the server's cost monitor (:class:`~cascadeserve.runtime.costs.CostMonitor`): per model, the median measured /
-   profiled batch time over every batch (``factor_vs_profile``).
+4. the server's cost monitor (:class:`~cascadeserve.runtime.costs.CostMonitor`): per model, the mean measured /
+   profiled batch time over every batch (``mean_factor_vs_profile``; a queue's wait follows the mean service time).
 
 ``profile calibrate --models`` and the demo use it; ``profile calibrate --server`` reads the same monitor from a
 server someone else is loading.
@@ -38,7 +38,7 @@ __all__ = ["HostCosts", "measure_host_costs", "probe_plan"]
 
 @dataclass(frozen=True)
 class HostCosts:
-    """What a calibration run measured: factors per model (measured / profiled batch time, median), batches seen."""
+    """What a calibration run measured: factors per model (measured / profiled batch time, mean), batches seen."""
 
     factors: dict[str, float]
     batches: dict[str, int]
@@ -87,6 +87,6 @@ def measure_host_costs(
     with Server(app, "127.0.0.1", 0, grace_s=5.0) as server:
         report = asyncio.run(run_load(server.url, name, arrivals, rows=rows))
         snap: dict[str, Any] = app.costs.snapshot() if app.costs is not None else {"models": []}
-    factors = {m["model"]: float(m["factor_vs_profile"]) for m in snap["models"] if m["factor_vs_profile"]}
-    batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["factor_vs_profile"]}
+    factors = {m["model"]: float(m["mean_factor_vs_profile"]) for m in snap["models"] if m["mean_factor_vs_profile"]}
+    batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["mean_factor_vs_profile"]}
     return HostCosts(factors, batches, qps, seconds, report)

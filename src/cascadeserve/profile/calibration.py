@@ -5,8 +5,10 @@ front end, the other devices and the client, and costs more (1.25-2x on a 2-core
 runtimes promises a p95 the server cannot keep. Calibration closes that gap with measurements, not a guess:
 
 1. serve the plan (or any plan that runs every model) under a realistic load: ``bench``, or real traffic;
-2. the server's cost watch (:class:`~cascadeserve.policy.costs.CostWatch`) keeps, per model, the median of
-   measured / profiled batch time: ``GET /v2/cascade/costs``;
+2. the server's cost monitor (:class:`~cascadeserve.runtime.costs.CostMonitor`) keeps, per model, the ratios of
+   measured to profiled batch time: ``GET /v2/cascade/costs``. Calibration takes their mean (the top 1 % left
+   out): a queue's wait grows with the mean service time, and under contention batches run long more often than
+   short, so the median would promise a p95 the server misses;
 3. ``cascadeserve profile calibrate PROFILE --server URL --out NEW`` writes a new profile whose runtimes are the
    old ones times those factors (:func:`calibrate`), with a ``calibration`` line in ``profile.yaml`` saying by how
    much and where it was measured. Plans made from it say so in their ``costs`` note (:func:`costs_note`).

@@ -32,6 +32,12 @@ __all__ = ["CostMonitor"]
 log = logging.getLogger("cascadeserve.costs")
 
 
+def _trimmed_mean(values: deque[float], cut: float = 0.01) -> float:
+    a = np.sort(np.asarray(values, dtype=np.float64))
+    keep = a[: max(1, len(a) - int(len(a) * cut))]
+    return float(keep.mean())
+
+
 class CostMonitor(NullObserver):
     """Watches batch costs against the profile's (module docstring)."""
 
@@ -83,8 +89,8 @@ class CostMonitor(NullObserver):
 
     # -- what GET /v2/cascade/costs shows ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        """Per model: the window's factor against the costs in force, and the median since the start against the
-        profile (what ``profile calibrate`` scales the profile by)."""
+        """Per model: the window's factor against the costs in force, and the median and (trimmed) mean since the
+        start against the profile (``profile calibrate`` scales the profile by the mean)."""
         window = {c.model: c for c in self.watch.factors(self.now)}
         models = []
         for m in self.profile.model_names:
@@ -94,6 +100,9 @@ class CostMonitor(NullObserver):
                 {
                     "model": m,
                     "factor_vs_profile": float(np.median(since)) if since else None,
+                    # what calibration uses: a queue's wait grows with the mean service time, not its median, and
+                    # under contention batches run long more often than short; the top 1 % (stalls) is left out
+                    "mean_factor_vs_profile": _trimmed_mean(since) if since else None,
                     "batches": len(since),
                     "window_factor": None if w is None else w.factor,
                     "window_batches": 0 if w is None else w.batches,
