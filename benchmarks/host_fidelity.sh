@@ -56,6 +56,7 @@ for q in (low, high):
     served = statistics.median(x["p95_ms"] for x in b)
     server = statistics.median(x["server_p95_ms"] for x in b)
     sp = sim["p95_ms"]
-    print(f"{q:>6} | {sp:8.1f} | {served:8.1f} ({', '.join(f'{x['p95_ms']:.1f}' for x in b)}) | "
-          f"{100 * (served - sp) / sp:+.1f}% | {server:.1f} | {sum(x['shed'] for x in b)}")
+    runs_s = ", ".join("%.1f" % x["p95_ms"] for x in b)
+    shed = sum(x["shed"] for x in b)
+    print(f"{q:>6} | {sp:8.1f} | {served:8.1f} ({runs_s}) | {100 * (served - sp) / sp:+.1f}% | {server:.1f} | {shed}")
 PY
