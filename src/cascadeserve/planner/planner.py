@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -197,6 +197,9 @@ class Planner:
       low until a device is nearly full, so a plan can sit at 95 % busy and meet the SLO in the simulator while a
       runtime whose per-batch cost grows with load (emulated or CPU-thread devices; RESULTS.md, issue 17) queues.
       The plan records it, and re-plans keep it.
+    * ``backend`` (``"local"`` or ``"ray"``): where the plan will be served. The plan records it; on Ray every
+      simulation of it, SP4's checks included, adds the profile's ``ray_hop_ms`` per process hop to each request's
+      latency (:mod:`cascadeserve.simulate.hops`), so the SLO holds with Ray's actor calls in it.
     """
 
     def __init__(
@@ -218,6 +221,7 @@ class Planner:
         trace_loosen: bool = True,
         audit_fraction: float = 0.0,
         max_busy: float = 1.0,
+        backend: Literal["local", "ray"] = "local",
     ) -> None:
         if not 0.0 < max_busy <= 1.0:
             raise ValueError(f"max_busy must lie in (0, 1], got {max_busy!r}")
@@ -247,6 +251,9 @@ class Planner:
         self.trace_loosen = trace_loosen
         self.audit_fraction = float(audit_fraction)
         self.max_busy = float(max_busy)
+        if backend not in ("local", "ray"):
+            raise ValueError(f"backend must be local or ray, got {backend!r}")
+        self.backend: Literal["local", "ray"] = backend
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 
@@ -364,6 +371,7 @@ class Planner:
             batch_caps=tuple(sorted((self.batch_caps or {}).items())),
             audit_fraction=self.audit_fraction,
             max_busy=self.max_busy,
+            backend=self.backend,
         )
 
     @staticmethod
