@@ -23,12 +23,15 @@ EXPECTED: dict[str, list[str]] = {
         "ModelProfile",
         "Profile",
         "RuntimeCurve",
+        "calibrate",
         "certainty_function",
+        "costs_note",
         "load_profile",
         "margin",
         "max_probability",
         "negative_entropy",
         "record_batch_overhead",
+        "record_costs",
         "save_profile",
     ],
     "cascadeserve.profile.certainty": [
@@ -40,7 +43,7 @@ EXPECTED: dict[str, list[str]] = {
         "negative_entropy",
         "to_probabilities",
     ],
-    "cascadeserve.profile.io": ["load_profile", "record_batch_overhead", "save_profile"],
+    "cascadeserve.profile.io": ["load_profile", "record_batch_overhead", "record_costs", "save_profile"],
     "cascadeserve.profile.profile": ["ModelProfile", "Profile"],
     "cascadeserve.profile.runtime": ["RuntimeCurve"],
     "cascadeserve.cascade": [
@@ -252,6 +255,7 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.runtime.placement": ["LocalPlacement", "Placement"],
     "cascadeserve.simulate": ["BatchRecord", "SimResult", "Simulator", "simulate"],
     "cascadeserve.simulate.engine": ["Simulator", "simulate", "tick_windows"],
+    "cascadeserve.simulate.hops": ["charge_hops", "expected_hops"],
     "cascadeserve.planner": [
         "SUBMODULES",
         "ZIPF_EXPONENT",
@@ -292,6 +296,7 @@ EXPECTED: dict[str, list[str]] = {
 # Packages that re-export names from their submodules: the objects must be the same.
 REEXPORTS = {
     "cascadeserve.profile": [
+        "cascadeserve.profile.calibration",
         "cascadeserve.profile.certainty",
         "cascadeserve.profile.io",
         "cascadeserve.profile.profile",
