@@ -33,7 +33,9 @@ def test_the_start_up_run_on_a_ray_server_measures_a_positive_finite_hop(toy_pro
     assert measure_batch_overhead(toy_profile, seconds=0.2).hop_ms == 0.0  # the local runtime has no hop
 
 
-def test_serve_records_the_ray_costs_and_a_ray_plan_is_charged_exactly_them(toy_profile: Profile, tmp_path: Path) -> None:
+def test_serve_records_the_ray_costs_and_a_ray_plan_is_charged_exactly_them(
+    toy_profile: Profile, tmp_path: Path
+) -> None:
     d = save_profile(toy_profile, tmp_path / "toy")
     devices = [Device(name=f"d{i}", memory_mb=1000) for i in range(2)]
     cascade = Cascade(("m0", "m1"), (0.12,))

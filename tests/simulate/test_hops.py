@@ -72,7 +72,9 @@ def test_a_ray_plan_without_its_own_hop_pays_the_profiles_and_a_local_plan_never
     assert fixed_plan(prof, THREE, _devices(1), backend="ray").hop_ms == 3.0  # made after: the plan carries it
 
 
-def test_the_backend_and_hop_travel_in_the_plan_file_and_old_plans_are_local(toy_profile: Profile, tmp_path: Path) -> None:
+def test_the_backend_and_hop_travel_in_the_plan_file_and_old_plans_are_local(
+    toy_profile: Profile, tmp_path: Path
+) -> None:
     plan = fixed_plan(toy_profile, THREE, _devices(2), backend="ray").model_copy(update={"hop_ms": 1.25})
     again = load_plan(plan.save(tmp_path / "p.json"), toy_profile)
     assert (again.backend, again.hop_ms) == ("ray", 1.25)
