@@ -10,8 +10,10 @@ from tests.cli_json import stdout_json
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli import run
-from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica, fixed_plan, load_plan
-from cascadeserve.profile import Profile, load_profile, record_costs, save_profile
+from cascadeserve.errors import InfeasibleError
+from cascadeserve.plan import SLO, Device, Gear, GearPlan, GearReplica, Replica, fixed_plan, load_plan
+from cascadeserve.planner import Planner
+from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, load_profile, record_costs, save_profile
 from cascadeserve.simulate import simulate
 from cascadeserve.simulate.hops import expected_hops
 
@@ -112,3 +114,29 @@ def test_plan_fixed_backend_ray_then_simulate_charges_the_recorded_hop(
     after = stdout_json(capsys)
     assert after["p50_ms"] == pytest.approx(before["p50_ms"] + 4.0)  # one device: every request one hop
     assert run([*base, "--backend", "nope"]) == 2
+
+
+def _flat(hop_ms: float) -> Profile:
+    """One model ``m``: 2 ms per sample at any batch size, 10 MB; Ray's hop recorded as ``hop_ms``."""
+    n = 100
+    labels = np.zeros(n, dtype=np.int64)
+    m = ModelProfile("m", 10.0, RuntimeCurve((1, 64), (2.0, 128.0)))
+    return Profile("flat", (m,), np.arange(n), labels, labels[None, :].copy(), np.ones((1, n)), ray_hop_ms=hop_ms)
+
+
+def test_the_planner_checks_a_ray_plan_with_its_hops() -> None:
+    slo = SLO(kind="p95_ms", value=20.0)
+
+    def fit(backend: str, hop_ms: float) -> GearPlan:
+        pl = Planner(n_ranges=2, seed=1, backend=backend)  # type: ignore[arg-type]
+        plan = pl.fit(_flat(hop_ms), [Device(name="d0", memory_mb=100.0)], slo, 300.0).plan_
+        assert plan is not None
+        return plan
+
+    local, ray = fit("local", 5.0), fit("ray", 5.0)
+    assert (local.backend, ray.backend) == ("local", "ray")
+    for g0, g1 in zip(local.gears, ray.gears, strict=True):  # one device: every request pays exactly one hop
+        assert g0.predicted_p95_ms is not None and g1.predicted_p95_ms == pytest.approx(g0.predicted_p95_ms + 5.0)
+    with pytest.raises(InfeasibleError):  # a 25 ms hop alone breaks a 20 ms SLO
+        fit("ray", 25.0)
+    assert fit("local", 25.0).backend == "local"  # the local backend never pays it
