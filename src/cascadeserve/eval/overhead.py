@@ -120,8 +120,8 @@ def measure_batch_overhead(
         runtime = emulated_runtime(profile, plan, clock=MonotonicClock())
     else:
         runtime = backend.emulated_runtime(profile, plan)
-    got = asyncio.run(_replay(runtime, profile, model, arrivals, warmup_s))
-    got = np.asarray(got, dtype=np.float64).reshape(-1, 2)
+    answered = asyncio.run(_replay(runtime, profile, model, arrivals, warmup_s))
+    got = np.asarray(answered, dtype=np.float64).reshape(-1, 2)
     if not len(got):
         return BatchOverhead(0.0, 0.0, 0, model)
     # The local runtime has no hop: the whole excess is its per-batch overhead, as it always was measured.
