@@ -31,6 +31,7 @@ EXPECTED: dict[str, list[str]] = {
         "max_probability",
         "negative_entropy",
         "record_batch_overhead",
+        "record_costs",
         "save_profile",
     ],
     "cascadeserve.profile.certainty": [
@@ -42,7 +43,7 @@ EXPECTED: dict[str, list[str]] = {
         "negative_entropy",
         "to_probabilities",
     ],
-    "cascadeserve.profile.io": ["load_profile", "record_batch_overhead", "save_profile"],
+    "cascadeserve.profile.io": ["load_profile", "record_batch_overhead", "record_costs", "save_profile"],
     "cascadeserve.profile.profile": ["ModelProfile", "Profile"],
     "cascadeserve.profile.runtime": ["RuntimeCurve"],
     "cascadeserve.cascade": [
@@ -254,6 +255,7 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.runtime.placement": ["LocalPlacement", "Placement"],
     "cascadeserve.simulate": ["BatchRecord", "SimResult", "Simulator", "simulate"],
     "cascadeserve.simulate.engine": ["Simulator", "simulate", "tick_windows"],
+    "cascadeserve.simulate.hops": ["charge_hops", "expected_hops"],
     "cascadeserve.planner": [
         "STATIC_CANDIDATES",
         "SUBMODULES",

@@ -208,6 +208,11 @@ class GearPlan(_Frozen):
     # Fixed time every batch costs on top of the model's runtime (dispatch, event-loop and thread wake-ups),
     # measured once per deployment (``eval fidelity --calibrate``); the simulator adds it to each batch.
     batch_overhead_ms: float = Field(default=0.0, ge=0)
+    # Where the plan is served: on "ray" every stage a request passes that sits in another process than the last
+    # costs a hop (an actor call and its answer's way back), ``hop_ms`` each, which the simulator adds to the
+    # request's latency (simulate/hops.py; latency only, no device time). 0 with "ray": the profile's ray_hop_ms.
+    backend: Literal["local", "ray"] = "local"
+    hop_ms: float = Field(default=0.0, ge=0)
     # Adaptive batching (policy/adaptive.py): "plan" keeps the planner's triggers only; "aimd" and "quantile" add
     # Clipper's per-replica cap, sized against batch_target_ms (default: derived from the p95 SLO).
     batching: Literal["plan", "aimd", "quantile"] = "plan"
@@ -379,13 +384,15 @@ def fixed_plan(
     max_batch: int | None = None,
     batch_caps: Mapping[str, int] | None = None,
     batch_overhead_ms: float | None = None,
+    backend: Literal["local", "ray"] = "local",
 ) -> GearPlan:
     """A one-gear plan: every cascade model on every device where it still fits, load split evenly.
 
     Models are placed in cascade order, so when memory is short the earlier (cheaper) stages win the space.
     This is the hand-made plan for tests and baselines; the planner does better. ``batch_caps`` sets each named
     model's per-replica batch cap (e.g. :func:`cascadeserve.planner.default_batch_caps`, the planner's rule).
-    ``batch_overhead_ms`` defaults to the profile's recorded per-batch overhead.
+    ``batch_overhead_ms`` defaults to the profile's recorded per-batch overhead; a plan for the ``"ray"`` backend
+    charges the profile's recorded ``ray_hop_ms`` per hop.
     """
     for m in cascade.models:
         profile.index(m)  # unknown model -> KeyError with the list of known ones
@@ -426,4 +433,6 @@ def fixed_plan(
         max_wait_ms=max_wait_ms,
         max_batch=max_batch,
         batch_overhead_ms=profile.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms,
+        backend=backend,
+        hop_ms=profile.ray_hop_ms if backend == "ray" else 0.0,
     )

@@ -9,7 +9,8 @@ false, ...}``). ``--batch-overhead-ms`` plans with a fixed cost per batch beyond
 --calibrate`` measures it; by default the profile's recorded ``batch_overhead_ms``); the plan file carries it, so
 ``simulate`` charges it too. Every plan caps each model's batch (the batch column shows ``model ≤cap``); ``plan fixed
 --no-caps`` makes an uncapped one. ``--max-busy F`` plans with device headroom: no gear whose busiest device SP4
-simulates more than ``F`` busy.
+simulates more than ``F`` busy. ``--backend ray`` (also on ``plan fixed``) makes a plan for the Ray backend: it
+records the backend, and every simulation of it charges the Ray process hops (the profile's ``ray_hop_ms``).
 
 The group runs the planner when no subcommand is given (``invoke_without_command``), so ``plan fixed`` and
 ``plan explain`` keep their own options.
@@ -18,7 +19,7 @@ The group runs the planner when no subcommand is given (``invoke_without_command
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -42,6 +43,23 @@ plan_app = typer.Typer(
     no_args_is_help=False,
 )
 app.add_typer(plan_app, name="plan")
+
+BackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="Where the plan will be served: local, or ray (every simulation of the plan then adds the profile's "
+        "ray_hop_ms, which serve --emulate --backend ray measures and records, per process hop).",
+    ),
+]
+
+
+def _backend(name: str) -> Literal["local", "ray"]:
+    if name == "local":
+        return "local"
+    if name == "ray":
+        return "ray"
+    raise CascadeServeError(f"--backend: {name!r} is not one of local, ray")
 
 
 def _triggers(plan: GearPlan, gi: int) -> str:
@@ -84,6 +102,7 @@ def plan_summary(plan: GearPlan, report: PlannerReport | None = None, out: Path 
         "slo": None if plan.slo is None else {"kind": plan.slo.kind, "value": plan.slo.value},
         "qps_scale": plan.qps_scale,
         "batch_overhead_ms": plan.batch_overhead_ms,
+        "backend": plan.backend,
         "max_busy": plan.max_busy,
         "gears": gears,
         # neighbouring gears that serve alike are one gear online (no switch): [first, last] gear index per run
@@ -135,6 +154,9 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
     extra = [f"qps_scale {plan.qps_scale:g}", f"alpha {plan.alpha:g}"]
     if plan.batch_overhead_ms:
         extra.append(f"batch overhead {plan.batch_overhead_ms:g} ms")
+    if plan.backend == "ray":
+        hop = f"{plan.hop_ms:g} ms" if plan.hop_ms else "the profile's ray_hop_ms"
+        extra.append(f"for the Ray backend: {hop} per process hop")
     if plan.max_busy < 1:
         extra.append(f"devices at most {plan.max_busy:.0%} busy")
     if plan.audit_fraction:
@@ -203,6 +225,7 @@ def plan(
             "simulator but queues on a runtime whose per-batch cost grows with load. Re-plans keep it.",
         ),
     ] = 1.0,
+    backend: BackendOpt = "local",
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
@@ -241,6 +264,7 @@ def plan(
         trace_rounds=trace_rounds,
         audit_fraction=audit_fraction,
         max_busy=max_busy,
+        backend=_backend(backend),
     )
     check = QpsDistribution.parse(qps_dist).arrivals(max_qps, seed)
     status_console = err_console if as_json else console
@@ -330,6 +354,7 @@ def fixed(
             "batch limit); --no-caps takes the whole queue, up to --max-batch.",
         ),
     ] = True,
+    backend: BackendOpt = "local",
 ) -> None:
     """A one-gear plan: every model on every device where it fits, even split, one trigger for all replicas."""
     prof = load_profile(profile)
@@ -346,6 +371,7 @@ def fixed(
         max_wait_ms=max_wait_ms,
         max_batch=max_batch,
         batch_caps=default_batch_caps(prof, None, overhead_ms=prof.batch_overhead_ms) if caps else None,
+        backend=_backend(backend),
     )
     plan.save(out)
     console.print(f"wrote {out}: {casc} on {len(plan.replicas)} replica(s) over {len(plan.devices)} device(s)")

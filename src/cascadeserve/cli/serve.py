@@ -11,7 +11,9 @@ actor per device on a Ray cluster (``--address``), with the same HTTP API (see :
 
 With ``--emulate``, when neither the profile nor the plan records the runtime's per-batch overhead, ``serve``
 measures it at start-up (:mod:`cascadeserve.eval.overhead`, about a second) and records it in the profile, so that
-``plan`` and ``simulate`` of that profile include it without any flag (``--no-measure-overhead`` skips this).
+``plan`` and ``simulate`` of that profile include it without any flag (``--no-measure-overhead`` skips this). On
+``--backend ray`` the same start-up run goes through a Ray server actor and also records the Ray process hop
+(``ray_hop_ms``: an actor call and its answer's way back), which plans made with ``--backend ray`` charge per hop.
 
 Overload is bounded by time: a request that would wait more than ``--max-wait-slos`` SLOs behind the backlog
 (which drains at the plan's capacity, its highest gear's QPS, or ``--capacity-qps``) is shed at once with 503 and a
@@ -62,7 +64,7 @@ from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
 from cascadeserve.policy.costs import CostSettings
 from cascadeserve.policy.tuning import OnlineTuning
-from cascadeserve.profile import Profile, load_profile, record_batch_overhead
+from cascadeserve.profile import Profile, load_profile, record_costs
 from cascadeserve.profile.slowdown import Slowdown, Slowdowns
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 from cascadeserve.runtime.replanner import ReplanOptions
@@ -211,19 +213,9 @@ def serve(
             raise CascadeServeError(f"{opt}: {f} is not a file")
     prof = load_profile(profile)
     gear_plan = load_plan(plan, prof)
-    if emulate and measure_overhead and not prof.batch_overhead_ms and not gear_plan.batch_overhead_ms:
-        from cascadeserve.eval.overhead import measure_batch_overhead
-
-        measured = measure_batch_overhead(prof)
-        try:
-            record_batch_overhead(profile, measured.median_ms)
-            where = f"recorded in {profile / 'profile.yaml'}"
-        except CascadeServeError as e:
-            where = f"not recorded: {e}"
-        err_console.print(
-            f"runtime per-batch overhead {measured.median_ms:.3f} ms (median of {measured.samples}; {where})",
-            highlight=False,
-        )
+    engine = _backend(backend, address, None if emulate else models)
+    if emulate and measure_overhead:
+        _measure_costs(prof, gear_plan, profile, engine)
 
     clipper = _clipper_options(cache_size, batching, gear_plan)
     tuning = _tuning_options(tune, tune_target, tune_budget, audit_fraction, tune_reference, gear_plan, prof)
@@ -231,7 +223,6 @@ def serve(
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
-    engine = _backend(backend, address, None if emulate else models)
     slo = slo_ms
     if slo is None:
         slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
@@ -307,6 +298,38 @@ def serve(
         # uvicorn logs a bind error and exits through SystemExit before it ever listens: that is a failure.
         raise CascadeServeError(f"could not listen on {host}:{port} (is the port in use?)")
     err_console.print("stopped")
+
+
+def _measure_costs(prof: Profile, plan: GearPlan, directory: Path, engine: Backend) -> None:
+    """Measure and record in the profile the serving costs that neither it nor the plan records: the runtime's
+    per-batch overhead and, on Ray, the process hop (measured with Ray's own devices; see eval/overhead.py)."""
+    ray = engine.name == "ray"
+    need_batch = not prof.batch_overhead_ms and not plan.batch_overhead_ms
+    need_hop = ray and not prof.ray_hop_ms and not plan.hop_ms
+    if ray and plan.backend != "ray":
+        err_console.print(
+            "note: this plan was made for the local backend, so simulate charges it no Ray process hops (make it "
+            "with plan --backend ray)",
+            highlight=False,
+        )
+    if not (need_batch or need_hop):
+        return
+    from cascadeserve.eval.overhead import measure_batch_overhead
+
+    measured = measure_batch_overhead(prof, backend=engine if ray else None)
+    costs = {"batch_overhead_ms": measured.median_ms} if need_batch else {}
+    if need_hop:
+        costs["ray_hop_ms"] = measured.hop_ms
+    try:
+        record_costs(directory, **costs)
+        where = f"recorded in {directory / 'profile.yaml'}"
+    except CascadeServeError as e:
+        where = f"not recorded: {e}"
+    hop = f", Ray process hop {measured.hop_ms:.3f} ms" if need_hop else ""
+    err_console.print(
+        f"runtime per-batch overhead {measured.median_ms:.3f} ms{hop} (median of {measured.samples}; {where})",
+        highlight=False,
+    )
 
 
 def _cost_settings(tolerance: float, window_s: float) -> CostSettings:

@@ -2,7 +2,9 @@
 
 Every batch is charged the plan's ``batch_overhead_ms``; a plan that carries none is charged the profile's recorded
 one (``profile measure`` and ``serve --emulate`` record the runtime's measured per-batch cost), so that without any
-flag the simulation predicts what ``serve`` of the plan does. ``--batch-overhead-ms`` overrides both.
+flag the simulation predicts what ``serve`` of the plan does. ``--batch-overhead-ms`` overrides both. A plan made for
+Ray (``plan --backend ray``) also pays its process hops: the plan's ``hop_ms``, else the profile's ``ray_hop_ms``
+(which ``serve --emulate --backend ray`` records; :mod:`cascadeserve.simulate.hops`).
 
 ``--replan`` and ``--qps-scaling`` simulate ``serve``'s load-drift options (:mod:`cascadeserve.simulate.replan`):
 the same scaling and drift decisions per tick, a re-plan taking ``--replan-delay-s`` of simulated time. With
@@ -156,7 +158,14 @@ def simulate(
     else:
         tuning = tuning_for(gear_plan) if tune else None
         res = run_simulation(prof, gear_plan, tr.arrivals, samples=samples, tuning=tuning)
-    summary = {"trace": tr.source, "batch_overhead_ms": gear_plan.batch_overhead_ms, **res.summary()}
+    hop_ms = gear_plan.hop_ms or (prof.ray_hop_ms if gear_plan.backend == "ray" else 0.0)  # what the run charged
+    summary = {
+        "trace": tr.source,
+        "batch_overhead_ms": gear_plan.batch_overhead_ms,
+        "backend": gear_plan.backend,
+        "hop_ms": hop_ms,
+        **res.summary(),
+    }
     if replanned is not None:
         summary["replan"] = replanned
     if tune:

@@ -76,6 +76,7 @@ def _gear_plan(
         batch_overhead_ms=problem.overhead_ms,
         audit_fraction=problem.options.audit_fraction,
         max_busy=problem.options.max_busy,
+        backend=problem.options.backend,  # the simulator charges a Ray plan the profile's ray_hop_ms per hop
         slo=slo,
         qps_scale=qps_scale,
         notes=notes or {},

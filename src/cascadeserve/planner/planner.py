@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,7 +51,7 @@ from cascadeserve.planner.sp3 import sp3
 from cascadeserve.planner.sp4 import sp4
 from cascadeserve.planner.static import best_static
 from cascadeserve.planner.tracecheck import SloSearch, TraceCheck, rank, shortfall
-from cascadeserve.planner.workload import QpsDistribution
+from cascadeserve.planner.workload import QpsDistribution, qps_scale_for
 from cascadeserve.profile import Profile, costs_note
 from cascadeserve.simulate import simulate
 
@@ -94,40 +94,6 @@ class PlannerReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def qps_scale_for(
-    gear_highs: Sequence[float], accuracies: Sequence[float], samples: np.ndarray, target: float
-) -> float:
-    """Appendix C.2's measured-QPS scaling for an accuracy SLO.
-
-    The largest factor ``s`` in (0, 1] such that, with every measured QPS sample multiplied by ``s`` before the gear
-    lookup, the time-weighted accuracy over ``samples`` is at least ``target``. Scaling down keeps the system in
-    the more accurate low-QPS gears for longer when the real load is heavier than planned; 1.0 when the samples
-    already meet the target (or nothing does).
-    """
-    highs = np.asarray(gear_highs, dtype=np.float64)
-    acc = np.asarray(accuracies, dtype=np.float64)
-    qs = np.asarray(samples, dtype=np.float64)
-    if not len(qs):
-        return 1.0
-
-    def achieved(s: float) -> float:
-        g = np.minimum(np.searchsorted(highs, qs * s, side="right"), len(highs) - 1)
-        return float(acc[g].mean())
-
-    if achieved(1.0) >= target - 1e-12:
-        return 1.0
-    lo, hi = 0.0, 1.0  # achieved(lo) is the accuracy of the lowest gear, the best the scaling can do
-    if achieved(1e-12) < target - 1e-12:
-        return 1.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if achieved(mid) >= target - 1e-12:
-            lo = mid
-        else:
-            hi = mid
-    return max(lo, 1e-6)
 
 
 class _Cycle:
@@ -186,11 +152,9 @@ class Planner:
       SP4 stability check replays; ``max_iterations``: Algorithm 1's hard cap on submodule calls;
       ``search_method``: auto, exact or random.
     * ``batch_overhead_ms`` (≥ 0; default ``None``: the profile's recorded ``batch_overhead_ms``, 0 when it has
-      none): a deployment's fixed cost per batch beyond the profiled runtime (e.g. measured by ``profile measure``
-      or ``eval fidelity --calibrate``). Every batch the planner reasons about costs ``runtime(b) + overhead``:
-      SP3's amortised per-sample runtimes (LP and placement), the batch caps, SP4's amortised utilisation, and
-      SP4's simulations (the plan under check carries it). The plan carries it too, so ``simulate`` charges it.
-      With 0 the planner behaves exactly as without it.
+      none): a deployment's fixed cost per batch beyond the profiled runtime. Every batch the planner reasons about
+      costs ``runtime(b) + overhead`` (SP3's LP and placement, the batch caps, SP4's checks), and the plan carries
+      it, so ``simulate`` charges it.
     * ``trace_rounds`` (default 4) and ``trace_loosen`` (default True): with ``fit(check_arrivals=…)``, how many
       times the planner may plan again against a retargeted internal SLO (tighter when the plan's replay of those
       arrivals misses the SLO; looser when it meets it with slack, unless ``trace_loosen`` is False), keeping the
@@ -198,14 +162,14 @@ class Planner:
     * ``audit_fraction`` (default 0): the share of early exits that online threshold tuning audits (``serve
       --tune``); every later stage's demand includes them (:meth:`~cascadeserve.planner.problem.Problem.reach`), and
       the plan records the fraction, which ``serve --tune`` then audits by default.
-    * ``max_busy`` (in (0, 1], default 1: none): device headroom. SP4 accepts a gear only when, in its simulation at
-      the range's check load, no device is busier than this fraction of the time; otherwise the range gets another
-      replica or a cheaper cascade, as for a p95 miss. With deterministic profiled runtimes the simulated p95 stays
-      low until a device is nearly full, so a plan can sit at 95 % busy and meet the SLO in the simulator while a
-      runtime whose per-batch cost grows with load (emulated or CPU-thread devices; RESULTS.md, issue 17) queues.
-      The plan records it, and re-plans keep it.
+    * ``max_busy`` (in (0, 1], default 1: none): device headroom. SP4 accepts a gear only when no device in its
+      check is busier than this fraction (else another replica or a cheaper cascade, as for a p95 miss): a runtime
+      whose per-batch cost grows with load queues before a deterministic simulator does. Re-plans keep it.
     * ``static_floor`` (default True): after Algorithm 1, keep a static cascade instead where it does better
       (:mod:`cascadeserve.planner.static`); False gives Algorithm 1's plan alone (its ablations and tests).
+    * ``backend`` (``"local"`` or ``"ray"``): where the plan will be served. The plan records it; on Ray every
+      simulation of it, SP4's checks included, adds the profile's ``ray_hop_ms`` per process hop to each request's
+      latency (:mod:`cascadeserve.simulate.hops`), so the SLO holds with Ray's actor calls in it.
     """
 
     def __init__(
@@ -228,6 +192,7 @@ class Planner:
         audit_fraction: float = 0.0,
         max_busy: float = 1.0,
         static_floor: bool = True,
+        backend: Literal["local", "ray"] = "local",
     ) -> None:
         if not 0.0 < max_busy <= 1.0:
             raise ValueError(f"max_busy must lie in (0, 1], got {max_busy!r}")
@@ -258,6 +223,9 @@ class Planner:
         self.audit_fraction = float(audit_fraction)
         self.max_busy = float(max_busy)
         self.static_floor = static_floor
+        if backend not in ("local", "ray"):
+            raise ValueError(f"backend must be local or ray, got {backend!r}")
+        self.backend: Literal["local", "ray"] = backend
         self.plan_: GearPlan | None = None
         self.report_: PlannerReport | None = None
 
@@ -361,6 +329,7 @@ class Planner:
         latency = slo.value if slo.kind == "p95_ms" else None
 
         def judge(plan: GearPlan, acc: float) -> TraceCheck:
+            plan = plan.model_copy(update={"backend": self.backend})  # a Ray plan pays its hops here too
             if arrivals is not None:
                 res = simulate(profile, plan, arrivals)
                 p95, got = res.percentile_ms(95), res.accuracy
@@ -402,6 +371,7 @@ class Planner:
                 "alpha": self.alpha,
                 "audit_fraction": self.audit_fraction,
                 "max_busy": self.max_busy,
+                "backend": self.backend,
                 "notes": {
                     "planner": "cascadeserve.planner (static cascade)",
                     "static_cascade": said,
@@ -478,6 +448,7 @@ class Planner:
             batch_caps=tuple(sorted((self.batch_caps or {}).items())),
             audit_fraction=self.audit_fraction,
             max_busy=self.max_busy,
+            backend=self.backend,
         )
 
     @staticmethod

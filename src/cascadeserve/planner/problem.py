@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -71,6 +71,7 @@ class Options:
     tick_s: float = 0.1  # the producer's QPS measurement window (SP4 checks above each range's top by its noise)
     audit_fraction: float = 0.0  # online tuning's audited share of early exits: they also run the later stages
     max_busy: float = 1.0  # SP4: the busiest device's simulated busy fraction at a range's check load (headroom)
+    backend: Literal["local", "ray"] = "local"  # where the plan is served: on Ray, SP4's checks pay process hops
 
 
 def best_batch(ms: np.ndarray, latency_ms: float | None) -> int:

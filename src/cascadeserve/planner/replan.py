@@ -39,6 +39,7 @@ def replan(profile: Profile, plan: GearPlan, weights: Sequence[float] | np.ndarr
         batch_overhead_ms=plan.batch_overhead_ms,
         audit_fraction=plan.audit_fraction,
         max_busy=plan.max_busy,
+        backend=plan.backend,  # a re-plan of a Ray plan pays the same process hops
     )
     planner.fit(profile, plan.devices, plan.slo, plan.max_qps)
     assert planner.plan_ is not None
@@ -50,6 +51,7 @@ def replan(profile: Profile, plan: GearPlan, weights: Sequence[float] | np.ndarr
             "max_wait_ms": plan.max_wait_ms,
             "batching": plan.batching,
             "batch_target_ms": plan.batch_target_ms,
+            "hop_ms": plan.hop_ms,
             "notes": {**new.notes, "replanned_from": plan.notes.get("qps_dist", "")},
         }
     )

@@ -18,6 +18,7 @@ The plan's accuracy is the time-weighted mean of its gears' accuracies, so SP2 n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy as np
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.traces import Trace, build_trace
 
-__all__ = ["ZIPF_EXPONENT", "QpsDistribution", "qps_ranges"]
+__all__ = ["ZIPF_EXPONENT", "QpsDistribution", "qps_ranges", "qps_scale_for"]
 
 ZIPF_EXPONENT = 1.1
 _FLOOR = 1e-6
@@ -144,3 +145,37 @@ class QpsDistribution:
         w.setflags(write=False)
         self._cache[key] = w
         return w
+
+
+def qps_scale_for(
+    gear_highs: Sequence[float], accuracies: Sequence[float], samples: np.ndarray, target: float
+) -> float:
+    """Appendix C.2's measured-QPS scaling for an accuracy SLO.
+
+    The largest factor ``s`` in (0, 1] such that, with every measured QPS sample multiplied by ``s`` before the gear
+    lookup, the time-weighted accuracy over ``samples`` is at least ``target``. Scaling down keeps the system in
+    the more accurate low-QPS gears for longer when the real load is heavier than planned; 1.0 when the samples
+    already meet the target (or nothing does).
+    """
+    highs = np.asarray(gear_highs, dtype=np.float64)
+    acc = np.asarray(accuracies, dtype=np.float64)
+    qs = np.asarray(samples, dtype=np.float64)
+    if not len(qs):
+        return 1.0
+
+    def achieved(s: float) -> float:
+        g = np.minimum(np.searchsorted(highs, qs * s, side="right"), len(highs) - 1)
+        return float(acc[g].mean())
+
+    if achieved(1.0) >= target - 1e-12:
+        return 1.0
+    lo, hi = 0.0, 1.0  # achieved(lo) is the accuracy of the lowest gear, the best the scaling can do
+    if achieved(1e-12) < target - 1e-12:
+        return 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if achieved(mid) >= target - 1e-12:
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, 1e-6)

@@ -11,7 +11,7 @@ from cascadeserve.profile.certainty import (
     max_probability,
     negative_entropy,
 )
-from cascadeserve.profile.io import load_profile, record_batch_overhead, save_profile
+from cascadeserve.profile.io import load_profile, record_batch_overhead, record_costs, save_profile
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 
@@ -29,5 +29,6 @@ __all__ = [
     "max_probability",
     "negative_entropy",
     "record_batch_overhead",
+    "record_costs",
     "save_profile",
 ]

@@ -4,6 +4,7 @@
 
     PROFILE_DIR/
       profile.yaml             name, task, device, source, certainty, batch_overhead_ms (optional),
+                               ray_hop_ms (optional: the Ray backend's latency per process hop),
                                calibration (optional: how runtimes were scaled to a serving host),
                                models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
                                          max_batch (optional: the largest batch the model's server forms)}]
@@ -30,7 +31,7 @@ from cascadeserve.errors import ProfileError
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 
-__all__ = ["load_profile", "record_batch_overhead", "save_profile"]
+__all__ = ["load_profile", "record_batch_overhead", "record_costs", "save_profile"]
 
 PROFILE_FILE = "profile.yaml"
 LABELS_FILE = "labels.csv"
@@ -288,6 +289,7 @@ def load_profile(directory: str | Path) -> Profile:
         batch_overhead_ms=(
             _number(ypath, top["batch_overhead_ms"], "batch_overhead_ms") if meta("batch_overhead_ms") else 0.0
         ),
+        ray_hop_ms=_number(ypath, top["ray_hop_ms"], "ray_hop_ms") if meta("ray_hop_ms") else 0.0,
         calibration=meta("calibration"),
     )
 
@@ -301,6 +303,8 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
     }
     if profile.batch_overhead_ms:
         doc["batch_overhead_ms"] = float(profile.batch_overhead_ms)
+    if profile.ray_hop_ms:
+        doc["ray_hop_ms"] = float(profile.ray_hop_ms)
     if profile.calibration:
         doc["calibration"] = profile.calibration
     models: list[dict[str, Any]] = []
@@ -346,21 +350,31 @@ def save_profile(profile: Profile, directory: str | Path) -> Path:
 def record_batch_overhead(directory: str | Path, overhead_ms: float) -> Path:
     """Set ``batch_overhead_ms`` in a profile directory's ``profile.yaml`` (the rest of the file is kept; comments
     are not). ``profile measure`` and ``serve --emulate`` record the runtime's measured per-batch cost this way."""
-    if not (math.isfinite(overhead_ms) and overhead_ms >= 0):
-        raise ValueError(f"batch_overhead_ms must be a finite number ≥ 0, got {overhead_ms!r}")
+    return record_costs(directory, batch_overhead_ms=overhead_ms)
+
+
+def record_costs(directory: str | Path, **costs_ms: float) -> Path:
+    """Set the measured serving costs ``costs_ms`` (``batch_overhead_ms``, ``ray_hop_ms``) in a profile
+    directory's ``profile.yaml``, after the metadata (the rest of the file is kept; comments are not)."""
+    for key, value in costs_ms.items():
+        if key not in ("batch_overhead_ms", "ray_hop_ms"):
+            raise ValueError(f"{key} is not a serving cost a profile records")
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{key} must be a finite number ≥ 0, got {value!r}")
     path = Path(directory) / PROFILE_FILE
     doc = yaml.safe_load(_read_text(path))
     if not isinstance(doc, dict):
         raise ProfileError("the profile must be a mapping", path=path)
+    new = {k: round(float(v), 6) for k, v in costs_ms.items()}
     out: dict[str, Any] = {}
-    for k, v in doc.items():  # keep the key order, with the overhead after the metadata
-        if k == "models" and "batch_overhead_ms" not in out:
-            out["batch_overhead_ms"] = round(float(overhead_ms), 6)
-        if k != "batch_overhead_ms":
+    for k, v in doc.items():  # keep the key order, with the costs after the metadata
+        if k == "models":
+            out.update({c: x for c, x in new.items() if c not in out})
+        if k not in new:
             out[k] = v
-    out.setdefault("batch_overhead_ms", round(float(overhead_ms), 6))
+    out.update({c: x for c, x in new.items() if c not in out})
     try:
         path.write_text(yaml.safe_dump(out, sort_keys=False), encoding="utf-8")
     except OSError as e:
-        raise ProfileError(f"cannot record batch_overhead_ms: {e.strerror or e}", path=path) from None
+        raise ProfileError(f"cannot record {', '.join(new)}: {e.strerror or e}", path=path) from None
     return path

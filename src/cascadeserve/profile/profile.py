@@ -74,6 +74,9 @@ class Profile:
     device: str = ""
     source: str = ""
     batch_overhead_ms: float = 0.0
+    # The Ray backend's latency per process hop (a stage's actor call and its answer's way back; no device time),
+    # measured by ``serve --emulate --backend ray`` at start-up; plans made for Ray charge it (simulate/hops.py).
+    ray_hop_ms: float = 0.0
     calibration: str = ""  # how the runtimes were calibrated to a serving host (profile/calibration.py); "" if not
     _index: dict[str, int] = field(init=False, repr=False)
 
@@ -96,6 +99,8 @@ class Profile:
             raise ValueError("certainties must lie in [0, 1]")
         if not (np.isfinite(self.batch_overhead_ms) and self.batch_overhead_ms >= 0):
             raise ValueError("batch_overhead_ms must be a finite number ≥ 0")
+        if not (np.isfinite(self.ray_hop_ms) and self.ray_hop_ms >= 0):
+            raise ValueError("ray_hop_ms must be a finite number ≥ 0")
         object.__setattr__(self, "_index", {m: i for i, m in enumerate(names)})
         for arr in (self.sample_ids, self.labels, self.predictions, self.certainties):
             arr.setflags(write=False)

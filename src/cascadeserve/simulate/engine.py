@@ -56,6 +56,7 @@ from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.simulate.compiled import Engine, run_compiled, unsupported
+from cascadeserve.simulate.hops import charge_hops
 from cascadeserve.simulate.queues import Forwarded, take_batch, tick_windows
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 
@@ -112,7 +113,15 @@ class Simulator:
         qps_scale: np.ndarray | None = None,
     ) -> SimResult:
         """Replay ``arrivals``; request ``i`` uses validation sample ``samples[i]`` (default ``i mod n``); tick ``w``
-        scales its measured QPS by ``qps_scale[w]`` when given (the last factor holds past its end)."""
+        scales its measured QPS by ``qps_scale[w]`` when given (the last factor holds past its end). A plan served
+        on Ray also pays its process hops (:mod:`~cascadeserve.simulate.hops`)."""
+        plan = self.plan
+        hop_ms = plan.hop_ms or (self.profile.ray_hop_ms if plan.backend == "ray" else 0.0)
+        return charge_hops(self._replay(arrivals, samples, qps_scale), plan, hop_ms)
+
+    def _replay(
+        self, arrivals: Sequence[float] | np.ndarray, samples: np.ndarray | None, qps_scale: np.ndarray | None
+    ) -> SimResult:
         wall0 = time.perf_counter()
         arr = np.asarray(arrivals, dtype=np.float64)
         if arr.ndim != 1:
