@@ -28,6 +28,8 @@ EXTRAS: dict[str, str] = {
     "transformers": "hf",
     "tokenizers": "text",
     "sklearn": "sklearn",
+    "gguf": "llm",
+    "accelerate": "llm",
 }
 
 

@@ -15,6 +15,10 @@ After each model, its predictions (``predictions/<model>.csv``) and facts (``mea
 fingerprint of the model's config, the validation data and the options) are written, and ``profile.yaml`` is
 rewritten for the models measured so far. A rerun skips every model whose fingerprint matches, so an interrupted
 run resumes where it stopped; change a model's config and only that model is measured again.
+
+An LLM stage (:class:`~cascadeserve.models.llm_adapter.LLMAdapter`) on a labelled LLM set is measured by
+:mod:`cascadeserve.models.llm_profile`, which also writes the profile's ``llm/`` side files (every certainty
+signal, token counts, the token cost model, calibration).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import ModelLoadError
 from cascadeserve.models.config import ModelsConfig
 from cascadeserve.models.dataset import ValidationSet
+from cascadeserve.models.llm_adapter import LLMAdapter
+from cascadeserve.models.llm_profile import measure_llm
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, certainty_function, load_profile, save_profile
 
 __all__ = ["DEFAULT_BATCH_SIZES", "MeasureOptions", "ModelRecord", "measure"]
@@ -134,6 +140,44 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def _measure_llm(
+    model: LLMAdapter,
+    memory_hint: float | None,
+    validation: ValidationSet,
+    certainty: str,
+    options: MeasureOptions,
+    threads: int,
+    fingerprint: str,
+    out: Path,
+    progress: Progress | None,
+) -> ModelRecord:
+    if progress:
+        progress(model.name, "load", 0, len(options.batch_sizes) + 2)
+    m = measure_llm(
+        model,
+        validation,
+        out,
+        certainty=certainty,
+        batch_sizes=options.batch_sizes,
+        repeats=options.repeats,
+        warmup=options.warmup,
+        budget_s=options.budget_s,
+        progress=progress,
+    )
+    return ModelRecord(
+        name=model.name,
+        memory_mb=round(memory_hint if memory_hint is not None else m.memory_mb, 4),
+        memory_source="config hint" if memory_hint is not None else "llm weights",
+        runtime_ms=m.runtime_ms,
+        accuracy=m.accuracy,
+        classes=m.classes,
+        threads=threads,
+        fingerprint=fingerprint,
+        predictions=m.predictions,
+        certainties=m.certainties,
+    )
+
+
 def _measure_one(
     model: Adapter,
     memory_hint: float | None,
@@ -145,6 +189,8 @@ def _measure_one(
     progress: Progress | None,
 ) -> ModelRecord:
     name = model.name
+    if validation.task != "classification":
+        raise ModelLoadError(f"model {name!r}: {validation.source} is an LLM set; only an llm model can answer it")
     steps = len(options.batch_sizes) + 2
     if progress:
         progress(name, "load", 0, steps)
@@ -323,7 +369,9 @@ def measure(
     threads = opts.threads or config.threads or 1
     _set_threads(threads)
     adapters = dict(models) if models is not None else config.build()
-    certainty = certainty_function(config.certainty.replace("_", "-"))
+    llm_set = validation.task != "classification"
+    # an LLM set's certainty may name a generation signal, which needs token log-probs, not scores
+    certainty = certainty_function("margin" if llm_set else config.certainty.replace("_", "-"))
     records: list[ModelRecord] = []
     source = f"cascadeserve profile measure on {validation.source} ({len(validation)} samples)"
     if opts.pause_ms:  # the runtimes are an idle device's: say so where a reader of the profile looks
@@ -335,7 +383,11 @@ def measure(
             model = adapters[spec.name]
             if getattr(model, "threads", None) is None and hasattr(model, "threads"):
                 setattr(model, "threads", threads)  # noqa: B010  (only adapters that have the knob)
-            rec = _measure_one(model, spec.memory_mb, validation, certainty, opts, threads, fp, progress)
+            if isinstance(model, LLMAdapter):
+                cert = config.certainty.replace("_", "-")
+                rec = _measure_llm(model, spec.memory_mb, validation, cert, opts, threads, fp, out_dir, progress)
+            else:
+                rec = _measure_one(model, spec.memory_mb, validation, certainty, opts, threads, fp, progress)
             (out_dir / MEASURED_DIR / f"{spec.name}.json").write_text(
                 json.dumps(rec.to_json(), indent=2), encoding="utf-8"
             )
