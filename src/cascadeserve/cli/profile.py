@@ -194,9 +194,9 @@ def measure_cmd(
         def progress(model: str, step: str, done: int, total: int) -> None:
             if model not in tasks:
                 tasks[model] = bar.add_task(model, total=total, step="")
-            label = {"skip": "already measured", "done": "done", "load": "loading", "predict": "predicting"}.get(
-                step, f"timing batch {opts.batch_sizes[min(done - 2, len(opts.batch_sizes) - 1)]}"
-            )
+            label = {"skip": "already measured", "done": "done", "load": "loading", "predict": "predicting"}.get(step)
+            if label is None:  # not built eagerly: with one batch size, "load" (done 0) has no batch to name
+                label = f"timing batch {opts.batch_sizes[min(max(done - 2, 0), len(opts.batch_sizes) - 1)]}"
             bar.update(tasks[model], completed=done, total=total, step=label)
 
         prof, records = measure(cfg, data, out, name=name, options=opts, progress=progress, resume=not fresh)

@@ -21,11 +21,13 @@ Two calls, each over a batch of prompts, left-padded so that every prompt ends a
 The prompt is wrapped in the tokenizer's chat template (one user turn, then the assistant's turn) when the
 tokenizer has one and ``chat=True``; a GGUF without a template (Gemma 3 270M's here) gets the plain prompt.
 
-Reading a GGUF with ``transformers`` is slow (30-90 s on 2 cores: the vocabulary is parsed field by field and the
-weights dequantised in numpy), so the first load saves the converted model and tokenizer (float32 safetensors)
-under the user cache directory (:func:`default_cache`), keyed by the file's path, size and time, and later loads
-read that copy in a few seconds; ``cache=None`` turns this off. :meth:`LocalLLM.time_costs` measures the cost model that the profiler records: prefill ms per prompt token
-and decode ms per step, for a batch size.
+Reading a GGUF with ``transformers`` is slow (30-240 s on 2 cores: the vocabulary is parsed field by field and
+the weights dequantised in numpy), so the first load saves the converted model and tokenizer (float32
+safetensors) under the user cache directory (:func:`default_cache`), keyed by the file's path, size and time, and
+later loads read that copy in a few seconds; ``cache=None`` turns this off.
+
+:meth:`LocalLLM.time_costs` measures the cost model that the profiler records: prefill ms per prompt token and
+decode ms per step, for a batch size.
 """
 
 from __future__ import annotations
@@ -248,13 +250,13 @@ class LocalLLM:
             logp = torch.log_softmax(logits.float(), dim=-1)
         width = ids.shape[1]
         lls = np.empty(len(rows), dtype=np.float64)
-        for r, c in enumerate(conts):
-            # the kept logits cover positions width-keep .. width-1; the ones at width-c-1 .. width-2 predict
-            # the option's tokens at width-c .. width-1
-            targets = ids[r, width - c :]
-            picked = logp[r, keep - c - 1 : keep - 1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        for r, n_c in enumerate(conts):
+            # the kept logits cover positions width-keep .. width-1; the ones at width-n_c-1 .. width-2 predict
+            # the option's tokens at width-n_c .. width-1
+            targets = ids[r, width - n_c :]
+            picked = logp[r, keep - n_c - 1 : keep - 1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
             total = float(picked.sum())
-            lls[r] = total / c if normalise else total
+            lls[r] = total / n_c if normalise else total
         out: list[np.ndarray] = []
         at = 0
         for opts in options:
@@ -335,16 +337,16 @@ class LocalLLM:
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             self._sync()
             t1 = time.perf_counter()
-            past = out.past_key_values
-            # transformers 5 renamed the argument that takes the KV cache
+            # transformers 5 renamed the KV cache (argument and output field) from past_key_values to cache
             arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+            past = getattr(out, arg)
             for s in range(steps):
                 mask = torch.cat([mask, torch.ones_like(nxt)], dim=-1)
                 step_pos = torch.full_like(nxt, prompt_tokens + s)
                 out = self.model(
                     input_ids=nxt, attention_mask=mask, position_ids=step_pos, use_cache=True, **{arg: past}
                 )
-                past = out.past_key_values
+                past = getattr(out, arg)
                 nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             self._sync()
             t2 = time.perf_counter()
@@ -369,7 +371,7 @@ class LocalLLM:
         cfg = getattr(cfg, "text_config", None) or cfg
         heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
         head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-        width = next(self.model.parameters()).element_size()
+        width = int(next(self.model.parameters()).element_size())
         return 2.0 * int(cfg.num_hidden_layers) * heads * head_dim * width / 1e6
 
     def __repr__(self) -> str:

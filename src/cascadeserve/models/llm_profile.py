@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -132,10 +133,7 @@ def measure_llm(
     if task == TASK_SCORING:
         width = max(len(it.options or ()) for it in items)
         scores = np.concatenate(
-            [
-                option_probabilities(model.loglik(validation.inputs[s : s + CHUNK]), width)
-                for s in range(0, n, CHUNK)
-            ]
+            [option_probabilities(model.loglik(validation.inputs[s : s + CHUNK]), width) for s in range(0, n, CHUNK)]
         )
         validation.check_classes(width, name)
         preds = np.asarray(scores.argmax(axis=1), dtype=np.int64)
@@ -166,10 +164,8 @@ def measure_llm(
         if progress:
             progress(name, "time", 2 + k, steps)
         batch = validation.take(np.arange(b) % n)
-        if task == TASK_SCORING:
-            runtime[b] = _median_ms(lambda batch=batch: model.predict(batch), warmup, repeats, budget_s)
-        else:
-            runtime[b] = _median_ms(lambda batch=batch: model.generate(batch), warmup, repeats, budget_s)
+        work: Callable[[], Any] = partial(model.predict if task == TASK_SCORING else model.generate, batch)
+        runtime[b] = _median_ms(work, warmup, repeats, budget_s)
         llm.time_costs(b, typical, 1)  # warm-up at this shape
         runs = [llm.time_costs(b, typical, DECODE_STEPS) for _ in range(max(1, min(repeats, 3)))]
         prefill[b] = float(np.median([r[0] for r in runs]))

@@ -159,9 +159,7 @@ def row_to_item(row: dict[str, Any]) -> LLMItem:
         answers = row.get("answers")
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
             raise ValueError("field 'answers' must be a non-empty list of strings")
-        return LLMItem(
-            f"Answer the question with a few words.\nQuestion: {question}?\nAnswer:", None, tuple(answers)
-        )
+        return LLMItem(f"Answer the question with a few words.\nQuestion: {question}?\nAnswer:", None, tuple(answers))
     raise ValueError(
         "unknown row format: expected multiple choice (question, choices, labels, answer), BoolQ (question, "
         "passage, answer), SST-2 (sentence, label), NQ-open (question, answers), or an item (prompt, options)"

@@ -140,7 +140,9 @@ class LogisticCalibration:
         return np.asarray(1.0 / (1.0 + np.exp(-np.clip(z, -500, 500))))
 
     @classmethod
-    def fit(cls, signal: np.ndarray, correct: np.ndarray, *, ridge: float = 1e-3, steps: int = 50) -> LogisticCalibration:
+    def fit(
+        cls, signal: np.ndarray, correct: np.ndarray, *, ridge: float = 1e-3, steps: int = 50
+    ) -> LogisticCalibration:
         """Maximum likelihood by Newton's method, with a small ridge on both parameters."""
         x = np.asarray(signal, dtype=np.float64)
         y = np.asarray(correct, dtype=np.float64)
