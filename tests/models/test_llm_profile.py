@@ -60,6 +60,14 @@ def test_profile_measure_writes_a_loadable_llm_profile(
     assert stdout_json(capsys)["frontier"]
     assert run(["profile", "signals", str(out), "--json"]) == 0
     assert {r["signal"] for r in stdout_json(capsys)["signals"]} == set(signals)
+    plan = tmp_path / "plan.json"
+    fixed = ["plan", "fixed", "--profile", str(out), "--cascade", "smollm2-135m", "--devices", "1"]
+    assert run([*fixed, "--device-memory-mb", "4000", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    trace = "synthetic:constant:qps=0.5,duration=10"
+    assert run(["simulate", "--profile", str(out), "--plan", str(plan), "--trace", trace, "--json"]) == 0
+    sim = stdout_json(capsys)
+    assert sim["completed"] == sim["requests"] > 0 and 0.0 <= sim["accuracy"] <= 1.0
 
 
 def test_generation_sets_record_right_or_wrong_and_the_texts(
