@@ -89,6 +89,11 @@ class LLMAdapter(Adapter):
         assert self.llm is not None
         return self.llm
 
+    @property
+    def device_used(self) -> str:
+        """Where the model runs: its ``device``, or the CPU when CUDA was asked for and is not there."""
+        return self.llm.device_used if self.llm is not None and self.llm.model is not None else self.device
+
     def items(self, batch: Any) -> list[LLMItem]:
         """The batch's rows as items; a malformed row is a ``ValueError`` naming its index."""
         out: list[LLMItem] = []

@@ -394,6 +394,8 @@ def measure(
         elif progress:
             progress(spec.name, "skip", 1, 1)
         records.append(rec)
-        _write(out_dir, name or out_dir.name, records, validation, source, {m.name: m.device for m in config.models})
+        # an LLM stage asked for CUDA on a machine without it ran on the CPU: the device line says where it ran
+        placed = {m.name: str(getattr(adapters.get(m.name), "device_used", m.device)) for m in config.models}
+        _write(out_dir, name or out_dir.name, records, validation, source, placed)
     prof = load_profile(out_dir)
     return prof, records
