@@ -96,3 +96,15 @@ def test_bad_jsonl_rows_are_one_line_errors(config: Path, tmp_path: Path, capsys
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0 and f"{data}, line 2: field 'label' must be 0 or 1" in err
+
+
+def test_certainty_names_resolve_per_task() -> None:
+    from cascadeserve.models.base import ModelLoadError
+    from cascadeserve.models.llm_profile import resolve_signal
+
+    assert resolve_signal("llm-scoring", "margin") == ("option-margin", False)  # the config default
+    assert resolve_signal("llm-generation", "margin") == ("mean-logprob", False)  # a scoring name: the default
+    assert resolve_signal("llm-generation", "calibrated-min-logprob") == ("min-logprob", True)
+    assert resolve_signal("llm-scoring", "mean-logprob") == ("option-margin", False)
+    with pytest.raises(ModelLoadError, match="unknown LLM certainty signal 'bogus'"):
+        resolve_signal("llm-scoring", "bogus")
