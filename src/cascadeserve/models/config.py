@@ -7,7 +7,7 @@
     input: {name: input, datatype: FP32, shape: [-1, 64]} # what HTTP clients send (``cascadeserve serve``)
     models:
       - name: logreg
-        adapter: torch                                    # callable | torch | sklearn | onnx | hf
+        adapter: torch                                    # callable | torch | sklearn | onnx | hf | llm
         ref: cascadeserve.models.families.digits:load     # module:factory (called with kwargs), or a file path
         kwargs: {arch: logreg}
         memory_mb: 0.2                                    # optional hint; overrides what the profiler measures
@@ -57,6 +57,7 @@ from cascadeserve.models.adapters import (
     TorchAdapter,
 )
 from cascadeserve.models.base import ModelLoadError
+from cascadeserve.models.llm_adapter import LLMAdapter
 
 __all__ = [
     "FactoryModelsConfig",
@@ -128,7 +129,7 @@ class InputConfig(_Strict):
 
 class ModelSpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[^/.][^/]*$")
-    adapter: Literal["callable", "torch", "sklearn", "onnx", "hf"]
+    adapter: Literal["callable", "torch", "sklearn", "onnx", "hf", "llm"]
     ref: str = Field(min_length=1)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     memory_mb: float | None = Field(default=None, ge=0)
@@ -324,6 +325,12 @@ def build_model(spec: ModelSpec, base_dir: Path | None = None, *, default_thread
             )
         if spec.adapter == "sklearn":
             return SklearnAdapter(name, loader=made if is_ref else None, path=path, preprocess=pre, postprocess=post)
+        if spec.adapter == "llm":  # scores option items; pre/postprocess hooks do not apply to prompts
+            if spec.preprocess is not None or spec.postprocess is not None:
+                raise ModelLoadError(f"model {name!r}: an llm model takes no preprocess or postprocess")
+            return LLMAdapter(
+                name, path, loader=as_path if is_ref else None, device=spec.device, threads=threads, **opts
+            )
         if spec.adapter == "onnx":
             return _Deferred(name, lambda: OnnxAdapter(name, as_path(), threads=threads, **opts), pre, post)
         return _Deferred(

@@ -24,13 +24,17 @@ class ValidationDataError(CascadeServeError):
 
 @dataclass(frozen=True, eq=False)
 class ValidationSet:
-    """``inputs`` (an array ``[n, ...]`` or a list of ``n`` strings), ``labels`` ``[n]`` and ``sample_ids``."""
+    """``inputs`` (an array ``[n, ...]`` or a list of ``n`` strings), ``labels`` ``[n]`` and ``sample_ids``; ``task``
+    says what the labels mean."""
 
     inputs: Any
     labels: np.ndarray
     sample_ids: np.ndarray
     source: str
     lines: tuple[int, ...] | None = None  # CSV line of each row, for messages
+    # "classification" (class-index labels), or an LLM set: "llm-scoring" (labels are option indices) or
+    # "llm-generation" (inputs are prompts with reference answers; every label is 1, see models.llm_prompts)
+    task: str = "classification"
 
     def __post_init__(self) -> None:
         if len(self.inputs) != len(self.labels) or len(self.sample_ids) != len(self.labels):

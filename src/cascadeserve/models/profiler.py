@@ -15,6 +15,10 @@ After each model, its predictions (``predictions/<model>.csv``) and facts (``mea
 fingerprint of the model's config, the validation data and the options) are written, and ``profile.yaml`` is
 rewritten for the models measured so far. A rerun skips every model whose fingerprint matches, so an interrupted
 run resumes where it stopped; change a model's config and only that model is measured again.
+
+An LLM stage (:class:`~cascadeserve.models.llm_adapter.LLMAdapter`) on a labelled LLM set is measured by
+:mod:`cascadeserve.models.llm_profile`, which also writes the profile's ``llm/`` side files (every certainty
+signal, token counts, the token cost model, calibration).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import ModelLoadError
 from cascadeserve.models.config import ModelsConfig
 from cascadeserve.models.dataset import ValidationSet
+from cascadeserve.models.llm_adapter import LLMAdapter
+from cascadeserve.models.llm_profile import measure_llm
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, certainty_function, load_profile, save_profile
 
 __all__ = ["DEFAULT_BATCH_SIZES", "MeasureOptions", "ModelRecord", "measure"]
@@ -144,6 +150,44 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def _measure_llm(
+    model: LLMAdapter,
+    memory_hint: float | None,
+    validation: ValidationSet,
+    certainty: str,
+    options: MeasureOptions,
+    threads: int,
+    fingerprint: str,
+    out: Path,
+    progress: Progress | None,
+) -> ModelRecord:
+    if progress:
+        progress(model.name, "load", 0, len(options.batch_sizes) + 2)
+    m = measure_llm(
+        model,
+        validation,
+        out,
+        certainty=certainty,
+        batch_sizes=options.batch_sizes,
+        repeats=options.repeats,
+        warmup=options.warmup,
+        budget_s=options.budget_s,
+        progress=progress,
+    )
+    return ModelRecord(
+        name=model.name,
+        memory_mb=round(memory_hint if memory_hint is not None else m.memory_mb, 4),
+        memory_source="config hint" if memory_hint is not None else "llm weights",
+        runtime_ms=m.runtime_ms,
+        accuracy=m.accuracy,
+        classes=m.classes,
+        threads=threads,
+        fingerprint=fingerprint,
+        predictions=m.predictions,
+        certainties=m.certainties,
+    )
+
+
 def _measure_one(
     model: Adapter,
     memory_hint: float | None,
@@ -155,6 +199,8 @@ def _measure_one(
     progress: Progress | None,
 ) -> ModelRecord:
     name = model.name
+    if validation.task != "classification":
+        raise ModelLoadError(f"model {name!r}: {validation.source} is an LLM set; only an llm model can answer it")
     steps = len(options.batch_sizes) + 2
     if progress:
         progress(name, "load", 0, steps)
@@ -333,7 +379,9 @@ def measure(
     threads = opts.threads or config.threads or 1
     _set_threads(threads)
     adapters = dict(models) if models is not None else config.build()
-    certainty = certainty_function(config.certainty.replace("_", "-"))
+    llm_set = validation.task != "classification"
+    # an LLM set's certainty may name a generation signal, which needs token log-probs, not scores
+    certainty = certainty_function("margin" if llm_set else config.certainty.replace("_", "-"))
     records: list[ModelRecord] = []
     source = f"cascadeserve profile measure on {_portable(validation.source)} ({len(validation)} samples)"
     if opts.pause_ms:  # the runtimes are an idle device's: say so where a reader of the profile looks
@@ -345,13 +393,19 @@ def measure(
             model = adapters[spec.name]
             if getattr(model, "threads", None) is None and hasattr(model, "threads"):
                 setattr(model, "threads", threads)  # noqa: B010  (only adapters that have the knob)
-            rec = _measure_one(model, spec.memory_mb, validation, certainty, opts, threads, fp, progress)
+            if isinstance(model, LLMAdapter):
+                cert = config.certainty.replace("_", "-")
+                rec = _measure_llm(model, spec.memory_mb, validation, cert, opts, threads, fp, out_dir, progress)
+            else:
+                rec = _measure_one(model, spec.memory_mb, validation, certainty, opts, threads, fp, progress)
             (out_dir / MEASURED_DIR / f"{spec.name}.json").write_text(
                 json.dumps(rec.to_json(), indent=2), encoding="utf-8"
             )
         elif progress:
             progress(spec.name, "skip", 1, 1)
         records.append(rec)
-        _write(out_dir, name or out_dir.name, records, validation, source, {m.name: m.device for m in config.models})
+        # an LLM stage asked for CUDA on a machine without it ran on the CPU: the device line says where it ran
+        placed = {m.name: str(getattr(adapters.get(m.name), "device_used", m.device)) for m in config.models}
+        _write(out_dir, name or out_dir.name, records, validation, source, placed)
     prof = load_profile(out_dir)
     return prof, records

@@ -7,7 +7,11 @@ Accepted forms (``--validation``):
   ``val_labels.txt``; the ``[text]`` extra);
 * ``FILE.npz``: arrays ``inputs`` ``[n, ...]`` and ``labels`` ``[n]``, optionally ``sample_ids`` ``[n]``;
 * ``FILE.csv``: a header with ``label``, optionally ``sample_id``, and either a ``text`` column (strings) or
-  numeric feature columns (every other column).
+  numeric feature columns (every other column);
+* ``FILE.jsonl``: a labelled set for LLM stages (multiple choice, BoolQ, SST-2, NQ-open, or items with
+  ``prompt`` and ``options``; :mod:`cascadeserve.models.llm_prompts`), read into encoded items.
+
+``limit`` keeps the first ``limit`` rows (a quick profile on a subset).
 
 Labels are non-negative class indices. Every problem names the file and the row (the CSV line, or the array row)
 so a user can find it: a row with the wrong number of fields, a label that is not a class index, inputs and
@@ -127,8 +131,20 @@ def _is_float(text: str) -> bool:
     return True
 
 
-def load_validation(spec: str | Path) -> ValidationSet:
+def load_validation(spec: str | Path, *, limit: int | None = None) -> ValidationSet:
     """Read validation data from a built-in name or a file (see the module docstring)."""
+    if limit is not None and limit < 1:
+        raise ValidationDataError(f"limit must be >= 1, got {limit}")
+    data = _load(spec, limit)
+    if limit is not None and len(data) > limit:
+        idx = np.arange(limit)
+        inputs = data.take(idx)
+        lines = data.lines[:limit] if data.lines is not None else None
+        data = ValidationSet(inputs, data.labels[:limit], data.sample_ids[:limit], data.source, lines, data.task)
+    return data
+
+
+def _load(spec: str | Path, limit: int | None) -> ValidationSet:
     s = str(spec)
     if s == "digits":
         from cascadeserve.models.families import digits
@@ -140,9 +156,13 @@ def load_validation(spec: str | Path) -> ValidationSet:
         return tweets_validation(s.partition(":")[2] or None)
     path = Path(s)
     if not path.is_file():
-        raise ValidationDataError(f"{path}: no such file (give digits, tweets[:DIR], a .npz or a .csv)")
+        raise ValidationDataError(f"{path}: no such file (give digits, tweets[:DIR], a .npz, a .csv or a .jsonl)")
     if path.suffix == ".npz":
         return _load_npz(path)
     if path.suffix == ".csv":
         return _load_csv(path)
-    raise ValidationDataError(f"{path}: unknown validation format {path.suffix!r}; use .npz or .csv")
+    if path.suffix == ".jsonl":
+        from cascadeserve.models.llm_prompts import load_jsonl
+
+        return load_jsonl(path, limit=limit)
+    raise ValidationDataError(f"{path}: unknown validation format {path.suffix!r}; use .npz, .csv or .jsonl")

@@ -66,6 +66,11 @@ CERTAINTY_FUNCTIONS: dict[str, CertaintyFn] = {
     "margin": margin,
     "max-probability": max_probability,
     "negative-entropy": negative_entropy,
+    # the same functions under the names of an LLM's scoring signals (scores = option probabilities; see
+    # profile.llm_certainty, where the generation signals live: those need token log-probs, not scores)
+    "option-margin": margin,
+    "option-max-probability": max_probability,
+    "option-entropy": negative_entropy,
 }
 
 

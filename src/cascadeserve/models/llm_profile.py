@@ -1,0 +1,198 @@
+"""Profiling one LLM stage: predictions, every certainty signal, token counts, and a per-token cost model.
+
+The profiler (:mod:`cascadeserve.models.profiler`) hands every :class:`LLMAdapter` here, with a labelled LLM set
+(:func:`cascadeserve.models.llm_prompts.load_jsonl`). What comes back fills the profile's usual files, and the
+LLM side files (:mod:`cascadeserve.profile.llm_side`) are written on the way:
+
+* **scoring sets** (multiple choice, yes/no, sentiment): the prediction is the best option's index and the label
+  the right one's, exactly today's format; the certainty column is ``option-margin`` unless the config names
+  another scoring signal.
+* **generation sets** (NQ-open): every label is 1 and the prediction is 1 when the answer is right (normalised
+  exact match), else 0, so the interchange format stays valid and a cascade's accuracy is the fraction answered
+  right; the texts go to ``llm/outputs/<model>.jsonl``. The certainty column is ``mean-logprob`` unless the
+  config names another generation signal.
+* a certainty name prefixed ``calibrated-`` (``calibrated-mean-logprob``) uses that signal's logistic fit on this
+  validation set (in-sample: the planner then reads thresholds as probabilities of being right).
+
+Costs: ``runtime_ms`` per batch size times the stage's real work on real items (``predict`` for scoring,
+``generate`` up to the cap for generation), so today's planner works on the profile unchanged; the token cost
+model (prefill ms per prompt token and decode ms per step, per batch size) is timed on synthetic prompts of the
+set's median prompt length, and memory is the weights plus the KV cache per token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.models.base import ModelLoadError
+from cascadeserve.models.dataset import ValidationSet
+from cascadeserve.models.llm_adapter import LLMAdapter, option_probabilities
+from cascadeserve.models.llm_prompts import TASK_GENERATION, TASK_SCORING, decode_item, is_correct
+from cascadeserve.profile.llm_certainty import (
+    GENERATION_SIGNALS,
+    SCORING_SIGNALS,
+    LogisticCalibration,
+    generation_signals,
+    scoring_signals,
+)
+from cascadeserve.profile.llm_side import (
+    LLMCosts,
+    write_calibration,
+    write_costs,
+    write_outputs,
+    write_signals,
+    write_tokens,
+)
+
+__all__ = ["DEFAULT_CERTAINTY", "LLMMeasurement", "measure_llm", "resolve_signal"]
+
+DEFAULT_CERTAINTY = {TASK_SCORING: "option-margin", TASK_GENERATION: "mean-logprob"}
+CHUNK = 8  # items per forward pass while predicting: enough to batch, small enough for Gemma's vocabulary
+DECODE_STEPS = 8
+
+Progress = Callable[[str, str, int, int], None]
+
+
+@dataclass(frozen=True)
+class LLMMeasurement:
+    predictions: np.ndarray
+    certainties: np.ndarray
+    classes: int
+    accuracy: float
+    runtime_ms: dict[int, float]
+    memory_mb: float
+
+
+def resolve_signal(task: str, name: str) -> tuple[str, bool]:
+    """(signal, calibrated) for a config's certainty name on a task; a name of the wrong kind (``margin`` on a
+    generation set, the config default) falls back to the task's default signal."""
+    calibrated = name.startswith("calibrated-")
+    base = name.removeprefix("calibrated-")
+    base = {"margin": "option-margin", "max-probability": "option-max-probability"}.get(base, base)
+    valid = SCORING_SIGNALS if task == TASK_SCORING else GENERATION_SIGNALS
+    if base not in valid:
+        if base in SCORING_SIGNALS or base in GENERATION_SIGNALS or base == "negative-entropy":
+            return DEFAULT_CERTAINTY[task], calibrated
+        raise ModelLoadError(f"unknown LLM certainty signal {name!r}; choose one of {', '.join(valid)}")
+    return base, calibrated
+
+
+def _median_ms(run: Callable[[], Any], warmup: int, repeats: int, budget_s: float) -> float:
+    for _ in range(warmup):
+        run()
+    samples: list[float] = []
+    start = time.perf_counter()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+        if len(samples) >= 2 and time.perf_counter() - start > budget_s:
+            break
+    return max(float(np.median(samples)), 1e-4)
+
+
+def measure_llm(
+    model: LLMAdapter,
+    validation: ValidationSet,
+    out: str | Path,
+    *,
+    certainty: str,
+    batch_sizes: Sequence[int],
+    repeats: int,
+    warmup: int,
+    budget_s: float,
+    progress: Progress | None = None,
+) -> LLMMeasurement:
+    """Measure one LLM stage on a labelled LLM set and write its side files under ``out`` (see the docstring)."""
+    task = validation.task
+    if task not in (TASK_SCORING, TASK_GENERATION):
+        raise ModelLoadError(
+            f"model {model.name!r}: an llm model needs a labelled LLM set (.jsonl), got {validation.source}"
+        )
+    signal, calibrated = resolve_signal(task, certainty)
+    name = model.name
+    steps = len(batch_sizes) + 2
+    model.load()
+    llm = model.model
+    if progress:
+        progress(name, "predict", 1, steps)
+    items = [decode_item(x) for x in validation.inputs]
+    n = len(items)
+    prompt_tokens = np.zeros(n, dtype=np.int64)
+    output_tokens = np.zeros(n, dtype=np.int64)
+    scored_tokens = np.zeros(n, dtype=np.int64)
+    for i, it in enumerate(items):
+        prompt_tokens[i], scored_tokens[i] = llm.token_counts(it.prompt, it.options or ())
+    if task == TASK_SCORING:
+        width = max(len(it.options or ()) for it in items)
+        scores = np.concatenate(
+            [option_probabilities(model.loglik(validation.inputs[s : s + CHUNK]), width) for s in range(0, n, CHUNK)]
+        )
+        validation.check_classes(width, name)
+        preds = np.asarray(scores.argmax(axis=1), dtype=np.int64)
+        correct = preds == validation.labels
+        signals = scoring_signals(scores)
+        classes = width
+    else:
+        gens = [g for s in range(0, n, CHUNK) for g in model.generate(validation.inputs[s : s + CHUNK])]
+        correct = np.asarray([is_correct(g.text, it.answers) for g, it in zip(gens, items, strict=True)])
+        preds = correct.astype(np.int64)
+        signals = generation_signals([g.token_logprobs for g in gens], [g.first_token_margin for g in gens])
+        output_tokens[:] = [g.output_tokens for g in gens]
+        scored_tokens[:] = 0
+        write_outputs(out, name, list(validation.sample_ids), [g.text for g in gens], list(correct))
+        classes = 2
+    fits = {s: LogisticCalibration.fit(v, correct) for s, v in signals.items()}
+    certs = fits[signal](signals[signal]) if calibrated else signals[signal]
+    ids = list(validation.sample_ids)
+    write_signals(out, name, ids, correct, signals)
+    write_calibration(out, name, fits)
+    write_tokens(out, name, ids, prompt_tokens.tolist(), output_tokens.tolist(), scored_tokens.tolist())
+
+    runtime: dict[int, float] = {}
+    prefill: dict[int, float] = {}
+    decode: dict[int, float] = {}
+    typical = max(int(np.median(prompt_tokens)), 1)
+    for k, b in enumerate(batch_sizes):
+        if progress:
+            progress(name, "time", 2 + k, steps)
+        batch = validation.take(np.arange(b) % n)
+        work: Callable[[], Any] = partial(model.predict if task == TASK_SCORING else model.generate, batch)
+        runtime[b] = _median_ms(work, warmup, repeats, budget_s)
+        llm.time_costs(b, typical, 1)  # warm-up at this shape
+        runs = [llm.time_costs(b, typical, DECODE_STEPS) for _ in range(max(1, min(repeats, 3)))]
+        prefill[b] = float(np.median([r[0] for r in runs]))
+        decode[b] = float(np.median([r[1] for r in runs]))
+    weights = llm.weights_mb() or 0.0
+    write_costs(
+        out,
+        name,
+        LLMCosts(
+            task=task,
+            prefill_ms_per_token=prefill,
+            decode_ms_per_step=decode,
+            weights_mb=round(weights, 4),
+            kv_cache_mb_per_token=llm.kv_cache_mb_per_token() or 0.0,
+            prompt_tokens=typical,
+            decode_steps=DECODE_STEPS,
+            mean_prompt_tokens=float(prompt_tokens.mean()),
+            mean_output_tokens=float(output_tokens.mean()),
+        ),
+    )
+    if progress:
+        progress(name, "done", steps, steps)
+    return LLMMeasurement(
+        predictions=preds,
+        certainties=np.clip(np.asarray(certs, dtype=np.float64), 0.0, 1.0),
+        classes=classes,
+        accuracy=float(correct.mean()),
+        runtime_ms=runtime,
+        memory_mb=max(weights, 0.001),
+    )
