@@ -11,7 +11,13 @@ and simulator as it is, and its default certainty is the margin of the option pr
 (``option-margin``).
 
 :meth:`LLMAdapter.generate` answers generation items (no options) with one
-:class:`~cascadeserve.models.llm.Generation` each; the OpenAI-style front end and the profiler use it.
+:class:`~cascadeserve.models.llm.Generation` each; the profiler uses it. Served (the runtime calls the adapter),
+a batch of generation items is answered with :class:`~cascadeserve.models.base.Generated`: the texts, their
+token counts, and the stage's certainty in each, the generation signal named by the ``certainty`` option
+(``mean-logprob`` by default; :mod:`cascadeserve.profile.llm_certainty`), through the logistic fit of a
+profile's ``llm/calibration.json`` when the ``calibration`` option names that file, so that the thresholds a
+plan set on the profile's (calibrated) certainty mean the same when serving. A batch must be all scoring or all
+generation items.
 
 In a models config: ``adapter: llm``, ``ref`` a ``.gguf`` file, a model directory, or a ``module:factory`` that
 returns one (``cascadeserve.models.families.llm:smollm2_135m``), and ``options`` any of :class:`LocalLLM`'s
@@ -20,6 +26,7 @@ keyword arguments (``max_new_tokens``, ``chat``, ``system_prompt``, ``dtype``, `
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,11 +34,38 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.models.adapters import Adapter
-from cascadeserve.models.base import ModelLoadError
+from cascadeserve.models.base import Generated, ModelLoadError, TextOutput
 from cascadeserve.models.llm import Generation, LocalLLM
 from cascadeserve.models.llm_prompts import GENERATION_STOP, LLMItem, decode_item
+from cascadeserve.profile.llm_certainty import GENERATION_SIGNALS, generation_signals
 
 __all__ = ["LLMAdapter", "option_probabilities"]
+
+
+def _requested_cap(batch: Any) -> int | None:
+    """The largest ``max_new_tokens`` the batch's JSON rows ask for (the OpenAI front end's ``max_tokens``); None
+    when a row asks for none. One cap per batch: a row that asked for fewer tokens may get more."""
+    caps: list[int] = []
+    for raw in batch:
+        try:
+            doc = json.loads(raw.decode() if isinstance(raw, bytes | bytearray) else str(raw))
+        except ValueError:
+            return None
+        cap = doc.get("max_new_tokens") if isinstance(doc, dict) else None
+        if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+            return None
+        caps.append(cap)
+    return max(caps) if caps else None
+
+
+def _calibration(name: str, path: Path, signal: str) -> Any:
+    """The logistic fit of ``signal`` for model ``name`` in a profile's ``llm/calibration.json``."""
+    from cascadeserve.profile.llm_side import read_calibration
+
+    fits = read_calibration(path.parent.parent if path.is_file() else path).get(name, {})
+    if signal not in fits:
+        raise ModelLoadError(f"model {name!r}: {path} holds no calibration of {signal!r}")
+    return fits[signal]
 
 
 def option_probabilities(loglik: Sequence[np.ndarray], width: int | None = None) -> np.ndarray:
@@ -68,6 +102,15 @@ class LLMAdapter(Adapter):
         self.device = device
         self.threads = threads
         self.stop = tuple(stop)
+        # how a served generation batch's certainty is computed (the module docstring); not LocalLLM's business
+        self.signal = str(options.pop("certainty", "mean-logprob"))
+        if self.signal not in GENERATION_SIGNALS:
+            raise ModelLoadError(
+                f"model {name!r}: certainty {self.signal!r} is not a generation signal "
+                f"({', '.join(GENERATION_SIGNALS)})"
+            )
+        cal = options.pop("calibration", None)
+        self.calibration = None if cal is None else _calibration(name, Path(cal), self.signal)
         self.options = options
         self.llm: LocalLLM | None = None
         if path is not None:
@@ -119,6 +162,26 @@ class LLMAdapter(Adapter):
         """One greedy answer per item (the items' options, if any, are ignored), stopped at ``stop`` strings."""
         items = self.items(batch)
         return self.model.generate([it.prompt for it in items], max_new_tokens=max_new_tokens, stop=self.stop)
+
+    def __call__(self, batch: Any) -> np.ndarray | Generated:  # type: ignore[override]
+        """Served: option probabilities for a batch of scoring items, :class:`Generated` answers for generation
+        items (the runtime's devices call this)."""
+        items = self.items(batch)
+        if all(it.options is None for it in items):
+            return self.answer(items, _requested_cap(batch))
+        return self.predict(batch)
+
+    def answer(self, items: Sequence[LLMItem], max_new_tokens: int | None = None) -> Generated:
+        """Generated answers to generation items, with the stage's certainty in each; ``max_new_tokens`` lowers
+        the stage's own cap for this batch."""
+        cap = self.model.max_new_tokens if max_new_tokens is None else min(max_new_tokens, self.model.max_new_tokens)
+        gens = self.model.generate([it.prompt for it in items], max_new_tokens=cap, stop=self.stop)
+        signal = generation_signals([g.token_logprobs for g in gens], [g.first_token_margin for g in gens])
+        certs = signal[self.signal]
+        if self.calibration is not None:
+            certs = self.calibration(certs)
+        outs = tuple(TextOutput(g.text, g.prompt_tokens, g.output_tokens) for g in gens)
+        return Generated(outs, np.clip(np.nan_to_num(certs, nan=0.0), 0.0, 1.0))
 
     def memory_mb(self) -> float | None:
         return None if self.llm is None else self.llm.weights_mb()
