@@ -37,13 +37,14 @@ def serving(
     admin_token: str | None = ADMIN_TOKEN,
     auth_token: str | None = None,
     runtime_options: RuntimeOptions | None = None,
+    name: str = "toy",
 ) -> Iterator[Server]:
     app = build_app(
         profile,
         plan or toy_plan(profile),
         models=models,
         emulate=models is None,
-        name="toy",
+        name=name,
         runtime_options=runtime_options or RuntimeOptions(max_in_flight=max_in_flight),
         server_options=ServerOptions(
             max_body_bytes=max_body_bytes, stop_grace_s=2.0, admin_token=admin_token, auth_token=auth_token

@@ -15,13 +15,14 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from tests.http.http_helpers import serving
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.http import Server
 from cascadeserve.models.base import Generated, TextOutput
 from cascadeserve.plan import SLO, Device, fixed_plan
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
-from cascadeserve.runtime import InputSpec, ModelConfig, RuntimeOptions
+from cascadeserve.runtime import InputSpec, ModelConfig
 
 openai = pytest.importorskip("openai")
 
@@ -55,19 +56,8 @@ def server() -> Iterator[Server]:
         slo=SLO(kind="p95_ms", value=500),
     )
     config = ModelConfig({"draft": draft, "expert": expert}, InputSpec(name="prompt", datatype="BYTES", shape=(-1,)))
-    app = build_app(
-        profile,
-        plan,
-        models=config,
-        name="chat",
-        runtime_options=RuntimeOptions(max_in_flight=64),
-        server_options=ServerOptions(stop_grace_s=2.0),
-    )
-    s = Server(app, "127.0.0.1", 0, grace_s=2.0).start()
-    try:
+    with serving(profile, plan, models=config, max_in_flight=64, name="chat") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _client(server: Server) -> Any:

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.http.http_helpers import serving
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.http import Server
 from cascadeserve.models.llm_adapter import LLMAdapter
 from cascadeserve.plan import SLO, Device, fixed_plan
 from cascadeserve.profile import load_profile
@@ -34,19 +35,9 @@ def server(smollm: LLMAdapter, gemma: LLMAdapter) -> Iterator[Server]:
         InputSpec(name="item", datatype="BYTES", shape=(-1,)),
         "option-margin",
     )
-    app = build_app(
-        profile,
-        plan,
-        models=config,
-        name="llm",
-        runtime_options=RuntimeOptions(max_in_flight=16, default_timeout_s=300.0),
-        server_options=ServerOptions(stop_grace_s=2.0),
-    )
-    s = Server(app, "127.0.0.1", 0, grace_s=2.0).start()
-    try:
+    options = RuntimeOptions(max_in_flight=16, default_timeout_s=300.0)
+    with serving(profile, plan, models=config, runtime_options=options, name="llm") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _client(server: Server) -> Any:
@@ -65,8 +56,8 @@ def test_generation_answers_with_the_stage_that_was_sure(server: Server) -> None
     assert info["model"] in ("smollm2-135m", "gemma3-270m") and 0.0 <= info["certainty"] <= 1.0
     # the stage that answered is the first one sure enough under the plan's threshold, or the last
     assert (info["model"] == "smollm2-135m") == (info["certainty"] >= 0.5 and info["stage"] == 0)
-    assert raw.headers["x-cascade-model"] == info["model"]
-    assert r.usage is not None and r.usage.prompt_tokens > 3 and 1 <= r.usage.completion_tokens <= 3  # max_tokens lowers the stage's cap
+    assert raw.headers["x-cascade-model"] == info["model"]  # and max_tokens (3) lowered the stage's cap (8):
+    assert r.usage is not None and r.usage.prompt_tokens > 3 and 1 <= r.usage.completion_tokens <= 3
 
 
 def test_streaming_and_scoring(server: Server) -> None:
