@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch, ModelCost, calibrated_factors
+from cascadeserve.policy.costs import (
+    CostDrift,
+    CostSettings,
+    CostWatch,
+    ModelCost,
+    calibrated_factors,
+    trimmed_mean,
+)
 
 S = CostSettings(tolerance=0.25, window_s=10.0, sustain_s=5.0, min_batches=5, cooldown_s=30.0, min_excess_ms=1.0)
 
@@ -68,11 +75,14 @@ def test_one_stalled_batch_does_not_move_the_median() -> None:
     _run(w, [(0, 0.0, 10.0, 0.010, 0.010)], 10.0)
     w.observe(0, 10.0, 5.0, 0.010)
     (c,) = w.factors(10.0)
-    assert c.factor == 1.0 and c.batches == 22
+    assert c.factor == 1.0 and c.batches == 22 and c.mean_factor == 1.0  # the mean leaves the stall out too
 
 
 def test_calibrated_factors_and_bad_settings() -> None:
-    assert calibrated_factors([ModelCost("a", 1.5, 9), ModelCost("b", 0.5, 9)]) == {"a": 1.5, "b": 0.5}
+    # a re-plan calibrates by the mean ratio, as profile calibrate does (the median where none was measured)
+    costs = [ModelCost("a", 1.5, 9, mean_factor=1.8), ModelCost("b", 0.5, 9)]
+    assert calibrated_factors(costs) == {"a": 1.8, "b": 0.5}
+    assert trimmed_mean([1.0] * 99 + [1000.0]) == 1.0 and trimmed_mean([2.0, 4.0, 5.0]) == 3.0
     for bad in ({"tolerance": 0.0}, {"window_s": 0.0}, {"min_batches": 0}, {"sustain_s": -1.0}):
         with pytest.raises(ValueError):
             CostSettings(**bad)  # type: ignore[arg-type]

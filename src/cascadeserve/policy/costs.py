@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CostDrift", "CostSettings", "CostWatch", "ModelCost", "calibrated_factors"]
+__all__ = ["CostDrift", "CostSettings", "CostWatch", "ModelCost", "calibrated_factors", "trimmed_mean"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +63,16 @@ class CostSettings:
 
 @dataclass(frozen=True, slots=True)
 class ModelCost:
-    """One model's measured cost factor over the window (measured / profiled batch time, median), and the median
-    absolute difference per batch in ms (positive: slower than profiled)."""
+    """One model's measured cost factor over the window (measured / profiled batch time, median: what the drift
+    decision reads), the mean of the same ratios (what a re-plan calibrates by, as ``profile calibrate`` does: a
+    queue's wait follows the mean service time), and the median absolute difference per batch in ms (positive:
+    slower than profiled)."""
 
     model: str
     factor: float
     batches: int
     excess_ms: float = 0.0
+    mean_factor: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +87,19 @@ class CostDrift:
         return "batches run off the plan's costs: " + ", ".join(parts)
 
 
+def trimmed_mean(values: Iterable[float], cut: float = 0.01) -> float:
+    """The mean with the top ``cut`` share (rounded up: at least the largest value) left out, so that a stalled
+    batch is not a cost; NaN for no values."""
+    a = np.sort(np.fromiter(values, dtype=np.float64))
+    if not len(a):
+        return math.nan
+    return float(a[: max(1, len(a) - math.ceil(len(a) * cut))].mean())
+
+
 def calibrated_factors(costs: tuple[ModelCost, ...] | list[ModelCost]) -> dict[str, float]:
-    """The per-model factors to scale a profile's runtimes by (:func:`cascadeserve.profile.calibrate`)."""
-    return {c.model: c.factor for c in costs}
+    """The per-model factors to scale a profile's runtimes by (:func:`cascadeserve.profile.calibrate`): the mean
+    ratios (the median where no mean was measured)."""
+    return {c.model: c.mean_factor or c.factor for c in costs}
 
 
 class CostWatch:
@@ -119,8 +133,15 @@ class CostWatch:
         for row, w in enumerate(self._windows):
             if w:
                 arr = np.asarray(w, dtype=np.float64)
+                ratios = arr[:, 1]
                 out.append(
-                    ModelCost(self.models[row], float(np.median(arr[:, 1])), len(w), float(np.median(arr[:, 2])))
+                    ModelCost(
+                        self.models[row],
+                        float(np.median(ratios)),
+                        len(w),
+                        float(np.median(arr[:, 2])),
+                        trimmed_mean(ratios),
+                    )
                 )
         return tuple(out)
 

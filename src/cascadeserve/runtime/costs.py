@@ -23,19 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch
+from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch, trimmed_mean
 from cascadeserve.profile import Profile
 from cascadeserve.runtime.observer import BatchEvent, NullObserver
 
 __all__ = ["CostMonitor"]
 
 log = logging.getLogger("cascadeserve.costs")
-
-
-def _trimmed_mean(values: deque[float], cut: float = 0.01) -> float:
-    a = np.sort(np.asarray(values, dtype=np.float64))
-    keep = a[: max(1, len(a) - int(len(a) * cut))]
-    return float(keep.mean())
 
 
 class CostMonitor(NullObserver):
@@ -102,7 +96,7 @@ class CostMonitor(NullObserver):
                     "factor_vs_profile": float(np.median(since)) if since else None,
                     # what calibration uses: a queue's wait grows with the mean service time, not its median, and
                     # under contention batches run long more often than short; the top 1 % (stalls) is left out
-                    "mean_factor_vs_profile": _trimmed_mean(since) if since else None,
+                    "mean_factor_vs_profile": trimmed_mean(since) if since else None,
                     "batches": len(since),
                     "window_factor": None if w is None else w.factor,
                     "window_batches": 0 if w is None else w.batches,
