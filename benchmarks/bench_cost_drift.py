@@ -6,7 +6,7 @@ Run: ``.venv/bin/python benchmarks/bench_cost_drift.py --profile DIR --models mo
 Per mode and run: plan the profile (2 devices) for ``--qps``; start ``cascadeserve serve --models`` in its own
 process with ``--replan MODE --slowdown model=M,at=T,factor=F``; send Poisson arrivals of real validation inputs at
 ``--qps`` for ``--duration-s`` (``cascadeserve.eval.loadgen``, this process); poll ``GET /v2/cascade/costs`` and
-``GET /v2/cascade/plan`` every half second for the drift decision and the swap. Report the p95 of each 10 s window
+``GET /v2/cascade/plan`` every half second for the drift decisions and the swaps. Report the p95 of each 10 s window
 of arrival time, when the drift was decided and the plan swapped (seconds from the slowdown), the first window
 after the slowdown from which every window meets the SLO, and sent / answered / shed.
 """
@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,15 +55,17 @@ async def _watch(url: str, stop: asyncio.Event, t0: float, log: dict[str, Any]) 
             except httpx.HTTPError:
                 costs, plan = {}, {}
             now = time.monotonic() - t0
-            if costs.get("drifts") and "drift_s" not in log:
-                log["drift_s"], log["drift"] = now, costs.get("last_drift")
-            if "calibrated" in plan.get("notes", {}).get("costs", "") and "swap_s" not in log:
-                log["swap_s"], log["swap"] = now, plan["notes"]["costs"]
+            drifts = int(costs.get("drifts") or 0)
+            if drifts > len(log["drifts"]):  # a new cost-drift decision since the last poll
+                log["drifts"].append((round(now, 1), costs.get("last_drift")))
+            m = re.search(r"swapped (\d+)", plan.get("notes", {}).get("replan", ""))
+            if m and int(m.group(1)) > len(log["swaps"]):
+                log["swaps"].append((round(now, 1), plan["notes"].get("costs", "")))
             await asyncio.sleep(0.5)
 
 
 async def _drive(url: str, name: str, arrivals: np.ndarray, rows: np.ndarray, labels: np.ndarray) -> tuple[Any, dict]:
-    log: dict[str, Any] = {}
+    log: dict[str, Any] = {"drifts": [], "swaps": []}
     stop = asyncio.Event()
     t0 = time.monotonic()
     watcher = asyncio.create_task(_watch(url, stop, t0, log))
@@ -109,16 +112,15 @@ def one_run(args: argparse.Namespace, mode: str, plan: Path, rows: np.ndarray, l
     return {
         "mode": mode,
         "slow_at_s": round(slow_at, 1),
-        "drift_after_slowdown_s": None if "drift_s" not in log else round(log["drift_s"] - slow_at, 1),
-        "swap_after_slowdown_s": None if "swap_s" not in log else round(log["swap_s"] - slow_at, 1),
+        # every cost-drift decision and swap, in seconds from the slowdown (negative: before it), and what it said
+        "drifts": [(round(t - slow_at, 1), what) for t, what in log["drifts"]],
+        "swaps": [(round(t - slow_at, 1), costs) for t, costs in log["swaps"]],
         "back_within_slo_after_slowdown_s": None if back is None else round(back * 10 - slow_at, 1),
         "window_p95_ms": windows,
         "sent": rep.sent,
         "answered": rep.ok,
         "shed": rep.shed,
         "errors": rep.errors,
-        "drift": log.get("drift"),
-        "costs": log.get("swap"),
     }
 
 
