@@ -166,11 +166,12 @@ def drift_settings_from(
 ReplanOpt = Annotated[
     str,
     typer.Option(
-        help="Load drift (issue 17): every second, compare the measured QPS distribution over the plan's ranges (the "
+        help="Load drift: every second, compare the measured QPS distribution over the plan's ranges (the "
         "last --replan-window-s of 100 ms ticks) with the plan's (two-sample Kolmogorov-Smirnov distance: the largest "
         "gap between the two CDFs); over --replan-threshold, re-plan for the measured one in the background. auto: "
         "swap the new plan in when its predicted objective on the measured load is better (nothing dropped); "
-        "notify: log and expose it without swapping; off: neither."
+        "notify: log and expose it without swapping; off: neither. serve also watches cost drift (--cost-tolerance): "
+        "auto re-plans with the measured costs and swaps, notify logs the models."
     ),
 ]
 # --tune's options, shared by `serve` and `simulate` (one declaration, one help text)
