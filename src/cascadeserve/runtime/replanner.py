@@ -229,7 +229,8 @@ class Replanner:
             base = load_profile(self.options.profile_dir)
             where = f"this server at t={decision.time:.1f} s (cost drift)"
             cal_dir = Path(self._dir.name) / f"calibrated-{s.started}"
-            save_profile(calibrate(base, {**monitor.applied, **total}, source=where), cal_dir)
+            scaled = {m: f for m, f in {**monitor.applied, **total}.items() if f != 1.0}
+            save_profile(calibrate(base, scaled, source=where), cal_dir)
             weights = ",".join(f"{w:.6g}" for w in planned_weights(plan))
             new = await self._run_planner(plan, weights, s.started, cal_dir)
             if self.check is not None:
