@@ -128,7 +128,7 @@ def test_notify_names_the_slow_model_and_keeps_the_plan(caplog: pytest.LogCaptur
         snap = httpx.get(f"{server.url}/v2/cascade/costs", timeout=10).json()
     finally:
         server.stop()
-    drift = [r.getMessage() for r in caplog.records if r.name == "cascadeserve.costs"]
+    drift = [r.getMessage() for r in caplog.records if r.name == "cascadeserve.replan"]
     assert drift and "lr-chars x" in drift[0] and "lr-words" not in drift[0]
     assert "lr-chars" in rp.stats.last and "--replan auto" in rp.stats.last
     factors, notes = server_factors(snap, min_batches=5)

@@ -20,6 +20,7 @@ server someone else is loading.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.eval.loadgen import LoadReport, run_load
 from cascadeserve.http import Server, build_app
 from cascadeserve.plan import Device, GearPlan, fixed_plan
+from cascadeserve.policy.costs import CostSettings
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import ModelConfig
 from cascadeserve.traces import poisson
@@ -83,7 +85,9 @@ def measure_host_costs(
     p = plan or probe_plan(profile, devices)
     qps = busy * _capacity_qps(profile, p)
     arrivals = poisson(qps, seconds, seed=seed).arrivals
-    app = build_app(profile, p, models=models, name=name)
+    # measuring is the point here: the probe's batches are expected to run off the profile's costs, so no drift
+    # decisions (an infinite tolerance); the monitor still records every batch
+    app = build_app(profile, p, models=models, name=name, costs=CostSettings(tolerance=math.inf))
     with Server(app, "127.0.0.1", 0, grace_s=5.0) as server:
         report = asyncio.run(run_load(server.url, name, arrivals, rows=rows))
         snap: dict[str, Any] = app.costs.snapshot() if app.costs is not None else {"models": []}

@@ -41,7 +41,7 @@ __all__ = ["CostDrift", "CostSettings", "CostWatch", "ModelCost", "calibrated_fa
 class CostSettings:
     """How batch costs are watched (``serve --replan-cost-*``)."""
 
-    tolerance: float = 0.25  # departed beyond x1.25 (or under x0.8)
+    tolerance: float = 0.25  # departed beyond x1.25 (or under x0.8); inf: never
     window_s: float = 10.0  # batches older than this leave the window
     sustain_s: float = 5.0  # departed for this long before a decision
     min_batches: int = 20  # fewer batches in the window say nothing
@@ -49,7 +49,7 @@ class CostSettings:
     min_excess_ms: float = 1.0  # a departure smaller than this per batch (absolute) is not one
 
     def __post_init__(self) -> None:
-        if not (self.tolerance > 0 and math.isfinite(self.tolerance)):
+        if not self.tolerance > 0:  # inf: watch and record, never decide (a calibration run)
             raise ValueError(f"cost tolerance must be a positive number, got {self.tolerance!r}")
         for name in ("window_s", "sustain_s", "cooldown_s", "min_excess_ms"):
             v = getattr(self, name)

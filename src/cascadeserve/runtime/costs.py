@@ -2,8 +2,8 @@
 
 :class:`CostMonitor` is an observer (only :meth:`batch` does anything) and a producer tick listener. It feeds each
 batch to the policy's :class:`~cascadeserve.policy.costs.CostWatch` and, on every tick, applies the watch's
-decision: a :class:`~cascadeserve.policy.costs.CostDrift` is logged on ``cascadeserve.costs`` (a warning naming
-each model and its factor), counted, and handed to the listeners (``serve --replan auto`` re-plans with the
+decision: a :class:`~cascadeserve.policy.costs.CostDrift` is logged on ``cascadeserve.costs`` (at info level;
+``serve --replan notify|auto`` warns), counted, and handed to the listeners (``serve --replan auto`` re-plans with the
 measured costs: :mod:`cascadeserve.runtime.replanner`).
 
 The costs "in force" are the profile's runtimes times the factors already applied, plus the plan's per-batch
@@ -69,7 +69,9 @@ class CostMonitor(NullObserver):
             return
         self.drifts += 1
         self.last = decision
-        log.warning("cost drift: %s", decision.describe())
+        # info, not a warning: with --replan notify/auto the re-planner warns (naming the models); without it the
+        # metric is the signal, and a log line per cooldown on a server nobody asked to watch costs is noise
+        log.info("cost drift: %s", decision.describe())
         for listen in self.listeners:
             listen(decision)
 
