@@ -107,6 +107,7 @@ def test_streaming_releases_only_the_answering_stages_text(server: Server) -> No
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n"),
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7}, 400, "temperature"),
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "tools": []}, 400, "tools"),
+        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "stop": ["\n"]}, 400, "stop"),
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens"),
         ({"model": "other", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
         ({"model": "chat", "messages": [{"role": "user", "content": "x" * 40_000}]}, 413, "messages"),

@@ -107,6 +107,8 @@ def _common(body: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:
     cap = body.get("max_completion_tokens", body.get("max_tokens"))
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise OpenAIError(f"max_tokens: expected a positive integer, got {cap!r}", param="max_tokens")
+    if body.get("stop") not in (None, [], ""):  # accepted only empty: the stages stop at their own stop strings
+        raise OpenAIError("stop: custom stop sequences are not served; each stage stops at its own", param="stop")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise OpenAIError(f"stream: expected true or false, got {stream!r}", param="stream")
