@@ -22,8 +22,7 @@ metrics and plan. The stage that answers is the cheapest one sure enough of its 
 Bad input is a 400 naming the field (OpenAI's error shape: ``error.message``, ``error.type``, ``error.param``):
 no messages, an empty prompt, a role it does not know, ``n`` other than 1, a ``temperature`` above 0 (decoding is
 greedy), custom ``stop`` sequences, or a parameter this server does not serve (``tools``, ``logprobs``, ...); an
-unknown model is a 404 and a
-prompt over the limit a 413 naming the limit.
+unknown model is a 404 and a prompt over the limit a 413 naming the limit.
 """
 
 from __future__ import annotations
