@@ -1,33 +1,22 @@
 """The discrete-event simulator of a cascadeserve deployment (paper appendix C).
 
-It replays an arrival trace against a gear plan and a profile, applying the decisions of
-:mod:`cascadeserve.policy` exactly as the runtime does (only the clock differs) and deciding nothing itself:
+It replays an arrival trace against a gear plan and a profile, applying the decisions of :mod:`cascadeserve.policy`
+exactly as the runtime does (only the clock differs) and deciding nothing itself:
 
-* Every ``tick`` (100 ms, at ``k·tick`` exactly) the producer measures QPS and applies the plan's
-  :class:`~cascadeserve.policy.GearPolicy` (the selector with α·Q0 hysteresis, or a gear schedule). The arrivals
-  of the tick are admitted under that gear and routed to first-stage replicas by
-  :class:`~cascadeserve.policy.Routers` (the gear's shares).
-* Each device runs one batch at a time. When it is free, :func:`~cascadeserve.policy.next_batch` says which of its
-  replicas fires and when (the triggers' minimum queue and max wait, the one tie-break rule), and
-  :func:`~cascadeserve.policy.batch_size` how many samples it takes; the batch lasts ``runtime(model, batch
-  size)`` from the profile (plus the plan's ``batch_overhead_ms``).
-* When a batch ends, :meth:`~cascadeserve.policy.PlanTables.exits` says which samples are answered there (the last
-  stage answers all); the others go to the next model's replicas that the routers pick.
-* Request ``i`` uses validation sample ``i mod n``, so certainty and correctness are the recorded ones.
-* At one instant the order is: the producer's tick, then the arrivals, then device events (the runtime on a fake
-  clock replays it so, see ``FakeClock.advance_to``).
-* With an ``admission`` policy (:class:`~cascadeserve.policy.AdmissionPolicy`, e.g. bounded by time), the arrivals
-  of a tick are admitted one after another while the policy accepts them, counting what is in flight at the tick,
-  and the rest are shed (``SimResult.shed``), so a simulated plan sees the shedding the server would do.
-* After the last arrival's tick window, queues drain (the policy's drain trigger), as a server does when it stops.
-  A request that never completes is reported unanswered (``SimResult.unanswered``), never as completed.
+* every ``tick`` (100 ms, at ``k·tick``) the producer measures QPS and applies the plan's
+  :class:`~cascadeserve.policy.GearPolicy`; the tick's arrivals are admitted under that gear (by an optional
+  :class:`~cascadeserve.policy.AdmissionPolicy`, the rest shed) and routed by :class:`~cascadeserve.policy.Routers`;
+* a free device asks :func:`~cascadeserve.policy.next_batch` which replica fires and when, and
+  :func:`~cascadeserve.policy.batch_size` how many samples it takes; a batch lasts the profile's runtime (plus the
+  plan's ``batch_overhead_ms``); :meth:`~cascadeserve.policy.PlanTables.exits` says who is answered, the rest go on;
+* request ``i`` uses validation sample ``i mod n``; at one instant the order is tick, arrivals, device events (the
+  runtime on a fake clock replays it so); after the last tick window queues drain, and a request that never
+  completes is reported unanswered. A Ray plan also pays its process hops (:mod:`cascadeserve.simulate.hops`).
 
-The optional policy hooks (Clipper's serving layer, the baselines, online tuning, load drift) are listed in
-:mod:`cascadeserve.simulate`; all default to off and cost one ``is None`` test per batch or tick when off.
-
-Speed comes from working at the granularity of *batches*, not requests: arrivals of a tick are routed with one
-vectorised call, a replica's first-stage queue is a slice of its routed arrivals, and exits and forwarding are a
-handful of numpy operations per batch (a per-sample path on the same policy calls serves batches of ≤ 16).
+The optional hooks (Clipper's layer, the baselines, online tuning, load drift) are listed in
+:mod:`cascadeserve.simulate`; off, each costs one ``is None`` test per batch or tick. Speed comes from working per
+*batch*: a tick's arrivals are routed in one vectorised call, and exits and forwarding are a few numpy operations
+per batch (a per-sample path on the same policy calls serves batches of ≤ 16).
 """
 
 from __future__ import annotations
@@ -105,7 +94,6 @@ class Simulator:
         self.tick_s = plan.tick_ms / 1000.0
         self._rt_tables = [m.runtime.table(_TABLE_BATCH) for m in profile.models]
 
-    # ---------------------------------------------------------------------------------------------------------
     def run(
         self,
         arrivals: Sequence[float] | np.ndarray,
@@ -115,9 +103,8 @@ class Simulator:
         """Replay ``arrivals``; request ``i`` uses validation sample ``samples[i]`` (default ``i mod n``); tick ``w``
         scales its measured QPS by ``qps_scale[w]`` when given (the last factor holds past its end). A plan served
         on Ray also pays its process hops (:mod:`~cascadeserve.simulate.hops`)."""
-        plan = self.plan
-        hop_ms = plan.hop_ms or (self.profile.ray_hop_ms if plan.backend == "ray" else 0.0)
-        return charge_hops(self._replay(arrivals, samples, qps_scale), plan, hop_ms)
+        hop_ms = self.plan.hop_ms or (self.profile.ray_hop_ms if self.plan.backend == "ray" else 0.0)
+        return charge_hops(self._replay(arrivals, samples, qps_scale), self.plan, hop_ms)
 
     def _replay(
         self, arrivals: Sequence[float] | np.ndarray, samples: np.ndarray | None, qps_scale: np.ndarray | None
@@ -494,17 +481,11 @@ def simulate(
 ) -> SimResult:
     """Simulate ``plan`` serving ``arrivals`` (seconds, sorted) with ``profile``'s runtimes and records.
 
-    ``batch_limit``, ``gear_schedule``, ``cache`` and ``slowdowns`` are the optional hooks
-    (:mod:`cascadeserve.simulate` lists them; a batch limit and a cache hold state: pass fresh ones per run).
-    ``samples`` gives each request's validation sample (a trace of repeated inputs); by default request ``i`` takes
-    sample ``i mod n``. ``tuning`` (:class:`~cascadeserve.policy.tuning.OnlineTuning`, fresh per run) audits early
-    exits and re-tunes the gears' thresholds every tick, in simulated time; its decisions are in
-    ``SimResult.threshold_changes``.
-
-    ``engine``: ``"auto"`` runs the compiled loop (:mod:`cascadeserve.simulate.compiled`) unless a hook needs the
-    Python reference loop (a p99-fit batch limit, a cache, slowdowns, tuning; an AIMD limit runs compiled);
-    ``"compiled"`` or ``"python"`` forces one (the compiled one refuses those hooks). Both replay the same trajectory
-    to the bit.
+    ``batch_limit``, ``gear_schedule``, ``cache``, ``slowdowns`` and ``tuning`` are the optional hooks
+    (:mod:`cascadeserve.simulate` lists them; those that hold state want fresh ones per run); ``samples`` gives
+    each request's validation sample (default ``i mod n``). ``engine``: ``"auto"`` runs the compiled loop
+    (:mod:`cascadeserve.simulate.compiled`) unless a hook needs the Python reference loop; ``"compiled"`` or
+    ``"python"`` forces one. Both replay the same trajectory to the bit.
     """
     return Simulator(
         profile,
