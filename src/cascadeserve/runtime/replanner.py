@@ -144,20 +144,7 @@ class Replanner:
             self.options.settings.threshold,
             weights,
         )
-        try:
-            new = await self._run_planner(plan, weights, s.started)
-            if self.check is not None:
-                self.check(new)  # refuses a plan this deployment cannot serve, as PUT /v2/cascade/plan would
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # whatever went wrong, serving goes on
-            s.failed += 1
-            s.last = f"re-plan {s.started} failed: {e}"
-            log.warning("%s", s.last)
-            new = None
-        finally:
-            s.running = False
-            self._task = None
+        new = await self._planned(plan, weights, "")
         if new is None:
             return
         s.finished += 1
@@ -166,6 +153,33 @@ class Replanner:
         current = self.runtime.plan
         verdict = drift.judge(current, new)
         self._apply(verdict, new)
+
+    async def _planned(
+        self, plan: GearPlan, weights: str, what: str, profile: Callable[[], Path] | None = None
+    ) -> GearPlan | None:
+        """A re-plan in the child process, checked as PUT /v2/cascade/plan would be (from ``profile()``'s directory
+        when given); ``None`` (logged and counted, serving goes on) when anything fails."""
+        s = self.stats
+        try:
+            new = await self._run_planner(plan, weights, s.started, None if profile is None else profile())
+            if self.check is not None:
+                self.check(new)  # refuses a plan this deployment cannot serve, as PUT /v2/cascade/plan would
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # whatever went wrong, serving goes on
+            s.failed += 1
+            s.last = f"re-plan {s.started}{what} failed: {e}"
+            log.warning("%s", s.last)
+            return None
+        finally:
+            s.running = False
+            self._task = None
+        return new
+
+    def _calibrated(self, factors: dict[str, float], where: str, out: Path) -> Path:
+        """The served profile with runtimes x ``factors``, written to ``out``."""
+        save_profile(calibrate(load_profile(self.options.profile_dir), factors, source=where), out)
+        return out
 
     async def _run_planner(self, plan: GearPlan, weights: str, n: int, profile_dir: Path | None = None) -> GearPlan:
         d = Path(self._dir.name)
@@ -225,26 +239,13 @@ class Replanner:
         factors = calibrated_factors(decision.departed)  # relative to the costs in force
         total = {m: monitor.applied[m] * f for m, f in factors.items()}
         log.warning("%s; re-planning with the measured costs in a child process", decision.describe())
-        try:
-            base = load_profile(self.options.profile_dir)
-            where = f"this server at t={decision.time:.1f} s (cost drift)"
-            cal_dir = Path(self._dir.name) / f"calibrated-{s.started}"
-            scaled = {m: f for m, f in {**monitor.applied, **total}.items() if f != 1.0}
-            save_profile(calibrate(base, scaled, source=where), cal_dir)
-            weights = ",".join(f"{w:.6g}" for w in planned_weights(plan))
-            new = await self._run_planner(plan, weights, s.started, cal_dir)
-            if self.check is not None:
-                self.check(new)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # whatever went wrong, serving goes on
-            s.failed += 1
-            s.last = f"re-plan {s.started} (cost drift) failed: {e}"
-            log.warning("%s", s.last)
+        where = f"this server at t={decision.time:.1f} s (cost drift)"
+        cal_dir = Path(self._dir.name) / f"calibrated-{s.started}"
+        scaled = {m: f for m, f in {**monitor.applied, **total}.items() if f != 1.0}
+        weights = ",".join(f"{w:.6g}" for w in planned_weights(plan))
+        new = await self._planned(plan, weights, " (cost drift)", lambda: self._calibrated(scaled, where, cal_dir))
+        if new is None:
             return
-        finally:
-            s.running = False
-            self._task = None
         s.finished += 1
         self.profile_dir = cal_dir
         gen = self.runtime.swap_plan(new)

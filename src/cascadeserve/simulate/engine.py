@@ -13,10 +13,9 @@ exactly as the runtime does (only the clock differs) and deciding nothing itself
   runtime on a fake clock replays it so); after the last tick window queues drain, and a request that never
   completes is reported unanswered. A Ray plan also pays its process hops (:mod:`cascadeserve.simulate.hops`).
 
-The optional hooks (Clipper's layer, the baselines, online tuning, load drift) are listed in
-:mod:`cascadeserve.simulate`; off, each costs one ``is None`` test per batch or tick. Speed comes from working per
-*batch*: a tick's arrivals are routed in one vectorised call, and exits and forwarding are a few numpy operations
-per batch (a per-sample path on the same policy calls serves batches of ≤ 16).
+The optional hooks are listed in :mod:`cascadeserve.simulate` (off, each costs an ``is None`` test). Speed comes
+from working per *batch*: a tick's arrivals are routed in one vectorised call, and exits and forwarding are a few
+numpy operations per batch (a per-sample path on the same policy calls serves batches of ≤ 16).
 """
 
 from __future__ import annotations
