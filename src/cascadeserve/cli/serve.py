@@ -424,7 +424,7 @@ def _headroom_note(plan: GearPlan, *, emulate: bool, replan: str) -> str | None:
     return (
         "note: the plan keeps no device headroom, and re-plans inherit that; emulated devices spend about 0.5-1 ms "
         "per batch beyond the profile, so a re-plan that keeps a device nearly always busy can miss the SLO here. "
-        "Plan with --max-busy 0.75 (README: device headroom)."
+        "Plan with --max-busy 0.75 (docs/tuning-and-replanning.md: device headroom)."
     )
 
 

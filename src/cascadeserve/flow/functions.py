@@ -1,6 +1,6 @@
 """User functions as operators see them: their input and output types, read from annotations.
 
-The calling convention (the README states it too): a ``map`` or ``filter`` function receives a row's columns as
+The calling convention (docs/dataflows.md states it too): a ``map`` or ``filter`` function receives a row's columns as
 positional arguments in schema order. A ``map`` returns one value (one output column) or a tuple (several); its
 return annotation gives the output types: ``int``, ``tuple[int, float]``, or a ``NamedTuple`` class, whose field
 names become the column names. Otherwise a single output column is named after the function and columns of a

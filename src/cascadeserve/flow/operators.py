@@ -4,7 +4,7 @@ Every operator is built against its input schema(s), so its output schema is kno
 is written; ``apply`` runs it and checks every produced value against the declared output types, naming the
 operator, the column and the row id on a mismatch.
 
-Semantics (also the README's reference), on small tables and in order:
+Semantics (also docs/dataflows.md's reference), on small tables and in order:
 
 * ``Map``: one output row per input row, same row id; replaces the columns with the function's outputs.
 * ``Filter``: keeps the rows for which the function returns ``True`` (it must return a ``bool``).

@@ -1,4 +1,4 @@
-"""Read and write the profile interchange format (see ARCHITECTURE.md and the README).
+"""Read and write the profile interchange format (see ARCHITECTURE.md and docs/model-families.md).
 
 ::
 

@@ -8,7 +8,8 @@
   heavy work of the frameworks we target (numpy, torch, onnxruntime) runs in C with the GIL released, so a thread
   per device gives real parallelism without pickling every batch across a process boundary; a model in pure
   Python would serialise on the GIL, and for such models a process per device is the right tool (not built
-  yet; see the README). The thread calls the model and the certainty function; the event loop only awaits.
+  yet; docs/plans-that-hold.md says what GIL-bound models cost). The thread calls the model and the certainty
+  function; the event loop only awaits.
 """
 
 from __future__ import annotations
