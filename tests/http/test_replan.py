@@ -22,6 +22,7 @@ from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions
 from cascadeserve.runtime.replanner import REPLAN_COMMAND, ReplanOptions
 
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
+STREAM_QPS = 40.0  # the drift the tests measure: far from Zipf's weight on the lowest of the plan's 10 ranges
 FAST = DriftSettings(mode="auto", window_ticks=30, min_ticks=10, threshold=0.25, cooldown_s=1000.0, check_every=5)
 
 
@@ -48,16 +49,24 @@ def _server(profile: Profile, opts: ReplanOptions, backend: Backend | None = Non
     return Server(app, "127.0.0.1", 0, grace_s=2.0).start()
 
 
-async def _stream(url: str, ids: list[int], until: float, done: asyncio.Event) -> tuple[int, int, list[int]]:
-    """Send requests one after another from 6 clients until ``done`` (or ``until``); count sent and 200s."""
+async def _stream(
+    url: str, ids: list[int], until: float, done: asyncio.Event, qps: float = STREAM_QPS
+) -> tuple[int, int, list[int]]:
+    """Send requests from 6 clients, together at most ``qps`` on an absolute schedule, until ``done`` (or
+    ``until``); count sent and 200s. The cap keeps the measured load inside the plan's range on a fast machine (an
+    unpaced client measured more than the plan's max QPS, where every plan overloads and none is better)."""
     sent = ok = 0
+    period = 6 / qps
     other: list[int] = []
     async with httpx.AsyncClient(timeout=30) as client:
 
         async def worker(k: int) -> None:
             nonlocal sent, ok
             i = k
+            t_next = time.monotonic() + k * period / 6
             while not done.is_set() and time.monotonic() < until:
+                await asyncio.sleep(max(0.0, t_next - time.monotonic()))
+                t_next += period
                 body = {
                     "inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [ids[i % len(ids)]]}]
                 }
@@ -68,7 +77,6 @@ async def _stream(url: str, ids: list[int], until: float, done: asyncio.Event) -
                 else:
                     other.append(r.status_code)
                 i += 6
-                await asyncio.sleep(0.01)
 
         await asyncio.gather(*(worker(k) for k in range(6)))
     return sent, ok, other
