@@ -99,3 +99,19 @@ def test_memory_and_cost_model(smollm: LLMAdapter) -> None:
     assert 400 < (smollm.memory_mb() or 0) < 700  # 135M float32 parameters (embeddings tied)
     prefill, decode = llm.time_costs(2, 16, steps=2)
     assert prefill > 0 and decode > 0
+
+
+def test_a_gguf_files_cache_key_follows_its_content_not_its_path(tmp_path: Any) -> None:
+    # every install of one file (another venv, a fresh clone) shares the converted copy; a changed file does not
+    from cascadeserve.models.llm import _content_key
+
+    body = bytes(range(256)) * 12_000  # 3 MB: the first and last MiB differ from the middle
+    a, b = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    for p in (a, b):
+        p.parent.mkdir()
+        p.write_bytes(body)
+    assert _content_key(a) == _content_key(b)
+    b.write_bytes(body[:-1] + b"\x00")  # the last byte changed
+    assert _content_key(a) != _content_key(b)
+    b.write_bytes(body + b"x")  # same head and nearly the same tail, another size
+    assert _content_key(a) != _content_key(b)

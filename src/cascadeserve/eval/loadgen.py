@@ -60,12 +60,14 @@ class LoadReport:
     latency_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     server_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     ok_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False, compare=False)
+    # per answered request: whether its label was right (all False without labels)
+    correct: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The summary, floats rounded (milliseconds to 0.01, rates to 0.1, accuracy to 1e-4)."""
         out: dict[str, Any] = {}
         for k, v in asdict(self).items():
-            if k in ("latency_ms", "server_ms", "ok_index"):
+            if k in ("latency_ms", "server_ms", "ok_index", "correct"):
                 continue
             if isinstance(v, float):
                 v = round(v, 4 if k == "accuracy" else 1 if k.endswith("qps") else 2)
@@ -245,4 +247,5 @@ async def run_load(
         latency_ms=lat_ok,
         server_ms=server[ok_mask] * 1000.0,
         ok_index=np.flatnonzero(ok_mask),
+        correct=correct[ok_mask],
     )

@@ -77,6 +77,20 @@ def _offline() -> None:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
+
+def _content_key(path: Path) -> str:
+    """The cache key of a GGUF file's converted copy: its size and the hash of its first and last MiB, so that every
+    install of the same file (another virtual environment, a fresh clone) shares one copy, and a changed file gets
+    a new one. (Hashing the whole file would cost a second per load; a path and mtime key made a 0.5 GB copy per
+    environment.)"""
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:16]
+
 class LocalLLM:
     """A causal LM from a local directory or GGUF file; see the module docstring."""
 
@@ -155,9 +169,7 @@ class LocalLLM:
         gguf = (str(self.path.parent), {"gguf_file": self.path.name})
         if self.cache is None:
             return gguf
-        st = self.path.stat()
-        key = hashlib.sha256(f"{self.path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-        converted = self.cache / f"{self.path.stem}-{key}"
+        converted = self.cache / f"{self.path.stem}-{_content_key(self.path)}"
         if (converted / "config.json").is_file():
             return str(converted), {}
         transformers = require("transformers", model=self.name)
