@@ -1,0 +1,177 @@
+"""Gears under an LLM load spike: does a gear plan hold the p95 SLO through a 3x spike where a fixed threshold breaks?
+
+Run: ``.venv/bin/python benchmarks/bench_llm_load.py --profile DIR --slo-ms S --base Q [--peak 3Q]
+[--duration-s 240 --spike-at-s 90 --spike-width-s 60] [--devices 2] [--runs 1]
+[--models MODELS.yaml --validation FILE.jsonl]``
+
+Three plans of one LLM family's profile on the same devices and SLO (p95 <= ``--slo-ms``):
+
+* ``gears``: the planner's gear plan up to the peak QPS (one gear per QPS range: under load, fewer prompts escalate);
+* ``fixed@base``: one gear, planned for the base load (what a router with one tuned threshold runs);
+* ``fixed@peak``: one gear, planned for the peak (a threshold safe at the peak, held at every load).
+
+Each replays one trace (``synthetic:spike``: ``--base`` QPS, ``--peak`` for ``--spike-width-s`` from
+``--spike-at-s``, Poisson arrivals) twice: simulated (``cascadeserve.simulate``), and served by ``cascadeserve
+serve`` in its own process, emulated devices from the profile (default) or the real models (``--models``, sending
+the validation file's rows), driven open loop by ``cascadeserve.eval.loadgen``. Per plan: the p95 and accuracy of
+each 30 s window of arrival time (simulated and served), and over the spike and outside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from cascadeserve.eval.loadgen import run_load
+from cascadeserve.models import load_validation
+from cascadeserve.plan import SLO, Device, GearPlan
+from cascadeserve.planner import Planner
+from cascadeserve.profile import Profile, load_profile
+from cascadeserve.simulate import simulate
+from cascadeserve.traces import synthetic_trace
+
+CS = [str(Path(sys.executable).with_name("cascadeserve"))]
+
+
+def plans(prof: Profile, args: argparse.Namespace) -> dict[str, GearPlan]:
+    devices = tuple(Device(name=f"dev{i}", memory_mb=args.device_memory_mb) for i in range(args.devices))
+    slo = SLO(kind="p95_ms", value=args.slo_ms)
+    out: dict[str, GearPlan] = {}
+    variants = (("gears", args.ranges, args.peak), ("fixed@base", 1, args.base), ("fixed@peak", 1, args.peak))
+    for name, ranges, qps in variants:
+        p = Planner(n_ranges=ranges).fit(prof, devices, slo, qps * 1.1)
+        assert p.plan_ is not None
+        out[name] = p.plan_
+    return out
+
+
+def windows(arrivals: np.ndarray, lat_ms: np.ndarray, correct: np.ndarray, width: float) -> list[tuple[float, float]]:
+    """(p95 ms, accuracy) of each ``width``-second window of arrival time (NaN latency: not answered)."""
+    out = []
+    for s in np.arange(0.0, float(arrivals.max()) + 1e-9, width):
+        m = (arrivals >= s) & (arrivals < s + width) & np.isfinite(lat_ms)
+        out.append((float(np.percentile(lat_ms[m], 95)), float(correct[m].mean())) if m.any() else (np.nan, np.nan))
+    return out
+
+
+def _rounded(ws: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    return [(round(p, 1), round(a, 3)) for p, a in ws]
+
+
+def phases(arrivals: np.ndarray, lat_ms: np.ndarray, correct: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
+    spike = (arrivals >= args.spike_at_s) & (arrivals < args.spike_at_s + args.spike_width_s)
+    out: dict[str, Any] = {}
+    for name, m in (("all", np.ones_like(spike)), ("spike", spike), ("outside", ~spike)):
+        ok = m & np.isfinite(lat_ms)
+        out[name] = {
+            "p95_ms": round(float(np.percentile(lat_ms[ok], 95)), 1) if ok.any() else None,
+            "accuracy": round(float(correct[ok].mean()), 4) if ok.any() else None,
+            "unanswered": int(np.count_nonzero(m & ~np.isfinite(lat_ms))),
+        }
+    return out
+
+
+def served(plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse.Namespace) -> tuple[Any, float]:
+    cmd = [*CS, "serve", "--plan", str(plan_path), "--profile", str(prof_dir), "--name", "llm", "--port",
+           str(args.port)]  # fmt: skip
+    cmd += ["--models", str(args.models)] if args.models else ["--emulate"]
+    url = f"http://127.0.0.1:{args.port}"
+    err = (args.log_dir / f"serve-{plan_path.stem}.err").open("w")
+    proc = subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        started = time.monotonic()
+        while True:
+            if proc.poll() is not None or time.monotonic() - started > 900:
+                raise RuntimeError(f"serve did not become ready: see {err.name}")
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        load = os.getloadavg()[0]
+        prof = load_profile(prof_dir)
+        if args.models:
+            data = load_validation(str(args.validation))
+            rows = np.asarray(data.inputs, dtype=object)
+            rep = asyncio.run(run_load(url, "llm", arrivals, labels=data.labels, rows=rows, connections=1024))
+        else:
+            ids, labels = prof.sample_ids, prof.labels
+            rep = asyncio.run(run_load(url, "llm", arrivals, sample_ids=ids, labels=labels, connections=1024))
+        return rep, load
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        err.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", type=Path, required=True)
+    ap.add_argument("--slo-ms", type=float, required=True)
+    ap.add_argument("--base", type=float, required=True, help="QPS outside the spike.")
+    ap.add_argument("--peak", type=float, help="QPS during the spike (default 3x base).")
+    ap.add_argument("--duration-s", type=float, default=240.0)
+    ap.add_argument("--spike-at-s", type=float, default=90.0)
+    ap.add_argument("--spike-width-s", type=float, default=60.0)
+    ap.add_argument("--window-s", type=float, default=30.0)
+    ap.add_argument("--devices", type=int, default=2)
+    ap.add_argument("--device-memory-mb", type=float, default=16000.0)
+    ap.add_argument("--ranges", type=int, default=8, help="QPS ranges of the gear plan.")
+    ap.add_argument("--models", type=Path, help="Serve the real models (else emulated devices).")
+    ap.add_argument("--validation", type=Path, help="With --models: the labelled JSONL the profile was measured on.")
+    ap.add_argument("--plans", default="gears,fixed@base,fixed@peak")
+    ap.add_argument("--port", type=int, default=8795)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()))
+    args = ap.parse_args()
+    args.peak = args.peak or 3 * args.base
+    if args.models and not args.validation:
+        ap.error("--models needs --validation")
+    spec = (f"synthetic:spike:base={args.base},peak={args.peak},at={args.spike_at_s},width={args.spike_width_s},"
+            f"duration={args.duration_s}")  # fmt: skip
+    arrivals = synthetic_trace(spec, seed=args.seed).arrivals
+    with tempfile.TemporaryDirectory() as d:
+        prof_dir = Path(d) / "profile"
+        shutil.copytree(args.profile, prof_dir)  # serve reads it; nothing is written into the user's copy
+        prof = load_profile(prof_dir)
+        for name, plan in plans(prof, args).items():
+            if name not in args.plans.split(","):
+                continue
+            path = Path(d) / f"{name.replace('@', '-')}.json"
+            plan.save(path)
+            sim = simulate(prof, plan, arrivals)
+            sim_lat = sim.latency_s * 1000.0
+            rep, load = served(path, prof_dir, arrivals, args)
+            lat = np.full(len(arrivals), np.nan)
+            lat[rep.ok_index] = rep.latency_ms
+            corr = np.zeros(len(arrivals), dtype=bool)
+            corr[rep.ok_index] = rep.correct
+            gears = [(round(g.qps_high, 2), "+".join(g.models), [round(t, 3) for t in g.thresholds])
+                     for g in plan.gears]  # fmt: skip
+            print(json.dumps({
+                "plan": name,
+                "gears": [gears[i] for i, _ in plan.gear_runs],
+                "load_avg": round(load, 2),
+                "sent": rep.sent, "answered": rep.ok, "shed": rep.shed, "errors": rep.errors,
+                "simulated": phases(arrivals, sim_lat, sim.correct, args),
+                "served": phases(arrivals, lat, corr, args),
+                "sim_windows": _rounded(windows(arrivals, sim_lat, sim.correct, args.window_s)),
+                "served_windows": _rounded(windows(arrivals, lat, corr, args.window_s)),
+            }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
