@@ -200,8 +200,10 @@ class Server:
         """Serve until SIGINT/SIGTERM (uvicorn installs the handlers)."""
         self.server.run()
 
-    def start(self, timeout_s: float = 10.0) -> Server:
-        """Serve on a background thread (tests, benchmarks); returns once the socket listens."""
+    def start(self, timeout_s: float = 120.0) -> Server:
+        """Serve on a background thread (tests, benchmarks); returns once the socket listens, or raises when the
+        thread dies or ``timeout_s`` passes first. The bound is generous on purpose: it costs nothing on a quiet
+        machine (the wait ends at readiness), and a shared, busy one took more than 10 s to start a Ray backend."""
 
         def target() -> None:
             # uvicorn installs no signal handlers off the main thread; stop() sets should_exit instead.
@@ -211,8 +213,10 @@ class Server:
         self._thread.start()
         t0 = time.monotonic()
         while not self.server.started:
-            if time.monotonic() - t0 > timeout_s or not self._thread.is_alive():
-                raise RuntimeError("the server did not start")
+            if not self._thread.is_alive():
+                raise RuntimeError("the server did not start: its thread exited (see the log above)")
+            if time.monotonic() - t0 > timeout_s:
+                raise RuntimeError(f"the server did not start within {timeout_s:g} s")
             time.sleep(0.01)
         return self
 
