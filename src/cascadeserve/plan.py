@@ -202,6 +202,10 @@ class GearPlan(_Frozen):
     slo: SLO | None = None
     alpha: float = Field(default=8.0, ge=0)
     tick_ms: float = Field(default=100.0, gt=0)
+    # The QPS meter reads over the last tick, stretched back over earlier ticks until it holds this many arrivals
+    # (at most policy.qps.MAX_QPS_WINDOW_S): at LLM rates one tick holds 0 or 1 and a gear picked from it is noise.
+    # 0: one tick, the paper's meter (and plans made before this field).
+    qps_min_arrivals: int = Field(default=0, ge=0)
     max_wait_ms: float | None = Field(default=None, gt=0)
     max_batch: int | None = Field(default=None, ge=1)
     qps_scale: float = Field(default=1.0, gt=0)

@@ -70,6 +70,8 @@ def plans(draw: st.DrawFn) -> GearPlan:
         gears=tuple(gears),
         max_wait_ms=draw(st.none() | st.sampled_from([1.0, 5.0, 12.5, 30.0])),
         max_batch=draw(st.none() | st.integers(1, 6)),
+        # the QPS meter's window: one tick (the paper's), or stretched back until it holds a few arrivals
+        qps_min_arrivals=draw(st.sampled_from([0, 0, 3, 20])),
     )
 
 

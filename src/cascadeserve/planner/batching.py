@@ -49,13 +49,13 @@ overhead checks its gears with it by putting it in the plan under check.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import PlanTables
+from cascadeserve.policy.qps import measurement_sd
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
@@ -97,12 +97,13 @@ class LoadCheck:
     requests: int
 
 
-def check_qps(qps_high: float, tick_s: float, *, top: bool = False) -> float:
-    """The load a range is checked at: its top QPS plus the 100 ms measurement's standard deviation (the top
-    range: its top QPS)."""
+def check_qps(qps_high: float, tick_s: float, *, top: bool = False, min_arrivals: int = 0) -> float:
+    """The load a range is checked at: its top QPS plus the standard deviation of the QPS meter's reading there
+    (:func:`~cascadeserve.policy.qps.measurement_sd`: one 100 ms tick, or the window the plan's meter stretches to
+    for ``min_arrivals``); the top range: its top QPS."""
     if top or qps_high <= 0:
         return qps_high
-    return qps_high + math.sqrt(qps_high / tick_s)
+    return qps_high + measurement_sd(qps_high, tick_s, min_arrivals)
 
 
 def sim_duration(

@@ -77,6 +77,7 @@ def _gear_plan(
         audit_fraction=problem.options.audit_fraction,
         max_busy=problem.options.max_busy,
         backend=problem.options.backend,  # the simulator charges a Ray plan the profile's ray_hop_ms per hop
+        qps_min_arrivals=problem.options.qps_min_arrivals,
         slo=slo,
         qps_scale=qps_scale,
         notes=notes or {},

@@ -72,6 +72,7 @@ class Options:
     audit_fraction: float = 0.0  # online tuning's audited share of early exits: they also run the later stages
     max_busy: float = 1.0  # SP4: the busiest device's simulated busy fraction at a range's check load (headroom)
     backend: Literal["local", "ray"] = "local"  # where the plan is served: on Ray, SP4's checks pay process hops
+    qps_min_arrivals: int = 0  # the plan's QPS meter window (GearPlan.qps_min_arrivals); SP4's noise allowance
 
 
 def best_batch(ms: np.ndarray, latency_ms: float | None) -> int:

@@ -129,7 +129,8 @@ def _holds(problem: Problem, sol: Solution, r: int, base: int) -> tuple[bool, bo
     lo, hi = problem.ranges[r]
     latency = problem.latency_ms
     mq = _mq_for(sol, r, base)
-    top = check_qps(hi, problem.options.tick_s, top=r == problem.n_ranges - 1)
+    opts = problem.options
+    top = check_qps(hi, opts.tick_s, top=r == problem.n_ranges - 1, min_arrivals=opts.qps_min_arrivals)
     keep, p95, busy = _sim(problem, sol, r, mq, top)
     keep = keep and busy <= problem.options.max_busy
     ok = keep and (latency is None or p95 <= latency)

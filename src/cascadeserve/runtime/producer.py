@@ -36,7 +36,7 @@ class Producer:
         self.observer = observer
         self.tick_s = gen.plan.tick_ms / 1000.0
         self.start = clock.now()
-        self.meter = QpsMeter(self.tick_s, start=self.start)
+        self.meter = QpsMeter(self.tick_s, start=self.start, min_arrivals=gen.plan.qps_min_arrivals)
         self.last_qps = 0.0
         self._k = 0
         self._next_rid = 0

@@ -21,6 +21,7 @@ import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearPolicy, PlanTables
+from cascadeserve.policy.qps import max_window_ticks
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.queues import tick_windows
@@ -202,7 +203,9 @@ def run_compiled(
             np.ascontiguousarray(prof.predictions == prof.labels[None, :]), _plain(tb.stage, i8),
             _plain(tb.threshold, f8),
             _plain(tb.next_row, i8), _plain(tb.first_row, i8), min_queue, caps, max_wait, rt,
-            plan.batch_overhead_ms / 1000.0, tick, n_ticks, _plain(bounds, i8), dev_start, dev_flat,
+            plan.batch_overhead_ms / 1000.0, tick, n_ticks, _plain(bounds, i8),
+            tick * np.arange(n_ticks + 1, dtype=f8), int(plan.qps_min_arrivals),
+            max_window_ticks(tick) if plan.qps_min_arrivals > 0 else 1, dev_start, dev_flat,
             _plain(tb.replica_row, i8), _plain(tb.replica_device, i8), *routes,
             np.asarray(gp.selector.qps_highs, dtype=f8), scales,
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),

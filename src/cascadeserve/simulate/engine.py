@@ -157,7 +157,7 @@ class Simulator:
         dirty = [True] * d_count
         routers: Routers = tb.new_routers()
         split, split_list = routers.split, routers.split_list
-        meter = QpsMeter(tick)
+        meter = QpsMeter(tick, min_arrivals=self.plan.qps_min_arrivals)
         limiter = self.batch_limit
         cache = self.cache
         tuning = self.tuning

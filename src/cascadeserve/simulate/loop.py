@@ -6,7 +6,7 @@ a tie), the same cached "ready" decisions per device, the same batch contents an
 oldest first across forwarded and new samples, forwarded first on a tie), the same grouping of forwarded samples
 by gear, and the same router positions. The decisions are the functions of :mod:`cascadeserve.policy.kernels`,
 called by name and compiled as their twins (``fire_time``, ``prefer``, ``take_count``, ``stage_exits``,
-``swrr_pick``, ``select_gear``, ``scheduled_gear``, ``qps_rate``, ``admitted``); this module only keeps queues and
+``swrr_pick``, ``select_gear``, ``scheduled_gear``, ``windowed_qps``, ``admitted``); this module only keeps queues and
 clocks.
 
 Queues are linked lists through one ``nxt`` array indexed by request (a request sits in at most one queue or
@@ -33,12 +33,12 @@ from cascadeserve.policy.kernels import (
     compile_calling_kernels,
     fire_time,
     prefer,
-    qps_rate,
     scheduled_gear,
     select_gear,
     stage_exits,
     swrr_pick,
     take_count,
+    windowed_qps,
 )
 
 __all__ = ["build_loop"]
@@ -50,7 +50,8 @@ SMALL_BATCH = 16  # the Python loop groups forwarded samples by first appearance
 
 def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plain arrays, no objects
     arr, samp, n_samples, cert, right, stage_table, thr, next_row, first_row, min_queue, caps, max_wait,
-    rt, overhead, tick, n_ticks, bounds, dev_start, dev_reps, replica_row, replica_device,
+    rt, overhead, tick, n_ticks, bounds, tick_times, qps_min, qps_ticks, dev_start, dev_reps, replica_row,
+    replica_device,
     route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs,
     highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
     lim, lim_target, lim_step, lim_backoff, lim_ceiling,
@@ -106,14 +107,12 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     clock = 0.0
     admitted_n = 0
     answered_n = 0
-    last_tick = 0.0
 
     for w in range(n_ticks + 1):
         if w < n_ticks:
             t_w = w * tick
             if w > 0:
-                qps = qps_rate(bounds[w] - bounds[w - 1], t_w - last_tick)
-                last_tick = t_w
+                qps = windowed_qps(bounds, tick_times, w, qps_min, qps_ticks)
                 k0 = route_of[gear, first_row[gear]]
                 q0 = 0
                 for j in range(route_len[k0]):

@@ -94,7 +94,7 @@ def simulate_replanning(
     scale = np.full(n_ticks + 1, plan.qps_scale)
     plans, swap_ticks = [plan], [0]
     events: list[ReplanEvent] = []
-    meter = QpsMeter(tick)
+    meter = QpsMeter(tick, min_arrivals=plan.qps_min_arrivals)
     pending: tuple[DriftDecision, float, int] | None = None  # decision, ready at, started at tick
     for w in range(1, n_ticks):
         t_w = w * tick
