@@ -42,6 +42,7 @@ from cascadeserve.cli.common import (
     drift_settings_from,
     trace_options,
 )
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import GearPlan, load_plan
@@ -99,6 +100,7 @@ def simulate(
     ] = 5.0,
     qps_scaling: QpsScalingOpt = "off",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Simulate the plan on the trace and print latency percentiles, accuracy and gear switches."""
     prof = load_profile(profile)
