@@ -50,7 +50,7 @@ BackendOpt = Annotated[
     typer.Option(
         "--backend",
         help="Where the plan will be served: local, or ray (every simulation of the plan then adds the profile's "
-        "ray_hop_ms, which serve --emulate --backend ray measures and records, per process hop).",
+        "ray_hop_ms, which serve --emulate --backend ray --out DIR measures and records, per process hop).",
     ),
 ]
 

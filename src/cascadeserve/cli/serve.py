@@ -57,7 +57,7 @@ from cascadeserve.cli.common import (
 )
 from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, err_console
-from cascadeserve.cli.serve_checks import check_options, cost_settings, loopback, slowdowns
+from cascadeserve.cli.serve_checks import check_options, cost_settings, loopback, record_costs_in, slowdowns
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.clipper import ClipperOptions
@@ -205,6 +205,13 @@ def serve(
             "start-up by F (on real models the device thread waits (F-1) times the batch; repeatable)."
         ),
     ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --emulate: write a copy of the profile here with the measured per-batch overhead (and Ray "
+            "hop) recorded, for plan and simulate (the --profile folder itself is never rewritten unless named here)."
+        ),
+    ] = None,
     workload: WorkloadOpt = None,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
@@ -218,7 +225,7 @@ def serve(
     gear_plan = load_plan(plan, prof)
     engine = _backend(backend, address, None if emulate else models)
     if emulate and measure_overhead:
-        _measure_costs(prof, gear_plan, engine)
+        _measure_costs(prof, gear_plan, engine, profile, out)
     slo = slo_p95_ms
     if slo is None:
         slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
@@ -307,10 +314,13 @@ def serve(
     err_console.print("stopped")
 
 
-def _measure_costs(prof: Profile, plan: GearPlan, engine: Backend) -> dict[str, float]:
+def _measure_costs(
+    prof: Profile, plan: GearPlan, engine: Backend, source: Path | None = None, out: Path | None = None
+) -> dict[str, float]:
     """Measure and print the serving costs that neither the profile nor the plan records: the runtime's per-batch
-    overhead and, on Ray, the process hop (measured with Ray's own devices; see eval/overhead.py). Nothing is
-    written: the profile is the user's file (``profile measure`` records the overhead when it makes one)."""
+    overhead and, on Ray, the process hop (measured with Ray's own devices; see eval/overhead.py). They are written
+    only where asked: ``out`` gets a copy of the profile folder ``source`` with them recorded (``out`` may be
+    ``source`` itself, when that is what the user asked for)."""
     ray = engine.name == "ray"
     need_batch = not prof.batch_overhead_ms and not plan.batch_overhead_ms
     need_hop = ray and not prof.ray_hop_ms and not plan.hop_ms
@@ -329,9 +339,11 @@ def _measure_costs(prof: Profile, plan: GearPlan, engine: Backend) -> dict[str, 
     if need_hop:
         costs["ray_hop_ms"] = measured.hop_ms
     hop = f", Ray process hop {measured.hop_ms:.3f} ms" if need_hop else ""
+    where = "not recorded; --out DIR records them in a copy of the profile"
+    if out is not None:
+        where = f"recorded in {record_costs_in(source or out, out, costs)}"
     err_console.print(
-        f"runtime per-batch overhead {measured.median_ms:.3f} ms{hop} (median of {measured.samples}; not recorded: "
-        f"plan --batch-overhead-ms {measured.median_ms:.3f} includes it)",
+        f"runtime per-batch overhead {measured.median_ms:.3f} ms{hop} (median of {measured.samples}; {where})",
         highlight=False,
     )
     return costs

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import shutil
 import time
+from pathlib import Path
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.policy.costs import CostSettings
+from cascadeserve.profile import record_costs
 from cascadeserve.profile.slowdown import Slowdown, Slowdowns
 
-__all__ = ["check_options", "cost_settings", "loopback", "slowdowns"]
+__all__ = ["check_options", "cost_settings", "loopback", "record_costs_in", "slowdowns"]
 
 
 def cost_settings(tolerance: float, window_s: float) -> CostSettings:
@@ -63,3 +66,14 @@ def loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def record_costs_in(source: Path, out: Path, costs: dict[str, float]) -> Path:
+    """``serve --emulate --out DIR``: the profile folder ``source`` copied to ``out`` (unless they are one) with the
+    measured serving ``costs`` recorded in its ``profile.yaml``; returns that file."""
+    try:
+        if out.resolve() != source.resolve():
+            shutil.copytree(source, out, dirs_exist_ok=True)
+        return record_costs(out, **costs)
+    except OSError as e:
+        raise CascadeServeError(f"--out: cannot write {out} ({e.strerror or e})") from None

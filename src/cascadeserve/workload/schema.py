@@ -56,6 +56,9 @@ class SloSpec(_Strict):
     p95_ms: float | None = Field(default=None, gt=0, description="Latency SLO: p95 at most this many ms.")
     accuracy: float | None = Field(default=None, gt=0, le=1, description="Accuracy SLO: at least this.")
 
+    def __str__(self) -> str:
+        return f"p95 ≤ {self.p95_ms:g} ms" if self.p95_ms is not None else f"accuracy ≥ {self.accuracy:g}"
+
     @model_validator(mode="after")
     def _one(self) -> SloSpec:
         if (self.p95_ms is None) == (self.accuracy is None):
