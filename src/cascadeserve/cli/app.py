@@ -35,6 +35,10 @@ _CLICK_ERRORS: tuple[type[Exception], ...] = tuple(
 )
 
 
+def _warn(message: str) -> None:
+    err_console.print(f"warning: {message}", highlight=False, markup=False, soft_wrap=True)  # one line, any width
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit code 2."""
     args = list(argv if argv is not None else sys.argv[1:])
@@ -42,7 +46,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         command = typer.main.get_command(app)
         # old option spellings still work, with a one-line warning each (cli/spelling.py)
-        args = rewrite(command, args, lambda msg: err_console.print(f"warning: {msg}", highlight=False))
+        args = rewrite(command, args, _warn)
         rv = command.main(args=args, prog_name="cascadeserve", standalone_mode=False)
     except CascadeServeError as e:
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
