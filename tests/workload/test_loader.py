@@ -32,7 +32,7 @@ def test_the_example_that_init_writes_loads(tmp_path: Path) -> None:
     (tmp_path / "cascadeserve.yaml").write_text(EXAMPLE)
     w = load_workload(tmp_path)  # a folder means its cascadeserve.yaml
     assert w.spec.name == "digits" and w.spec.slo.p95_ms == 100 and w.spec.max_qps == 100
-    assert not isinstance(w.spec.models, str) and [m.name for m in w.spec.models.models][0] == "logreg"
+    assert not isinstance(w.spec.models, str) and w.spec.models.models[0].name == "logreg"
     assert w.validation() == "digits"  # a built-in set stays a name
 
 
@@ -59,7 +59,8 @@ BASE = "name: x\nmodels: m.yaml\nvalidation: v.csv\ndevices: {count: 1, memory_m
     ("body", "line", "says"),
     [
         _bad(BASE + "max_qps: 10\n", 1, "slo: Field required"),
-        _bad(BASE + "slo:\n  p95_ms: 10\n  accuracy: 0.9\nmax_qps: 10\n", 5, "slo: give exactly one of p95_ms and accuracy"),
+        _bad(BASE + "slo:\n  p95_ms: 10\n  accuracy: 0.9\nmax_qps: 10\n", 5,
+             "slo: give exactly one of p95_ms and accuracy"),
         _bad(BASE + "slo: {p95_ms: 10}\n", 1, "give max_qps or trace"),
         _bad(BASE.replace("memory_mb: 100", "memory_mb: -1") + "slo: {p95_ms: 10}\nmax_qps: 10\n", 4,
              "devices.memory_mb: Input should be greater than 0"),

@@ -59,7 +59,8 @@ def test_profile_and_plan_go_stale_on_their_inputs_and_outputs(toy_profile: Prof
 
 
 def test_an_inline_models_config_is_written_with_absolute_file_refs(tmp_path: Path) -> None:
-    body = WORKLOAD.replace("models: models.yaml", "models:\n  models:\n    - {name: m0, adapter: sklearn, ref: w/m0.pkl}")
+    inline = "models:\n  models:\n    - {name: m0, adapter: sklearn, ref: w/m0.pkl}"
+    body = WORKLOAD.replace("models: models.yaml", inline)
     state = _workload(tmp_path, body)
     written = state.models_config()
     assert written == state.root / "models.yaml"

@@ -140,12 +140,13 @@ def init(
     except OSError as e:
         raise CascadeServeError(f"{path}: cannot write it ({e.strerror or e})") from None
     target = "" if directory == Path(".") else f" {directory}"
-    console.print(f"wrote {path}", highlight=False)
+    console.print(f"wrote {path}", highlight=False, soft_wrap=True)
     console.print(
         "next:\n"
         f"  cascadeserve up{target}        # profile, plan and serve it (then try the curl line it prints)\n"
         f"  edit {path}  # your models, validation data, devices, SLO and load (docs/workloads.md)",
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -164,6 +165,7 @@ def check(
     workload = load_workload(file)
     workload.add_pythonpath()
     state = StateDir.of(workload, state_dir)
-    err_console.print(f"{workload.path}: ok ({workload.spec.name}: {workload.spec.slo})", highlight=False)
+    says = f"{workload.path}: ok ({workload.spec.name}: {workload.spec.slo})"
+    err_console.print(says, highlight=False, soft_wrap=True)
     for step in ("profile", "plan"):
         console.print(f"{step}: {'up to date' if state.up_to_date(step) else 'to be made'}", highlight=False)
