@@ -8,6 +8,7 @@ import pytest
 from tests.cli_json import stdout_json
 
 from cascadeserve.cli import run
+from cascadeserve.cli.defaults import workload_values
 from cascadeserve.profile import Profile, save_profile
 from cascadeserve.workload import StateDir, load_workload
 
@@ -56,3 +57,11 @@ def test_a_bad_workload_stops_any_command_with_its_line(tmp_path: Path, capsys: 
     w.write_text(WORKLOAD.replace("p95_ms: 60", "p95_ms: fast"))
     assert run(["plan", "--workload", str(w)]) == 2
     assert f"{w}:5: slo.p95_ms: Input should be a valid number" in capsys.readouterr().err
+
+
+def test_a_trace_without_max_qps_plans_up_to_the_traces_busiest_second(tmp_path: Path) -> None:
+    w = tmp_path / "cascadeserve.yaml"
+    w.write_text(WORKLOAD.replace("max_qps: 80", "trace: synthetic:step:low=20,high=120,at=5,duration=10"))
+    values = workload_values(StateDir.of(load_workload(w)))
+    assert values["max_qps"] == pytest.approx(120, rel=0.2)  # Poisson arrivals around the step's 120/s
+    assert values["qps_dist"] == "trace:synthetic:step:low=20,high=120,at=5,duration=10"

@@ -10,6 +10,7 @@ concept has one spelling across commands (:mod:`cascadeserve.cli.spelling`), eac
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +18,10 @@ import typer
 
 from cascadeserve.workload import StateDir, load_workload
 
-__all__ = ["WorkloadOpt", "workload_values"]
+__all__ = ["STATE_DIR", "WorkloadOpt", "workload_values"]
+
+# The state folder of the workload commands run with (``up --state-dir`` sets it for the commands it runs).
+STATE_DIR: ContextVar[Path | None] = ContextVar("state_dir", default=None)
 
 # commands that write the workload's own state with --workload (the rest write only where --out says)
 _OUT = {"profile measure": "profile", "plan": "plan"}
@@ -43,7 +47,7 @@ def workload_values(state: StateDir) -> dict[str, Any]:
         "device_memory_mb": spec.devices.memory_mb,
         "slo_p95_ms": spec.slo.p95_ms,
         "slo_accuracy": spec.slo.accuracy,
-        "max_qps": spec.max_qps,
+        "max_qps": spec.max_qps if spec.max_qps is not None else _trace_peak(w.trace()),
         "trace": w.trace(),
         "qps_dist": f"trace:{w.trace()}" if spec.trace else None,
         "batch_sizes": spec.profile.batch_sizes,
@@ -69,6 +73,15 @@ def workload_values(state: StateDir) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _trace_peak(spec: str | None) -> float | None:
+    """The busiest second of the workload's trace: the highest QPS to plan for when ``max_qps`` is not given."""
+    if spec is None:
+        return None
+    from cascadeserve.traces import build_trace
+
+    return float(build_trace(spec).max_qps)
+
+
 def _command_path(ctx: typer.Context) -> str:
     names = []
     c: Any = ctx
@@ -84,7 +97,7 @@ def _apply(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -
         return value
     workload = load_workload(value)
     workload.add_pythonpath()
-    state = StateDir.of(workload)
+    state = StateDir.of(workload, STATE_DIR.get())
     values = workload_values(state)
     name = _command_path(ctx)
     values.pop("out", None)

@@ -21,6 +21,7 @@ import typer
 from cascadeserve.cli import plan as _plan_cmd  # noqa: F401  (registers the commands up runs)
 from cascadeserve.cli import profile as _profile_cmd  # noqa: F401
 from cascadeserve.cli import serve as serve_cmd
+from cascadeserve.cli.defaults import STATE_DIR
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.workload import DEFAULT_FILE, LoadedWorkload, StateDir, load_workload, workload_json_schema
@@ -52,6 +53,18 @@ def up(
     state = StateDir.of(workload, state_dir)
     base = ["--workload", str(workload.path)]
     models = str(state.models_config())
+    reset = STATE_DIR.set(state.root)  # the commands run below take their defaults from this state folder
+    try:
+        _run_phases(workload, state, base, models, host, port, serve)
+    finally:
+        STATE_DIR.reset(reset)
+
+
+def _run_phases(
+    workload: LoadedWorkload, state: StateDir, base: list[str], models: str, host: str | None, port: int | None,
+    serve: bool,
+) -> None:
+    """Profile and plan what is stale, then serve (``up``'s body)."""
     skipped = []
     if state.up_to_date("profile"):
         skipped.append("profile up to date")
@@ -73,7 +86,7 @@ def up(
     _phase(3, "serving (Ctrl-C stops)")
     args = ["serve", *base, "--profile", str(state.profile), "--plan", str(state.plan), "--models", models]
     args += [*(["--host", host] if host else []), *(["--port", str(port)] if port is not None else [])]
-    token = serve_cmd.ON_LISTENING.set(lambda url: _print_endpoint(workload, url))
+    token = serve_cmd.ON_LISTENING.set(lambda url: _print_endpoint(workload, state, url))
     try:
         _invoke(args)
     finally:
@@ -92,12 +105,12 @@ def _invoke(args: list[str]) -> None:
         raise typer.Exit(rv)
 
 
-def _print_endpoint(workload: LoadedWorkload, url: str) -> None:
+def _print_endpoint(workload: LoadedWorkload, state: StateDir, url: str) -> None:
     """The endpoint and a ``curl`` line that sends the first validation input."""
     name = workload.spec.name
     endpoint = f"{url}/v2/models/{name}/infer"
     console.print(f"endpoint: {endpoint}", highlight=False, soft_wrap=True)
-    body = json.dumps(first_request(workload))
+    body = json.dumps(first_request(workload, state))
     auth = workload.spec.serve.auth_token_env
     header = f' -H "authorization: Bearer ${auth}"' if auth else ""
     console.print(
@@ -108,11 +121,11 @@ def _print_endpoint(workload: LoadedWorkload, url: str) -> None:
     )
 
 
-def first_request(workload: LoadedWorkload) -> dict[str, Any]:
+def first_request(workload: LoadedWorkload, state: StateDir | None = None) -> dict[str, Any]:
     """A V2 inference request with the workload's first validation input (what ``up``'s curl line sends)."""
     from cascadeserve.models import load_models_config, load_validation
 
-    cfg = load_models_config(StateDir.of(workload).models_config())
+    cfg = load_models_config((state or StateDir.of(workload)).models_config())
     row = load_validation(workload.validation(), limit=1).inputs[0]
     spec = cfg.input
     if spec.datatype == "BYTES":
