@@ -48,8 +48,10 @@ def test_plan_simulate_and_show_take_the_workload_and_flags_win(
 
     trace = "synthetic:constant:qps=40,duration=2"
     assert run(["simulate", "--workload", str(w), "--trace", trace, "--json"]) == 0
-    # the workload's profile and plan, the flag's trace scaled to the workload's max_qps (80/s for 2 s)
-    assert stdout_json(capsys)["requests"] == 160
+    assert stdout_json(capsys)["requests"] == 80  # the workload's profile and plan; the flag's trace at its rate
+    w.write_text(WORKLOAD + f"trace: {trace}\n")
+    assert run(["simulate", "--workload", str(w), "--json"]) == 0
+    assert stdout_json(capsys)["requests"] == 160  # the workload's trace, scaled to its max_qps (80/s for 2 s)
 
 
 def test_a_bad_workload_stops_any_command_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

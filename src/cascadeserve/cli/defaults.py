@@ -10,6 +10,7 @@ concept has one spelling across commands (:mod:`cascadeserve.cli.spelling`), eac
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
@@ -105,9 +106,23 @@ def _apply(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -
         values["out"] = values[_OUT[name]]
     names = {p.name for p in ctx.command.params} - _SKIP.get(name, set()) - {"workload"}
     multiple = {p.name for p in ctx.command.params if getattr(p, "multiple", False)}
-    found = {k: ([v] if k in multiple else v) for k, v in values.items() if k in names}
+    found: dict[str, Any] = {k: ([v] if k in multiple else v) for k, v in values.items() if k in names}
+    if "trace" in names and "max_qps" in found:
+        found["max_qps"] = _peak_for_the_workloads_trace(ctx, found["max_qps"])
     ctx.default_map = {**(ctx.default_map or {}), **found}
     return value
+
+
+def _peak_for_the_workloads_trace(ctx: typer.Context, peak: float) -> Callable[[], float | None]:
+    """A command that replays a trace scales it to the workload's ``max_qps`` only when the trace is the
+    workload's too: a trace given on the command line keeps its own rate. (Click asks for the default after it has
+    read ``--trace``, which every such command declares first.)"""
+
+    def default() -> float | None:
+        source = ctx.get_parameter_source("trace")
+        return peak if getattr(source, "name", "") == "DEFAULT_MAP" else None
+
+    return default
 
 
 WorkloadOpt = Annotated[
