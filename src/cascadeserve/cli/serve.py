@@ -11,10 +11,11 @@ batching without a planned target sizes batches against that SLO too.
 actor per device on a Ray cluster (``--address``), with the same HTTP API (see :mod:`cascadeserve.backends.ray`).
 
 With ``--emulate``, when neither the profile nor the plan records the runtime's per-batch overhead, ``serve``
-measures it at start-up (:mod:`cascadeserve.eval.overhead`, about a second) and prints it; it never writes into the
-profile (``profile measure`` records it there; ``plan --batch-overhead-ms`` takes the printed value;
-``--no-measure-overhead`` skips this). On ``--backend ray`` the same start-up run goes through a Ray server actor and
-also measures the Ray process hop (``ray_hop_ms``: an actor call and its answer's way back).
+measures it at start-up (:mod:`cascadeserve.eval.overhead`, about a second) and prints it; it writes into no
+profile unless asked: ``--out DIR`` gets a copy of the profile with it recorded, so that ``plan`` and ``simulate``
+of that copy include it (``--no-measure-overhead`` skips this). On ``--backend ray`` the same start-up run goes
+through a Ray server actor and also measures the Ray process hop (``ray_hop_ms``: an actor call and its answer's
+way back).
 
 Overload is bounded by time: a request that would wait more than ``--max-wait-slos`` SLOs behind the backlog
 (which drains at the plan's capacity, its highest gear's QPS, or ``--capacity-qps``) is shed at once with 503 and a
@@ -226,9 +227,6 @@ def serve(
     engine = _backend(backend, address, None if emulate else models)
     if emulate and measure_overhead:
         _measure_costs(prof, gear_plan, engine, profile, out)
-    slo = slo_p95_ms
-    if slo is None:
-        slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
 
     gear_plan = _with_batch_target(gear_plan, batching, slo_p95_ms)
     clipper = _clipper_options(cache_size, batching, gear_plan)
@@ -237,6 +235,9 @@ def serve(
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
+    slo = slo_p95_ms
+    if slo is None:
+        slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
     built = build_app(
         prof,
         gear_plan,
