@@ -19,7 +19,7 @@ for fam in ${FAMILIES:-$TF digits-h100}; do
   $CS profile measure --models "profiles/$fam/models.yaml" --validation "$data" --out "$OUT/$fam" \
       --batch-sizes "${BATCH_SIZES:-1,2,4,...,256}" --pause-ms "${PAUSE_MS:-0}" --json > "$OUT/$fam.measure.json"
   echo "$fam measured in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
-  $CS profile show "$OUT/$fam"
+  $CS profile show --profile "$OUT/$fam"
 done
 [ -n "${NO_SERVE:-}" ] && exit 0
 P="$OUT/$TF"

@@ -32,7 +32,7 @@ for set in $SETS; do
   $CS profile measure --models "$MODELS" --validation "$file" --limit "$ROWS" --out "$OUT/$name" \
       --threads "$THREADS" --batch-sizes "$BATCH" --repeats "${REPEATS:-3}" --warmup 1 --json > "$OUT/$name.measure.json"
   echo "$name: measured in $(( $(date +%s) - t0 )) s"
-  $CS profile show "$OUT/$name"
-  $CS profile signals "$OUT/$name"
-  $CS profile frontier "$OUT/$name"
+  $CS profile show --profile "$OUT/$name"
+  $CS profile signals --profile "$OUT/$name"
+  $CS profile frontier --profile "$OUT/$name"
 done

@@ -40,7 +40,7 @@ def test_serve_records_the_ray_costs_and_a_ray_plan_is_charged_exactly_them(
     devices = [Device(name=f"d{i}", memory_mb=1000) for i in range(2)]
     cascade = Cascade(("m0", "m1"), (0.12,))
     plan = fixed_plan(toy_profile, cascade, devices, backend="ray")  # made before any serve: no costs in it
-    _measure_costs(toy_profile, plan, d, RayBackend())  # what serve --emulate --backend ray does at start-up
+    _measure_costs(toy_profile, plan, RayBackend(), d, d)  # what serve --emulate --backend ray --out DIR does
     prof = load_profile(d)
     assert math.isfinite(prof.ray_hop_ms) and prof.ray_hop_ms > 0
     assert math.isfinite(prof.batch_overhead_ms) and prof.batch_overhead_ms >= 0
@@ -53,5 +53,5 @@ def test_serve_records_the_ray_costs_and_a_ray_plan_is_charged_exactly_them(
     assert np.allclose(b.finish - a.finish, hops * prof.ray_hop_ms / 1000.0, rtol=0, atol=1e-9)
     # a second serve measures nothing: the profile records both costs
     before = (d / "profile.yaml").read_text()
-    _measure_costs(prof, plan, d, RayBackend())
+    _measure_costs(prof, plan, RayBackend(), d, d)
     assert (d / "profile.yaml").read_text() == before

@@ -65,8 +65,8 @@ def test_measure_here_scales_every_model_by_what_its_batches_cost(
 ) -> None:
     cfg, data, prof_dir = family
     out = tmp_path / "host"
-    argv = ["profile", "calibrate", str(prof_dir), "--models", str(cfg), "--validation", str(data)]
-    code = run([*argv, "--devices", "1", "--seconds", "2", "--out", str(out), "--json"])
+    argv = ["profile", "calibrate", "--profile", str(prof_dir), "--models", str(cfg), "--validation", str(data)]
+    code = run([*argv, "--devices", "1", "--duration-s", "2", "--out", str(out), "--json"])
     assert code == 0, capsys.readouterr().err
     summary = stdout_json(capsys)
     before, after = load_profile(prof_dir), load_profile(out)
@@ -94,7 +94,8 @@ def test_read_a_live_servers_costs(
         report = asyncio.run(run_load(server.url, "sleepers", np.linspace(0, 1.0, 40), rows=rows))
         assert report.ok == 40
         out, url = tmp_path / "live", server.url
-        code = run(["profile", "calibrate", str(prof_dir), "--server", url, "--out", str(out), "--min-batches", "5"])
+        argv = ["profile", "calibrate", "--profile", str(prof_dir), "--url", url, "--out", str(out)]
+        code = run([*argv, "--min-batches", "5"])
     assert code == 0, capsys.readouterr().err
     after = load_profile(out)
     assert after.model("a").runtime.ms[0] > 3.8 and after.model("b").runtime.ms[0] > 3.8
@@ -104,9 +105,9 @@ def test_read_a_live_servers_costs(
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ([], "give --server URL"),
-        (["--server", "http://127.0.0.1:9", "--models", "m.yaml"], "give --server URL"),
-        (["--server", "http://127.0.0.1:9"], "--server: cannot read"),
+        ([], "give --url URL"),
+        (["--url", "http://127.0.0.1:9", "--models", "m.yaml"], "give --url URL"),
+        (["--url", "http://127.0.0.1:9"], "--url: cannot read"),
         (["--models", "m.yaml"], "--validation: needed with --models"),
     ],
 )
@@ -114,8 +115,8 @@ def test_bad_options_are_one_line_exit_2(
     family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], named: str
 ) -> None:
     _, _, prof_dir = family
-    code = run(["profile", "calibrate", str(prof_dir), "--out", str(tmp_path / "x"), *extra])
+    code = run(["profile", "calibrate", "--profile", str(prof_dir), "--out", str(tmp_path / "x"), *extra])
     err = capsys.readouterr().err
     assert code == 2 and named in err and len(err.strip().splitlines()) == 1
-    assert run(["profile", "calibrate", str(prof_dir), "--out", str(prof_dir), "--server", "http://x"]) == 2
+    assert run(["profile", "calibrate", "--profile", str(prof_dir), "--out", str(prof_dir), "--url", "http://x"]) == 2
     assert "is the input profile" in capsys.readouterr().err

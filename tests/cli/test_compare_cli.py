@@ -16,7 +16,7 @@ def _args(tmp_path: Path, trace: str, *, systems: str, max_devices: int, jobs: i
     """``compare --json`` on the tiny profile (saved under ``tmp_path``), one cell: p95 ≤ 100 ms, accuracy ≥ 0.9."""
     prof = tmp_path / "tiny"
     save_profile(tiny_profile(), prof)
-    args = ["compare", "--profile", str(prof), "--trace", trace, "--latency-slos", "100", "--accuracy-targets", "0.9"]
+    args = ["compare", "--profile", str(prof), "--trace", trace, "--slo-p95-ms", "100", "--slo-accuracy", "0.9"]
     args += ["--systems", systems, "--max-devices", str(max_devices), "--device-memory-mb", "100"]
     return [*args, "--jobs", str(jobs), "--json"]
 

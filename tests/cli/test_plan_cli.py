@@ -44,7 +44,7 @@ def test_plan_writes_a_plan_that_simulate_accepts(
     assert run(["simulate", "--profile", str(prof_dir), "--plan", str(out), "--trace", trace, "--json"]) == 0
     sim = stdout_json(capsys)
     assert sim["completed"] == sim["requests"] and sim["p95_ms"] <= 20
-    assert run(["plan", "explain", str(out)]) == 0
+    assert run(["plan", "explain", "--plan", str(out)]) == 0
     text = capsys.readouterr().out
     assert "placement" in text and "QPS range" in text
 
@@ -84,7 +84,7 @@ def test_plan_fixed_still_works(prof_dir: Path, tmp_path: Path) -> None:
 
 def test_eval_planner_json_and_plot(prof_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "fig10.png"
-    args = ["eval", "planner", "--profile", str(prof_dir), "--max-qps", "300", "--levels", "4", "--slos", "6"]
+    args = ["eval", "planner", "--profile", str(prof_dir), "--max-qps", "300", "--levels", "4", "--slo-count", "6"]
     assert run([*args, "--duration-s", "1", "--json", "--plot", str(png)]) == 0
     res = stdout_json(capsys)
     for key in ("hypervolume_fraction", "planner_s", "exhaustive_s", "random_s"):
@@ -110,7 +110,7 @@ def test_plan_with_a_batch_overhead_writes_it_into_the_plan(
     assert load_plan(out).batch_overhead_ms == 0.5
     assert run([*args, "--batch-overhead-ms", "-1"]) == 2  # rejected by the option's range
     capsys.readouterr()
-    assert run(["plan", "explain", str(out)]) == 0
+    assert run(["plan", "explain", "--plan", str(out)]) == 0
     assert "batch overhead 0.5 ms" in capsys.readouterr().out
 
 
@@ -124,7 +124,7 @@ def test_plan_with_device_headroom_records_it_and_refuses_a_bad_one(
     assert summary["max_busy"] == 0.8 and load_plan(out).max_busy == 0.8
     assert all(0 <= g["predicted_busy"] <= 0.8 for g in summary["gears"])
     assert [g.predicted_busy for g in load_plan(out).gears] == [g["predicted_busy"] for g in summary["gears"]]
-    assert run(["plan", "explain", str(out)]) == 0
+    assert run(["plan", "explain", "--plan", str(out)]) == 0
     text = capsys.readouterr().out
     header = next(line for line in text.splitlines() if "QPS range" in line)
     assert "devices at most 80% busy" in text and "busy" in header
@@ -172,7 +172,7 @@ def test_models_left_out_for_memory_are_named_on_stderr_and_by_explain(
         captured = capsys.readouterr()
         assert [ln for ln in captured.err.splitlines() if ln.startswith("warning:")] == [line]
         assert parse_json(captured.out)["report"]["warnings"] == [line.removeprefix("warning: ")]
-        assert run(["plan", "explain", str(out)]) == 0
+        assert run(["plan", "explain", "--plan", str(out)]) == 0
         assert line in capsys.readouterr().out.splitlines()
     assert run([*args, "--device-memory-mb", "1000", "--ranges", "2", "--out", str(out)]) == 0
     assert "warning:" not in capsys.readouterr().err

@@ -36,7 +36,7 @@ def profile_dir(tmp_path: Path) -> Path:
 
 
 def test_profile_show_json(profile_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["profile", "show", str(profile_dir), "--json"]) == 0
+    assert run(["profile", "show", "--profile", str(profile_dir), "--json"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     assert parse_json(out) == {
@@ -51,7 +51,7 @@ def test_profile_show_json(profile_dir: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_profile_show_table(profile_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["profile", "show", str(profile_dir)]) == 0
+    assert run(["profile", "show", "--profile", str(profile_dir)]) == 0
     out, _ = capsys.readouterr()
     assert "hand: 4 validation samples (laptop)" in out
     for cell in ("small", "0.5000", "1.000", "28.000", "100.0", "large", "0.7500", "65.000", "250.5"):
@@ -61,7 +61,7 @@ def test_profile_show_table(profile_dir: Path, capsys: pytest.CaptureFixture[str
 def test_profile_frontier_json_matches_enumerate_frontier(
     profile_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(["profile", "frontier", str(profile_dir), "--json"]) == 0
+    assert run(["profile", "frontier", "--profile", str(profile_dir), "--json"]) == 0
     doc = stdout_json(capsys)
     prof = load_profile(profile_dir)
     want = enumerate_frontier(prof, levels=np.round(np.linspace(0, 1, 11), 6))
@@ -74,19 +74,20 @@ def test_profile_frontier_json_matches_enumerate_frontier(
 
 
 def test_profile_frontier_options_and_table(profile_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["profile", "frontier", str(profile_dir), "--json", "--max-models", "1", "--batch-size", "8"]) == 0
+    argv = ["profile", "frontier", "--profile", str(profile_dir), "--json"]
+    assert run([*argv, "--max-models", "1", "--batch-size", "8"]) == 0
     doc = stdout_json(capsys)
     assert doc["batch_size"] == 8.0
     assert [(p["models"], p["work_ms"]) for p in doc["frontier"]] == [(["small"], 0.5), (["large"], 9.0 / 8)]
-    assert run(["profile", "frontier", str(profile_dir), "--levels", "3"]) == 0
+    assert run(["profile", "frontier", "--profile", str(profile_dir), "--levels", "3"]) == 0
     out = capsys.readouterr().out
     assert "cascade frontier" in out
     assert "small" in out
 
 
 def test_usage_errors_exit_2(profile_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["profile", "show", str(profile_dir), "--nope"]) == 2
-    assert run(["profile", "frontier", str(profile_dir), "--levels", "1"]) == 2
+    assert run(["profile", "show", "--profile", str(profile_dir), "--nope"]) == 2
+    assert run(["profile", "frontier", "--profile", str(profile_dir), "--levels", "1"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "--nope" in err
@@ -97,11 +98,11 @@ def test_profile_show_on_a_bad_profile_exits_2_with_one_line(
 ) -> None:
     csv = profile_dir / "predictions" / "large.csv"
     csv.write_text(csv.read_text(encoding="utf-8").replace("0.6", "2.5"), encoding="utf-8")
-    assert run(["profile", "show", str(profile_dir)]) == 2
+    assert run(["profile", "show", "--profile", str(profile_dir)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err == f"error: {csv}, line 3, column certainty: certainty must be a number in [0, 1], got '2.5'\n"
-    assert run(["profile", "frontier", str(profile_dir / "missing")]) == 2
+    assert run(["profile", "frontier", "--profile", str(profile_dir / "missing")]) == 2
     assert "profile directory does not exist" in capsys.readouterr().err
 
 

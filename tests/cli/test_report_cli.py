@@ -18,7 +18,7 @@ def test_report_writes_every_table_and_figure(tmp_path: Path, capsys: pytest.Cap
     save_profile(tiny_profile(), prof)
     out = tmp_path / "report"
     args = ["report", "--profile", str(prof), "--trace", "synthetic:poisson:qps=300,duration=3", "--max-qps", "300"]
-    args += ["--latency-slos", "50,100", "--accuracy-targets", "0.7,0.9", "--systems", "cascadeserve,dynba,cocktail+"]
+    args += ["--slo-p95-ms", "50,100", "--slo-accuracy", "0.7,0.9", "--systems", "cascadeserve,dynba,cocktail+"]
     args += ["--max-devices", "3", "--device-memory-mb", "100", "--jobs", "1", "--curve-devices", "1,2"]
     args += ["--out", str(out)]
     assert run(args) == 0

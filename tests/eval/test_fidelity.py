@@ -22,7 +22,7 @@ def test_fidelity_reports_exact_accuracy_and_calibrated_errors(
     prof_dir = save_profile(toy_profile, tmp_path / "toy")
     plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.3,)), [Device(name="d0", memory_mb=1000)], max_wait_ms=5)
     plan_path = plan.save(tmp_path / "plan.json")
-    args = ["eval", "fidelity", "--profile", str(prof_dir), "--plans", str(plan_path)]
+    args = ["eval", "fidelity", "--profile", str(prof_dir), "--plan", str(plan_path)]
     rc = run([*args, "--trace", "synthetic:poisson:qps=40,duration=2", "--calibration-requests", "100", "--json"])
     assert rc == 0
     out = stdout_json(capsys)

@@ -56,9 +56,9 @@ def test_profile_measure_writes_a_loadable_llm_profile(
     assert costs.kv_cache_mb_per_token > 0 and costs.weights_mb > 400
     assert set(read_calibration(out)["smollm2-135m"]) == set(signals)
     # the interchange format's readers work on it as on any profile
-    assert run(["profile", "frontier", str(out), "--json"]) == 0
+    assert run(["profile", "frontier", "--profile", str(out), "--json"]) == 0
     assert stdout_json(capsys)["frontier"]
-    assert run(["profile", "signals", str(out), "--json"]) == 0
+    assert run(["profile", "signals", "--profile", str(out), "--json"]) == 0
     assert {r["signal"] for r in stdout_json(capsys)["signals"]} == set(signals)
     plan = tmp_path / "plan.json"
     fixed = ["plan", "fixed", "--profile", str(out), "--cascade", "smollm2-135m", "--devices", "1"]

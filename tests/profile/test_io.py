@@ -334,7 +334,7 @@ def test_bad_input_through_the_cli_exits_2_without_traceback(
 ) -> None:
     d = write_profile(tmp_path)
     bad.mutate(d)
-    rc = run(["profile", "show", str(d)])
+    rc = run(["profile", "show", "--profile", str(d)])
     out, err = capsys.readouterr()
     assert rc == 2
     assert out == ""

@@ -20,6 +20,7 @@ from cascadeserve.cli.common import (
     WindowOpt,
     trace_options,
 )
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.eval.loadgen import run_load
@@ -33,7 +34,7 @@ def bench(
     url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")],
     model: Annotated[str, typer.Option(help="V2 model name.")],
     trace: TraceOpt,
-    duration: Annotated[float | None, typer.Option("--duration", help="Send only the first S seconds.")] = None,
+    duration_s: Annotated[float | None, typer.Option(help="Send only the first S seconds.")] = None,
     profile: Annotated[
         Path | None, typer.Option(help="Profile directory: send its validation sample ids, check labels.")
     ] = None,
@@ -59,6 +60,7 @@ def bench(
     arrival: ArrivalOpt = "poisson",
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Replay a trace against a server (open loop) and report latency, accuracy, throughput and send lag; shed
     (503), too large (413), deadline (504), timed-out and refused requests are counted apart. Against an emulated
@@ -68,7 +70,7 @@ def bench(
     if not client_timeout_s > 0:
         raise CascadeServeError(f"--client-timeout-s: {client_timeout_s} must be positive")
     tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
-    arrivals = tr.arrivals if duration is None else tr.arrivals[tr.arrivals < duration]
+    arrivals = tr.arrivals if duration_s is None else tr.arrivals[tr.arrivals < duration_s]
     if len(arrivals) == 0:
         raise CascadeServeError("the trace has no requests in the chosen duration")
     if profile is not None and validation is not None:

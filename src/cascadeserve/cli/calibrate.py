@@ -4,12 +4,12 @@ Two ways to measure, one result:
 
 * under serving conditions, here and now::
 
-      cascadeserve profile calibrate PROFILE --models models.yaml --validation DATA --devices 2 --out NEW
+      cascadeserve profile calibrate --profile PROFILE --models models.yaml --validation DATA --devices 2 --out NEW
 
   serves every model of the family with the real HTTP server on 127.0.0.1 and drives it with real inputs for a few
   seconds (:func:`cascadeserve.eval.hostcost.measure_host_costs`);
 * from a server under real load: serve a plan made from the profile (``serve --models``), load it (``bench``, or
-  real traffic), then ``cascadeserve profile calibrate PROFILE --server http://127.0.0.1:8000 --out NEW`` reads
+  real traffic), then ``cascadeserve profile calibrate --profile PROFILE --url http://127.0.0.1:8000 --out NEW`` reads
   ``GET /v2/cascade/costs`` (per model, the median measured / profiled batch time since the server started).
 
 Either way it writes a new profile whose runtimes are multiplied by those factors, with a ``calibration`` line
@@ -27,6 +27,7 @@ import httpx
 import numpy as np
 import typer
 
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.profile import ProfileDir, profile_app
 from cascadeserve.cli.root import console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
@@ -50,9 +51,9 @@ def server_factors(snapshot: dict[str, Any], min_batches: int) -> tuple[dict[str
 
 @profile_app.command("calibrate")
 def calibrate_cmd(
-    directory: ProfileDir,
+    profile: ProfileDir,
     out: Annotated[Path, typer.Option(help="New profile directory to write (the input is never rewritten).")],
-    server: Annotated[
+    url: Annotated[
         str | None, typer.Option(help="Read the costs of a live server serving this profile (http://HOST:PORT).")
     ] = None,
     models: Annotated[
@@ -62,37 +63,38 @@ def calibrate_cmd(
         str | None, typer.Option(help="With --models: the inputs to send (as profile measure --validation).")
     ] = None,
     devices: Annotated[int, typer.Option(help="With --models: devices to serve on (as you will).", min=1)] = 2,
-    seconds: Annotated[float, typer.Option(help="With --models: how long to load the server.", min=1.0)] = 8.0,
+    duration_s: Annotated[float, typer.Option(help="With --models: how long to load the server (s).", min=1.0)] = 8.0,
     min_batches: Annotated[
         int, typer.Option(help="Models with fewer measured batches keep their runtimes.", min=1)
     ] = 20,
-    token: Annotated[
+    auth_token: Annotated[
         str | None, typer.Option(envvar="CASCADESERVE_AUTH_TOKEN", help="Bearer token, if the server needs one.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Scale a profile's runtimes by what batches cost when served: measured here (--models) or read from a live
-    server (--server, GET /v2/cascade/costs)."""
-    prof = load_profile(directory)
-    if out.resolve() == directory.resolve():
+    server (--url, GET /v2/cascade/costs)."""
+    prof = load_profile(profile)
+    if out.resolve() == profile.resolve():
         raise CascadeServeError(f"--out: {out} is the input profile; give a new directory")
-    if (server is None) == (models is None):
-        raise CascadeServeError("give --server URL (a live server's costs) or --models and --validation (measure here)")
+    if (url is None) == (models is None):
+        raise CascadeServeError("give --url URL (a live server's costs) or --models and --validation (measure here)")
     if models is not None:
         if validation is None:
             raise CascadeServeError("--validation: needed with --models (the inputs to send)")
-        factors, source = _measure_here(prof, models, validation, devices, seconds)
+        factors, source = _measure_here(prof, models, validation, devices, duration_s)
         _write(prof, factors, source, out, [], as_json)
         return
-    assert server is not None
-    url = server.rstrip("/") + "/v2/cascade/costs"
-    headers = {"authorization": f"Bearer {token}"} if token else {}
+    assert url is not None
+    server, url = url, url.rstrip("/") + "/v2/cascade/costs"
+    headers = {"authorization": f"Bearer {auth_token}"} if auth_token else {}
     try:
         r = httpx.get(url, headers=headers, timeout=30.0)
     except httpx.HTTPError as e:
-        raise CascadeServeError(f"--server: cannot read {url}: {e}") from None
+        raise CascadeServeError(f"--url: cannot read {url}: {e}") from None
     if r.status_code != 200:
-        raise CascadeServeError(f"--server: {url} answered {r.status_code}: {r.text.strip()[:200]}")
+        raise CascadeServeError(f"--url: {url} answered {r.status_code}: {r.text.strip()[:200]}")
     snap = r.json()
     if snap.get("profile") != prof.name:
         err_console.print(
@@ -101,9 +103,9 @@ def calibrate_cmd(
     factors, notes = server_factors(snap, min_batches)
     unknown = sorted(set(factors) - set(prof.model_names))
     if unknown:
-        raise CascadeServeError(f"--server: it measured model(s) {', '.join(unknown)}, which {directory} lacks")
+        raise CascadeServeError(f"--url: it measured model(s) {', '.join(unknown)}, which {profile} lacks")
     if not factors:
-        raise CascadeServeError(f"--server: no model has {min_batches} measured batches yet; put load on it first")
+        raise CascadeServeError(f"--url: no model has {min_batches} measured batches yet; put load on it first")
     total = sum(int(m.get("batches") or 0) for m in snap.get("models", []))
     _write(prof, factors, f"{server} ({total} batches, {_now()})", out, notes, as_json)
 

@@ -38,6 +38,7 @@ from cascadeserve.cli.common import (
     parse_floats,
     trace_options,
 )
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, invocation, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.eval import compare as run_compare
@@ -50,8 +51,8 @@ from cascadeserve.traces import build_trace, guess_format
 
 __all__ = ["compare_cmd", "report_cmd"]
 
-LatOpt = Annotated[str, typer.Option("--latency-slos", help="p95 SLOs in ms, comma-separated.")]
-AccOpt = Annotated[str, typer.Option("--accuracy-targets", help="Accuracy targets, comma-separated.")]
+LatOpt = Annotated[str, typer.Option("--slo-p95-ms", help="Latency SLOs (p95 in ms), comma-separated.")]
+AccOpt = Annotated[str, typer.Option("--slo-accuracy", help="Accuracy SLOs, comma-separated.")]
 MaxDevOpt = Annotated[int, typer.Option("--max-devices", help="Largest device count to try.")]
 MemOpt = Annotated[float, typer.Option("--device-memory-mb", help="Memory per device in MB.")]
 JobsOpt = Annotated[int, typer.Option("--jobs", help="Systems evaluated in parallel processes.")]
@@ -145,8 +146,8 @@ _SHAPE_HELP = (
 def compare_cmd(
     profile: Annotated[Path, typer.Option(help="Profile directory.")],
     trace: TraceOpt,
-    latency_slos: LatOpt = "20,50,100",
-    accuracy_targets: AccOpt = "",
+    slo_p95_ms: LatOpt = "20,50,100",
+    slo_accuracy: AccOpt = "",
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
     window: WindowOpt = None,
@@ -162,13 +163,14 @@ def compare_cmd(
     capacity_devices: CapDevOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     plots: Annotated[Path | None, typer.Option("--plots", help="Write the heatmaps and ablation bars here.")] = None,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Minimum devices per system to meet each (p95, accuracy) cell, and cascadeserve's savings (Fig. 7)."""
     prof = load_profile(profile)
-    accs = parse_floats(accuracy_targets, "--accuracy-targets") or _default_targets(prof)
-    lats = parse_floats(latency_slos, "--latency-slos")
+    accs = parse_floats(slo_accuracy, "--slo-accuracy") or _default_targets(prof)
+    lats = parse_floats(slo_p95_ms, "--slo-p95-ms")
     if not lats:
-        raise CascadeServeError("--latency-slos: give at least one value")
+        raise CascadeServeError("--slo-p95-ms: give at least one value")
     shape = workload_shape(
         trace, window=window, drop_zero=drop_zero, max_qps=max_qps, capacity_devices=capacity_devices
     )
@@ -259,8 +261,8 @@ def report_cmd(
     profile: Annotated[list[Path], typer.Option(help="Profile directory (repeat for several).")],
     trace: TraceOpt,
     out: Annotated[Path, typer.Option(help="Output folder for README.md, PNGs and JSON.")] = Path("reports/paper"),
-    latency_slos: LatOpt = "20,50,100",
-    accuracy_targets: AccOpt = "",
+    slo_p95_ms: LatOpt = "20,50,100",
+    slo_accuracy: AccOpt = "",
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
     capacity_devices: CapDevOpt = None,
@@ -279,14 +281,15 @@ def report_cmd(
     real: Annotated[
         bool, typer.Option("--real", help="Also run the timeline on the runtime (emulated devices).")
     ] = False,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Run everything for each profile and write a markdown report with every table and figure."""
-    lats = parse_floats(latency_slos, "--latency-slos")
+    lats = parse_floats(slo_p95_ms, "--slo-p95-ms")
     curve = tuple(int(x) for x in parse_floats(curve_devices, "--curve-devices"))
     results = []
     for pdir in profile:
         prof = load_profile(pdir)
-        accs = parse_floats(accuracy_targets, "--accuracy-targets") or _default_targets(prof)
+        accs = parse_floats(slo_accuracy, "--slo-accuracy") or _default_targets(prof)
         mid = sorted(lats)[len(lats) // 2]
         shape = workload_shape(
             trace,

@@ -18,7 +18,9 @@ def demo(
     quick: Annotated[bool, typer.Option("--quick", help="CI size: 3 models, fewer epochs, a 30 s trace.")] = False,
     out: Annotated[Path, typer.Option(help="Where the plan, config and PNG figures go.")] = Path("reports/demo"),
     slo_p95_ms: Annotated[float, typer.Option(help="The p95 latency SLO in ms.")] = 150.0,
-    peak_qps: Annotated[float | None, typer.Option(help="Peak QPS of the replay (default: from the profile).")] = None,
+    max_qps: Annotated[
+        float | None, typer.Option(help="Peak QPS of the replay (default: from the profile).")
+    ] = None,
     calibrate_s: Annotated[
         float,
         typer.Option(
@@ -52,7 +54,7 @@ def demo(
             f"the demo needs torch and scikit-learn ({e}); pip install 'cascadeserve[demo]'"
         ) from None
     opts = DemoOptions(
-        quick=quick, out=out, slo_p95_ms=slo_p95_ms, peak_qps=peak_qps, calibrate_s=calibrate_s, baseline=baseline
+        quick=quick, out=out, slo_p95_ms=slo_p95_ms, peak_qps=max_qps, calibrate_s=calibrate_s, baseline=baseline
     )
     console.print(f"[bold]cascadeserve demo[/] ({'quick' if quick else 'full'}): digits family, real models, 2 devices")
     with Progress(

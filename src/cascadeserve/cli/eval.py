@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from cascadeserve.cli.common import devices_from, slo_from
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.eval.quality import compare_planner, planner_time_sweep
 from cascadeserve.profile import load_profile
@@ -103,7 +104,7 @@ def planner_quality(
         float | None, typer.Option(help="Memory per device in MB (default: room for every model).")
     ] = None,
     levels: Annotated[int, typer.Option(help="Threshold levels per stage, for all three methods.", min=1)] = 10,
-    slos: Annotated[int, typer.Option(help="Latency SLOs the planner is run for.", min=1)] = 20,
+    slo_count: Annotated[int, typer.Option(help="How many latency SLOs the planner is run for.", min=1)] = 20,
     trace: Annotated[str | None, typer.Option(help="Short trace spec instead of Poisson at --max-qps.")] = None,
     duration_s: Annotated[
         float | None, typer.Option(help="Length of the default Poisson trace (s; default: SP4's check length).")
@@ -111,6 +112,7 @@ def planner_quality(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Planner vs exhaustive vs random (2× the planner's time) on the constrained space (paper §6.5, Fig. 10), under
     one set of rules: the same batch caps, the same keep-up test (a point that builds a backlog is infeasible)."""
@@ -123,7 +125,7 @@ def planner_quality(
             devices_from(devices, mem),
             max_qps,
             levels=levels,
-            n_slos=slos,
+            n_slos=slo_count,
             trace=tr,
             duration_s=duration_s,
             seed=seed,
@@ -170,6 +172,7 @@ def planner_time(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Planner wall time and submodule calls as the number of QPS ranges grows (paper Fig. 11)."""
     prof = load_profile(profile)

@@ -19,6 +19,7 @@ from cascadeserve.cli.common import (
     WindowOpt,
     trace_options,
 )
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.eval import eval_app
 from cascadeserve.cli.root import console, print_json
 from cascadeserve.eval.fidelity import CALIBRATION_REQUESTS, calibrate, fidelity, mean_qps
@@ -30,7 +31,7 @@ __all__ = ["fidelity_cmd"]
 @eval_app.command("fidelity")
 def fidelity_cmd(
     profile: Annotated[Path, typer.Option(help="Profile directory.")],
-    plans: Annotated[list[Path], typer.Option("--plans", help="Plan JSON files (repeat the option).")],
+    plan: Annotated[list[Path], typer.Option("--plan", help="Plan JSON file (repeat the option for several).")],
     trace: TraceOpt,
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
@@ -50,6 +51,7 @@ def fidelity_cmd(
     calibration_requests: Annotated[
         int, typer.Option(min=1, help="The calibration run lasts at least 10 s and this many requests.")
     ] = CALIBRATION_REQUESTS,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Run each plan in the simulator and on `serve --emulate` over HTTP; report p95 and accuracy errors."""
     tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
@@ -59,7 +61,7 @@ def fidelity_cmd(
             overheads = calibrate(
                 profile, load_profile(profile), Path(tmp), mean_qps(tr.arrivals), min_requests=calibration_requests
             )
-    rows = fidelity(profile, plans, tr.arrivals, overheads=overheads)
+    rows = fidelity(profile, plan, tr.arrivals, overheads=overheads)
     if as_json:
         print_json(
             {

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli.common import ProfileOverheadOpt, devices_from, parse_floats, slo_from
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError, InfeasibleError
 from cascadeserve.plan import GearPlan, fixed_plan, load_plan
@@ -49,7 +50,7 @@ BackendOpt = Annotated[
     typer.Option(
         "--backend",
         help="Where the plan will be served: local, or ray (every simulation of the plan then adds the profile's "
-        "ray_hop_ms, which serve --emulate --backend ray measures and records, per process hop).",
+        "ray_hop_ms, which serve --emulate --backend ray --out DIR measures and records, per process hop).",
     ),
 ]
 
@@ -228,6 +229,7 @@ def plan(
     backend: BackendOpt = "local",
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Run the gear planner (when no subcommand is given)."""
     if ctx.invoked_subcommand is not None:
@@ -317,16 +319,17 @@ def plan(
 
 @plan_app.command("explain")
 def explain(
-    plan_file: Annotated[Path, typer.Argument(help="Gear plan JSON.", metavar="PLAN")],
+    plan: Annotated[Path, typer.Option(help="Gear plan JSON.")],
     profile: Annotated[Path | None, typer.Option(help="Also check the plan against this profile.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Print a plan file's gears and placement (the same tables as ``cascadeserve plan``)."""
-    gear_plan = load_plan(plan_file, load_profile(profile) if profile is not None else None)
+    gear_plan = load_plan(plan, load_profile(profile) if profile is not None else None)
     if as_json:
         print_json(plan_summary(gear_plan))
         return
-    print_plan(gear_plan, title=f"{plan_file}: gear plan for {gear_plan.profile} ({gear_plan.slo or 'no SLO'})")
+    print_plan(gear_plan, title=f"{plan}: gear plan for {gear_plan.profile} ({gear_plan.slo or 'no SLO'})")
 
 
 @plan_app.command("fixed")
@@ -355,6 +358,7 @@ def fixed(
         ),
     ] = True,
     backend: BackendOpt = "local",
+    workload: WorkloadOpt = None,
 ) -> None:
     """A one-gear plan: every model on every device where it fits, even split, one trigger for all replicas."""
     prof = load_profile(profile)

@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from cascadeserve.cascade import enumerate_frontier
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import load_profile, record_batch_overhead
@@ -26,14 +27,16 @@ __all__ = ["frontier", "measure_cmd", "profile_app", "show", "signals"]
 profile_app = typer.Typer(help="Inspect or measure model-family profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")
 
-ProfileDir = Annotated[Path, typer.Argument(help="Profile directory (profile.yaml, labels.csv, predictions/).")]
+ProfileDir = Annotated[
+    Path, typer.Option("--profile", help="Profile directory (profile.yaml, labels.csv, predictions/).")
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 @profile_app.command("show")
-def show(directory: ProfileDir, as_json: AsJson = False) -> None:
+def show(profile: ProfileDir, as_json: AsJson = False, workload: WorkloadOpt = None) -> None:
     """Per model: accuracy, runtime at batch 1 and 64, memory."""
-    prof = load_profile(directory)
+    prof = load_profile(profile)
     rows = prof.summary()
     if as_json:
         print_json({"name": prof.name, "device": prof.device, "samples": prof.n_samples, "models": rows})
@@ -54,14 +57,15 @@ def show(directory: ProfileDir, as_json: AsJson = False) -> None:
 
 @profile_app.command("frontier")
 def frontier(
-    directory: ProfileDir,
+    profile: ProfileDir,
     as_json: AsJson = False,
     levels: Annotated[int, typer.Option(help="Threshold levels in [0, 1] per stage.", min=2, max=101)] = 11,
     batch_size: Annotated[float, typer.Option(help="Batch size at which work is measured.", min=1)] = 1.0,
     max_models: Annotated[int | None, typer.Option(help="Longest cascade to consider.", min=1)] = None,
+    workload: WorkloadOpt = None,
 ) -> None:
     """The Pareto frontier of cascades: accuracy against expected device-ms per sample."""
-    prof = load_profile(directory)
+    prof = load_profile(profile)
     pts = enumerate_frontier(
         prof, levels=np.round(np.linspace(0, 1, levels), 6), batch_size=batch_size, max_models=max_models
     )
@@ -86,15 +90,15 @@ def frontier(
 
 
 @profile_app.command("signals")
-def signals(directory: ProfileDir, as_json: AsJson = False) -> None:
+def signals(profile: ProfileDir, as_json: AsJson = False, workload: WorkloadOpt = None) -> None:
     """Per LLM stage: each certainty signal's AUROC for "the stage is right" (from the profile's llm/ files)."""
     from cascadeserve.profile.llm_side import read_costs, signal_report
 
-    prof = load_profile(directory)
-    rows = signal_report(directory, [m.name for m in prof.models])
+    prof = load_profile(profile)
+    rows = signal_report(profile, [m.name for m in prof.models])
     if not rows:
-        raise CascadeServeError(f"{directory}: no LLM certainty signals (llm/signals/<model>.csv); measure LLM stages")
-    costs = read_costs(directory)
+        raise CascadeServeError(f"{profile}: no LLM certainty signals (llm/signals/<model>.csv); measure LLM stages")
+    costs = read_costs(profile)
     if as_json:
         print_json(
             {
@@ -169,6 +173,7 @@ def measure_cmd(
     fresh: Annotated[bool, typer.Option("--fresh", help="Measure every model again (no resume).")] = False,
     limit: Annotated[int | None, typer.Option(help="Use only the first N validation rows.", min=1)] = None,
     as_json: AsJson = False,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Measure a model family: runtime per batch size, memory, predictions and certainty; write a profile."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

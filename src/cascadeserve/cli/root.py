@@ -20,7 +20,8 @@ __all__ = ["app", "console", "err_console", "invocation", "print_json", "set_inv
 
 app = typer.Typer(
     name="cascadeserve",
-    help="Serve predictions from model cascades: profile a model family, plan gears, simulate, serve.",
+    help="Serve predictions from model cascades: `init` and `up` a workload file, or profile a model family, plan "
+    "gears, simulate and serve step by step.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -4,16 +4,18 @@ Clipper's serving layer: ``--cache-size N`` answers repeated inputs from an LRU 
 aimd|quantile`` sizes each replica's batches adaptively against the latency target (``plan``: the planner's
 queue lengths). ``--alternative NAME=PLAN`` serves more plans beside ``--plan`` and ``--selection exp3|exp4``
 chooses among them from feedback (``POST /v2/models/{m}/feedback``); Clipper's REST API (``/{app}/predict``,
-``/{app}/update``) takes its SLO and default output from ``--slo-ms`` and ``--default-output``.
+``/{app}/update``) takes its SLO and default output from ``--slo-p95-ms`` and ``--default-output``; adaptive
+batching without a planned target sizes batches against that SLO too.
 
 ``--backend local`` (the default) runs every device in this process; ``--backend ray`` runs one inference-server
 actor per device on a Ray cluster (``--address``), with the same HTTP API (see :mod:`cascadeserve.backends.ray`).
 
 With ``--emulate``, when neither the profile nor the plan records the runtime's per-batch overhead, ``serve``
-measures it at start-up (:mod:`cascadeserve.eval.overhead`, about a second) and records it in the profile, so that
-``plan`` and ``simulate`` of that profile include it without any flag (``--no-measure-overhead`` skips this). On
-``--backend ray`` the same start-up run goes through a Ray server actor and also records the Ray process hop
-(``ray_hop_ms``: an actor call and its answer's way back), which plans made with ``--backend ray`` charge per hop.
+measures it at start-up (:mod:`cascadeserve.eval.overhead`, about a second) and prints it; it writes into no
+profile unless asked: ``--out DIR`` gets a copy of the profile with it recorded, so that ``plan`` and ``simulate``
+of that copy include it (``--no-measure-overhead`` skips this). On ``--backend ray`` the same start-up run goes
+through a Ray server actor and also measures the Ray process hop (``ray_hop_ms``: an actor call and its answer's
+way back).
 
 Overload is bounded by time: a request that would wait more than ``--max-wait-slos`` SLOs behind the backlog
 (which drains at the plan's capacity, its highest gear's QPS, or ``--capacity-qps``) is shed at once with 503 and a
@@ -34,9 +36,8 @@ devices a plan without device headroom (``plan --max-busy``) gets a one-line hin
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import math
-import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -55,22 +56,25 @@ from cascadeserve.cli.common import (
     TuneTargetOpt,
     drift_settings_from,
 )
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, err_console
+from cascadeserve.cli.serve_checks import check_options, cost_settings, loopback, record_costs_in, slowdowns
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.plan import GearPlan, load_plan
 from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
-from cascadeserve.policy.adaptive import BATCHING, batch_limit_for
-from cascadeserve.policy.costs import CostSettings
+from cascadeserve.policy.adaptive import BATCHING, batch_limit_for, batch_target_s
 from cascadeserve.policy.tuning import OnlineTuning
-from cascadeserve.profile import Profile, load_profile, record_costs
-from cascadeserve.profile.slowdown import Slowdown, Slowdowns
+from cascadeserve.profile import Profile, load_profile
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
 from cascadeserve.runtime.replanner import ReplanOptions
 from cascadeserve.runtime.tuning import TuningFactory
 
-__all__ = ["serve"]
+__all__ = ["ON_LISTENING", "serve"]
+
+# Called with the server's URL once it listens (``cascadeserve up`` prints its curl line there).
+ON_LISTENING: ContextVar[Callable[[str], None] | None] = ContextVar("on_listening", default=None)
 
 
 @app.command("serve")
@@ -100,11 +104,11 @@ def serve(
         float | None,
         typer.Option(help="The rate at which the backlog drains (default: the plan's highest gear's QPS)."),
     ] = None,
-    slo_ms: Annotated[
+    slo_p95_ms: Annotated[
         float | None,
         typer.Option(
-            help=f"Latency objective for admission, deadlines and the Clipper API's /{{app}}/predict (default: the "
-            f"plan's p95 SLO, else {DEFAULT_SLO_MS:g})."
+            help=f"Latency SLO (ms) for admission, deadlines, adaptive batching without a planned target and the "
+            f"Clipper API's /{{app}}/predict (default: the plan's p95 SLO, else {DEFAULT_SLO_MS:g})."
         ),
     ] = None,
     timeout_ms: Annotated[
@@ -140,8 +144,7 @@ def serve(
         typer.Option(
             "--measure-overhead/--no-measure-overhead",
             help="With --emulate, when neither the profile nor the plan records the runtime's per-batch overhead: "
-            "measure it at start-up (about a second) and record it in the profile's profile.yaml, so that plan and "
-            "simulate include it.",
+            "measure it at start-up (about a second) and print it (the profile is never rewritten).",
         ),
     ] = True,
     cache_size: Annotated[
@@ -203,9 +206,17 @@ def serve(
             "start-up by F (on real models the device thread waits (F-1) times the batch; repeatable)."
         ),
     ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --emulate: write a copy of the profile here with the measured per-batch overhead (and Ray "
+            "hop) recorded, for plan and simulate (the --profile folder itself is never rewritten unless named here)."
+        ),
+    ] = None,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
-    _check_options(max_in_flight, max_wait_slos, capacity_qps, slo_ms, timeout_ms, max_body_bytes, grace_s)
+    check_options(max_in_flight, max_wait_slos, capacity_qps, slo_p95_ms, timeout_ms, max_body_bytes, grace_s)
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise CascadeServeError("--ssl-certfile and --ssl-keyfile go together")
     for opt, f in (("--ssl-certfile", ssl_certfile), ("--ssl-keyfile", ssl_keyfile)):
@@ -215,15 +226,16 @@ def serve(
     gear_plan = load_plan(plan, prof)
     engine = _backend(backend, address, None if emulate else models)
     if emulate and measure_overhead:
-        _measure_costs(prof, gear_plan, profile, engine)
+        _measure_costs(prof, gear_plan, engine, profile, out)
 
+    gear_plan = _with_batch_target(gear_plan, batching, slo_p95_ms)
     clipper = _clipper_options(cache_size, batching, gear_plan)
     tuning = _tuning_options(tune, tune_target, tune_budget, audit_fraction, tune_reference, gear_plan, prof)
-    layer = _layer_options(alternative or [], selection, selection_store, slo_ms, default_output, prof)
+    layer = _layer_options(alternative or [], selection, selection_store, slo_p95_ms, default_output, prof)
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
-    slo = slo_ms
+    slo = slo_p95_ms
     if slo is None:
         slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
     built = build_app(
@@ -239,7 +251,7 @@ def serve(
             slo_ms=slo,
             default_timeout_s=(timeout_ms if timeout_ms is not None else 10 * slo) / 1000.0,
             tuning=tuning,
-            slowdowns=_slowdowns(slowdown or []),
+            slowdowns=slowdowns(slowdown or []),
             **clipper,
         ),
         server_options=ServerOptions(
@@ -258,7 +270,7 @@ def serve(
             cooldown_s=replan_cooldown_s,
             timeout_s=replan_timeout_s,
         ),
-        costs=_cost_settings(cost_tolerance, cost_window_s),
+        costs=cost_settings(cost_tolerance, cost_window_s),
     )
     server = Server(
         built,
@@ -268,7 +280,7 @@ def serve(
         ssl_certfile=None if ssl_certfile is None else str(ssl_certfile),
         ssl_keyfile=None if ssl_keyfile is None else str(ssl_keyfile),
     )
-    if not _loopback(host) and auth_token is None:
+    if not loopback(host) and auth_token is None:
         err_console.print(
             f"warning: binding {host}, which is not a loopback address, without --auth-token: anyone who reaches "
             "the port can run inference",
@@ -288,6 +300,9 @@ def serve(
             highlight=False,
             soft_wrap=True,  # one line, whatever the terminal's width: scripts read the port from it
         )
+        hook = ON_LISTENING.get()
+        if hook is not None:
+            hook(server.url)
 
     server.server.on_listening = banner
     # uvicorn re-raises the signal it handled once it has shut down: SIGINT as KeyboardInterrupt, and SIGTERM as
@@ -300,9 +315,13 @@ def serve(
     err_console.print("stopped")
 
 
-def _measure_costs(prof: Profile, plan: GearPlan, directory: Path, engine: Backend) -> None:
-    """Measure and record in the profile the serving costs that neither it nor the plan records: the runtime's
-    per-batch overhead and, on Ray, the process hop (measured with Ray's own devices; see eval/overhead.py)."""
+def _measure_costs(
+    prof: Profile, plan: GearPlan, engine: Backend, source: Path | None = None, out: Path | None = None
+) -> dict[str, float]:
+    """Measure and print the serving costs that neither the profile nor the plan records: the runtime's per-batch
+    overhead and, on Ray, the process hop (measured with Ray's own devices; see eval/overhead.py). They are written
+    only where asked: ``out`` gets a copy of the profile folder ``source`` with them recorded (``out`` may be
+    ``source`` itself, when that is what the user asked for)."""
     ray = engine.name == "ray"
     need_batch = not prof.batch_overhead_ms and not plan.batch_overhead_ms
     need_hop = ray and not prof.ray_hop_ms and not plan.hop_ms
@@ -313,43 +332,26 @@ def _measure_costs(prof: Profile, plan: GearPlan, directory: Path, engine: Backe
             highlight=False,
         )
     if not (need_batch or need_hop):
-        return
+        return {}
     from cascadeserve.eval.overhead import measure_batch_overhead
 
     measured = measure_batch_overhead(prof, backend=engine if ray else None)
     costs = {"batch_overhead_ms": measured.median_ms} if need_batch else {}
     if need_hop:
         costs["ray_hop_ms"] = measured.hop_ms
-    try:
-        record_costs(directory, **costs)
-        where = f"recorded in {directory / 'profile.yaml'}"
-    except CascadeServeError as e:
-        where = f"not recorded: {e}"
     hop = f", Ray process hop {measured.hop_ms:.3f} ms" if need_hop else ""
+    where = "not recorded; --out DIR records them in a copy of the profile"
+    if out is not None:
+        where = f"recorded in {record_costs_in(source or out, out, costs)}"
     err_console.print(
         f"runtime per-batch overhead {measured.median_ms:.3f} ms{hop} (median of {measured.samples}; {where})",
         highlight=False,
     )
+    return costs
 
 
-def _cost_settings(tolerance: float, window_s: float) -> CostSettings:
-    """``--cost-tolerance`` and ``--cost-window-s`` as the cost watch's settings (sustained for half a window)."""
-    if not (tolerance > 0 and math.isfinite(tolerance)):
-        raise CascadeServeError(f"--cost-tolerance: {tolerance} must be a positive number")
-    if not (window_s > 0 and math.isfinite(window_s)):
-        raise CascadeServeError(f"--cost-window-s: {window_s} must be a positive number of seconds")
-    return CostSettings(tolerance=tolerance, window_s=window_s, sustain_s=window_s / 2, cooldown_s=3 * window_s)
 
 
-def _slowdowns(specs: list[str]) -> Slowdowns | None:
-    """``--slowdown`` specs as a schedule counted from now (the server's start-up)."""
-    steps = []
-    for spec in specs:
-        try:
-            steps.append(Slowdown.parse(spec))
-        except ValueError as e:
-            raise CascadeServeError(f"--slowdown: {e}") from None
-    return Slowdowns.of(*steps).shifted(time.monotonic()) if steps else None
 
 
 def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> dict[str, Any]:
@@ -366,6 +368,16 @@ def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> d
     except ValueError as e:
         raise CascadeServeError(f"--batching: {e}") from None
     return out
+
+
+def _with_batch_target(plan: GearPlan, batching: str | None, slo_ms: float | None) -> GearPlan:
+    """``plan`` with the adaptive batching target taken from the SLO the user gave (``--slo-p95-ms``), where the
+    plan sets none; the target itself is the policy's rule (:func:`~cascadeserve.policy.adaptive.batch_target_s`)."""
+    kind = batching or plan.batching
+    if kind not in ("aimd", "quantile") or plan.batch_target_ms is not None or slo_ms is None:
+        return plan
+    target_s = batch_target_s(plan, slo_ms=slo_ms)
+    return plan.model_copy(update={"batch_target_ms": target_s * 1000.0})
 
 
 def _tuning_options(
@@ -449,35 +461,8 @@ def _replan_options(
     return None if settings is None else ReplanOptions(settings, profile, timeout_s)
 
 
-def _check_options(
-    max_in_flight: int,
-    max_wait_slos: float,
-    capacity_qps: float | None,
-    slo_ms: float | None,
-    timeout_ms: float | None,
-    max_body_bytes: int,
-    grace_s: float,
-) -> None:
-    if max_in_flight < 1:
-        raise CascadeServeError(f"--max-in-flight: {max_in_flight} must be at least 1")
-    if not max_wait_slos >= 0:
-        raise CascadeServeError(f"--max-wait-slos: {max_wait_slos} must be 0 (off) or positive")
-    for opt, v in (("--capacity-qps", capacity_qps), ("--slo-ms", slo_ms), ("--timeout-ms", timeout_ms)):
-        if v is not None and not (v > 0 and v < float("inf")):
-            raise CascadeServeError(f"{opt}: {v} must be a positive number")
-    if max_body_bytes < 1:
-        raise CascadeServeError(f"--max-body-bytes: {max_body_bytes} must be positive")
-    if not grace_s >= 0:
-        raise CascadeServeError(f"--grace-s: {grace_s} must not be negative")
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _backend(name: str, address: str | None, models: Path | None) -> Backend:

@@ -1,10 +1,10 @@
 """``cascadeserve simulate``: replay a trace against a gear plan in the event simulator.
 
 Every batch is charged the plan's ``batch_overhead_ms``; a plan that carries none is charged the profile's recorded
-one (``profile measure`` and ``serve --emulate`` record the runtime's measured per-batch cost), so that without any
-flag the simulation predicts what ``serve`` of the plan does. ``--batch-overhead-ms`` overrides both. A plan made for
-Ray (``plan --backend ray``) also pays its process hops: the plan's ``hop_ms``, else the profile's ``ray_hop_ms``
-(which ``serve --emulate --backend ray`` records; :mod:`cascadeserve.simulate.hops`).
+one (``profile measure`` and ``serve --emulate --out DIR`` record the runtime's measured per-batch cost), so that
+without any flag the simulation predicts what ``serve`` of the plan does. ``--batch-overhead-ms`` overrides both. A
+plan made for Ray (``plan --backend ray``) also pays its process hops: the plan's ``hop_ms``, else the profile's
+``ray_hop_ms`` (which ``serve --emulate --backend ray --out DIR`` records; :mod:`cascadeserve.simulate.hops`).
 
 ``--replan`` and ``--qps-scaling`` simulate ``serve``'s load-drift options (:mod:`cascadeserve.simulate.replan`):
 the same scaling and drift decisions per tick, a re-plan taking ``--replan-delay-s`` of simulated time. With
@@ -42,6 +42,7 @@ from cascadeserve.cli.common import (
     drift_settings_from,
     trace_options,
 )
+from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import GearPlan, load_plan
@@ -99,6 +100,7 @@ def simulate(
     ] = 5.0,
     qps_scaling: QpsScalingOpt = "off",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    workload: WorkloadOpt = None,
 ) -> None:
     """Simulate the plan on the trace and print latency percentiles, accuracy and gear switches."""
     prof = load_profile(profile)

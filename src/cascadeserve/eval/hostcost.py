@@ -13,7 +13,7 @@ module measures that in a few seconds, with the real pieces, and returns the per
 4. the server's cost monitor (:class:`~cascadeserve.runtime.costs.CostMonitor`): per model, the mean measured /
    profiled batch time over every batch (``mean_factor_vs_profile``; a queue's wait follows the mean service time).
 
-``profile calibrate --models`` and the demo use it; ``profile calibrate --server`` reads the same monitor from a
+``profile calibrate --models`` and the demo use it; ``profile calibrate --url`` reads the same monitor from a
 server someone else is loading.
 """
 

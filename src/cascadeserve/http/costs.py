@@ -4,7 +4,7 @@ The server's :class:`~cascadeserve.runtime.costs.CostMonitor` sees every batch. 
 
 * ``GET /v2/cascade/costs`` (inference token, when the server has one): per model, the median and the mean of
   measured / profiled batch time since the start (``factor_vs_profile``, ``mean_factor_vs_profile``: what
-  ``profile calibrate --server`` scales the profile by), the median over the watch's window against the costs in
+  ``profile calibrate --url`` scales the profile by), the median over the watch's window against the costs in
   force, and the last cost drift;
 * ``cascadeserve_cost_factor{model}``: the window's factor (NaN before a batch), and
   ``cascadeserve_cost_drifts_total``: how many times batches departed from the plan's costs for long enough.

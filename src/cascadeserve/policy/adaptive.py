@@ -56,15 +56,20 @@ def capped_trigger(trigger: BatchTrigger, cap: int) -> BatchTrigger:
     return BatchTrigger(min_queue, trigger.max_wait_s, trigger.max_batch)
 
 
-def batch_target_s(plan: GearPlan, batching: Batching | None = None) -> float:
-    """The latency one batch may take under ``plan``'s adaptive batching (see the module docstring)."""
+def batch_target_s(plan: GearPlan, batching: Batching | None = None, *, slo_ms: float | None = None) -> float:
+    """The latency one batch may take under ``plan``'s adaptive batching (see the module docstring); ``slo_ms``
+    is the p95 SLO to size it against, given where the plan has neither a target nor a p95 SLO of its own."""
     if plan.batch_target_ms is not None:
         return plan.batch_target_ms / 1000.0
-    if plan.slo is None or plan.slo.kind != "p95_ms":
+    if slo_ms is None and plan.slo is not None and plan.slo.kind == "p95_ms":
+        slo_ms = plan.slo.value
+    if slo_ms is None:
         kind = batching or plan.batching
-        raise ValueError(f"batching {kind!r} needs a latency target: give the plan a p95_ms SLO or batch_target_ms")
+        raise ValueError(
+            f"batching {kind!r} needs a latency target: give a p95 latency SLO (--slo-p95-ms) or a plan with one"
+        )
     stages = max(len(g.models) for g in plan.gears)
-    return plan.slo.value / 1000.0 / (2 * stages)
+    return slo_ms / 1000.0 / (2 * stages)
 
 
 def batch_limit_for(plan: GearPlan, batching: Batching | None = None) -> BatchLimit | None:

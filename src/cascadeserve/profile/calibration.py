@@ -9,7 +9,7 @@ runtimes promises a p95 the server cannot keep. Calibration closes that gap with
    measured to profiled batch time: ``GET /v2/cascade/costs``. Calibration takes their mean (the top 1 % left
    out): a queue's wait grows with the mean service time, and under contention batches run long more often than
    short, so the median would promise a p95 the server misses;
-3. ``cascadeserve profile calibrate PROFILE --server URL --out NEW`` writes a new profile whose runtimes are the
+3. ``cascadeserve profile calibrate --profile PROFILE --url URL --out NEW`` writes a new profile whose runtimes are the
    old ones times those factors (:func:`calibrate`), with a ``calibration`` line in ``profile.yaml`` saying by how
    much and where it was measured. Plans made from it say so in their ``costs`` note (:func:`costs_note`).
 

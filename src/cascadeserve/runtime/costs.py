@@ -10,7 +10,7 @@ The costs "in force" are the profile's runtimes times the factors already applie
 overhead (``batch_overhead_ms``, which the simulator charges on every batch too) (:meth:`recalibrated`, called
 after a re-plan with measured costs), so after a swap the watch compares batches with the costs the new plan
 assumed, not the stale ones. Besides the watch's window, the monitor keeps the last ``keep`` ratios per model
-since the start (or the last recalibration): that is what ``profile calibrate --server`` reads after a ``bench``
+since the start (or the last recalibration): that is what ``profile calibrate --url`` reads after a ``bench``
 run, when the window may already have emptied.
 """
 

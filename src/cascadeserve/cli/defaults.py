@@ -1,0 +1,137 @@
+"""``--workload FILE`` on every command that takes a workload's values: the file's values become the command's
+defaults, and flags given on the command line win.
+
+The option is eager: click handles it before the other options and, through the context's ``default_map``, each
+option the command line leaves out takes the workload's value (``Context.lookup_default``), which click converts
+and checks as if it had been typed. One table, :func:`workload_values`, maps a workload to option names; since every
+concept has one spelling across commands (:mod:`cascadeserve.cli.spelling`), each command takes the subset it has.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cascadeserve.workload import StateDir, load_workload
+
+__all__ = ["STATE_DIR", "WorkloadOpt", "workload_values"]
+
+# The state folder of the workload commands run with (``up --state-dir`` sets it for the commands it runs).
+STATE_DIR: ContextVar[Path | None] = ContextVar("state_dir", default=None)
+
+# commands that write the workload's own state with --workload (the rest write only where --out says)
+_OUT = {"profile measure": "profile", "plan": "plan"}
+# options a command must not take from the workload (bench: --profile is for emulated servers, --validation for
+# real ones, and the workload's server serves real models)
+_SKIP = {"bench": {"profile"}, "eval planner-time": {"repeats", "ranges"}}
+
+
+def workload_values(state: StateDir) -> dict[str, Any]:
+    """Every option a workload sets, by parameter name (``slo_p95_ms``, ``device_memory_mb``, ...)."""
+    w = state.workload
+    spec = w.spec
+    serve = spec.serve
+    tune = serve.tune
+    out: dict[str, Any] = {
+        "profile": str(state.profile),
+        "plan": str(state.plan),
+        "models": str(state.models_config()),
+        "validation": w.validation(),
+        "name": spec.name,
+        "model": spec.name,  # bench's V2 model name
+        "devices": spec.devices.count,
+        "device_memory_mb": spec.devices.memory_mb,
+        "slo_p95_ms": spec.slo.p95_ms,
+        "slo_accuracy": spec.slo.accuracy,
+        "max_qps": spec.max_qps if spec.max_qps is not None else _trace_peak(w.trace()),
+        "trace": w.trace(),
+        "qps_dist": f"trace:{w.trace()}" if spec.trace else None,
+        "batch_sizes": spec.profile.batch_sizes,
+        "repeats": spec.profile.repeats,
+        "warmup": spec.profile.warmup,
+        "threads": spec.profile.threads,
+        "limit": spec.profile.limit,
+        "ranges": spec.plan.ranges,
+        "max_busy": spec.plan.max_busy,
+        "seed": spec.plan.seed,
+        "host": serve.host,
+        "port": serve.port,
+        "url": f"http://{serve.host}:{serve.port}",
+        "batching": serve.batching,
+        "cache_size": serve.cache_size,
+        "tune": bool(tune),
+        "replan": serve.replan,
+        "admin_token": os.environ.get(serve.admin_token_env) if serve.admin_token_env else None,
+        "auth_token": os.environ.get(serve.auth_token_env) if serve.auth_token_env else None,
+    }
+    if not isinstance(tune, bool):
+        out.update(tune_target=tune.target, tune_budget=tune.budget, tune_reference=tune.reference)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _trace_peak(spec: str | None) -> float | None:
+    """The busiest second of the workload's trace: the highest QPS to plan for when ``max_qps`` is not given."""
+    if spec is None:
+        return None
+    from cascadeserve.traces import build_trace
+
+    return float(build_trace(spec).max_qps)
+
+
+def _command_path(ctx: typer.Context) -> str:
+    names = []
+    c: Any = ctx
+    while c is not None and c.parent is not None:
+        names.append(c.info_name)
+        c = c.parent
+    return " ".join(reversed(names))
+
+
+def _apply(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """The eager callback of ``--workload``: the workload's values as the command's defaults."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    workload = load_workload(value)
+    workload.add_pythonpath()
+    state = StateDir.of(workload, STATE_DIR.get())
+    values = workload_values(state)
+    name = _command_path(ctx)
+    values.pop("out", None)
+    if name in _OUT:
+        values["out"] = values[_OUT[name]]
+    names = {p.name for p in ctx.command.params} - _SKIP.get(name, set()) - {"workload"}
+    multiple = {p.name for p in ctx.command.params if getattr(p, "multiple", False)}
+    found: dict[str, Any] = {k: ([v] if k in multiple else v) for k, v in values.items() if k in names}
+    if "trace" in names and "max_qps" in found:
+        found["max_qps"] = _peak_for_the_workloads_trace(ctx, found["max_qps"])
+    ctx.default_map = {**(ctx.default_map or {}), **found}
+    return value
+
+
+def _peak_for_the_workloads_trace(ctx: typer.Context, peak: float) -> Callable[[], float | None]:
+    """A command that replays a trace scales it to the workload's ``max_qps`` only when the trace is the
+    workload's too: a trace given on the command line keeps its own rate. (Click asks for the default after it has
+    read ``--trace``, which every such command declares first.)"""
+
+    def default() -> float | None:
+        source = ctx.get_parameter_source("trace")
+        return peak if getattr(source, "name", "") == "DEFAULT_MAP" else None
+
+    return default
+
+
+WorkloadOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--workload",
+        is_eager=True,
+        callback=_apply,
+        help="Workload file (cascadeserve.yaml) whose values are this command's defaults; flags given win.",
+        show_default=False,
+    ),
+]

@@ -1,0 +1,184 @@
+"""``cascadeserve up``, ``cascadeserve init`` and ``cascadeserve workload``: a workload file from start to serving.
+
+``up [FILE]`` reads a workload (:mod:`cascadeserve.workload`) and runs, as the individual commands with
+``--workload`` would, ``profile measure`` when the profile is missing or stale, ``plan`` when the plan is, then
+``serve``; the profile, plan and hashes live in ``.cascadeserve/`` beside the file (``--state-dir``). Once the server
+listens it prints the endpoint and a ``curl`` line that sends the first validation input. ``init [DIR]`` writes a
+commented example workload; ``workload schema`` prints the JSON schema and ``workload check`` validates a file.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from cascadeserve.cli import plan as _plan_cmd  # noqa: F401  (registers the commands up runs)
+from cascadeserve.cli import profile as _profile_cmd  # noqa: F401
+from cascadeserve.cli import serve as serve_cmd
+from cascadeserve.cli.defaults import STATE_DIR
+from cascadeserve.cli.root import app, console, err_console, print_json
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.workload import DEFAULT_FILE, LoadedWorkload, StateDir, load_workload, workload_json_schema
+from cascadeserve.workload.example import EXAMPLE
+
+__all__ = ["init", "up", "workload_app"]
+
+workload_app = typer.Typer(help="The workload file: its JSON schema, or check a file.", no_args_is_help=True)
+app.add_typer(workload_app, name="workload")
+
+FileArg = Annotated[Path, typer.Argument(help=f"Workload file, or the folder holding {DEFAULT_FILE}.")]
+
+
+@app.command("up")
+def up(
+    file: FileArg = Path(DEFAULT_FILE),
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Where the profile, plan and hashes go (default: .cascadeserve/ beside FILE).")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Address to bind (default: the workload's serve.host).")] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port (default: the workload's serve.port; 0: any).")] = None,
+    serve: Annotated[
+        bool, typer.Option("--serve/--no-serve", help="Serve after profiling and planning (--no-serve: stop there).")
+    ] = True,
+) -> None:
+    """Profile (if missing or stale), plan (if stale) and serve a workload; Ctrl-C stops the server."""
+    workload = load_workload(file)
+    workload.add_pythonpath()
+    state = StateDir.of(workload, state_dir)
+    base = ["--workload", str(workload.path)]
+    models = str(state.models_config())
+    reset = STATE_DIR.set(state.root)  # the commands run below take their defaults from this state folder
+    try:
+        _run_phases(workload, state, base, models, host, port, serve)
+    finally:
+        STATE_DIR.reset(reset)
+
+
+def _run_phases(
+    workload: LoadedWorkload, state: StateDir, base: list[str], models: str, host: str | None, port: int | None,
+    serve: bool,
+) -> None:
+    """Profile and plan what is stale, then serve (``up``'s body)."""
+    skipped = []
+    if state.up_to_date("profile"):
+        skipped.append("profile up to date")
+    else:
+        _phase(1, f"profiling {workload.spec.name} into {state.profile}")
+        shutil.rmtree(state.profile, ignore_errors=True)  # ours: a stale profile is measured again in full
+        _invoke(["profile", "measure", *base, "--models", models, "--out", str(state.profile), "--fresh"])
+        state.record("profile")
+    if state.up_to_date("plan"):
+        skipped.append("plan up to date")
+    else:
+        _phase(2, f"planning {workload.spec.slo} on {workload.spec.devices.count} device(s) into {state.plan}")
+        _invoke(["plan", *base, "--profile", str(state.profile), "--out", str(state.plan)])
+        state.record("plan")
+    if skipped:
+        console.print(", ".join(skipped), highlight=False)
+    if not serve:
+        return
+    _phase(3, "serving (Ctrl-C stops)")
+    args = ["serve", *base, "--profile", str(state.profile), "--plan", str(state.plan), "--models", models]
+    args += [*(["--host", host] if host else []), *(["--port", str(port)] if port is not None else [])]
+    token = serve_cmd.ON_LISTENING.set(lambda url: _print_endpoint(workload, state, url))
+    try:
+        _invoke(args)
+    finally:
+        serve_cmd.ON_LISTENING.reset(token)
+
+
+def _phase(n: int, what: str) -> None:
+    console.print(f"[bold]\\[{n}/3][/] {what}", highlight=False, soft_wrap=True)
+
+
+def _invoke(args: list[str]) -> None:
+    """Run one cascadeserve command in this process, as if typed (its errors propagate as they are)."""
+    command = typer.main.get_command(app)
+    rv = command.main(args=args, prog_name="cascadeserve", standalone_mode=False)
+    if isinstance(rv, int) and rv != 0:
+        raise typer.Exit(rv)
+
+
+def _print_endpoint(workload: LoadedWorkload, state: StateDir, url: str) -> None:
+    """The endpoint and a ``curl`` line that sends the first validation input."""
+    name = workload.spec.name
+    endpoint = f"{url}/v2/models/{name}/infer"
+    console.print(f"endpoint: {endpoint}", highlight=False, soft_wrap=True)
+    body = json.dumps(first_request(workload, state))
+    auth = workload.spec.serve.auth_token_env
+    header = f' -H "authorization: Bearer ${auth}"' if auth else ""
+    console.print(
+        f"try: curl -s {endpoint} -H 'content-type: application/json'{header} -d {shlex.quote(body)}",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
+
+
+def first_request(workload: LoadedWorkload, state: StateDir | None = None) -> dict[str, Any]:
+    """A V2 inference request with the workload's first validation input (what ``up``'s curl line sends)."""
+    from cascadeserve.models import load_models_config, load_validation
+
+    cfg = load_models_config((state or StateDir.of(workload)).models_config())
+    row = load_validation(workload.validation(), limit=1).inputs[0]
+    spec = cfg.input
+    if spec.datatype == "BYTES":
+        data: list[Any] = [row if isinstance(row, str) else str(row)]
+        shape = [1]
+    else:
+        arr = np.asarray(row).reshape(-1)
+        data = arr.tolist()
+        shape = [1, *spec.shape[1:]] if len(spec.shape) > 1 else [1]
+    return {"inputs": [{"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": data}]}
+
+
+@app.command("init")
+def init(
+    directory: Annotated[Path, typer.Argument(help=f"Folder to write {DEFAULT_FILE} into.")] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help=f"Overwrite an existing {DEFAULT_FILE}.")] = False,
+) -> None:
+    """Write a commented example workload (the digits family, trained on first use) and print the next steps."""
+    path = directory / DEFAULT_FILE
+    if path.exists() and not force:
+        raise CascadeServeError(f"{path} exists; --force overwrites it")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(EXAMPLE, encoding="utf-8")
+    except OSError as e:
+        raise CascadeServeError(f"{path}: cannot write it ({e.strerror or e})") from None
+    target = "" if directory == Path(".") else f" {directory}"
+    console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+    console.print(
+        "next:\n"
+        f"  cascadeserve up{target}        # profile, plan and serve it (then try the curl line it prints)\n"
+        f"  edit {path}  # your models, validation data, devices, SLO and load (docs/workloads.md)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@workload_app.command("schema")
+def schema() -> None:
+    """Print the workload file's JSON schema."""
+    print_json(workload_json_schema())
+
+
+@workload_app.command("check")
+def check(
+    file: FileArg = Path(DEFAULT_FILE),
+    state_dir: Annotated[Path | None, typer.Option(help="The state folder to report on.")] = None,
+) -> None:
+    """Validate a workload file and say whether its profile and plan are up to date."""
+    workload = load_workload(file)
+    workload.add_pythonpath()
+    state = StateDir.of(workload, state_dir)
+    says = f"{workload.path}: ok ({workload.spec.name}: {workload.spec.slo})"
+    err_console.print(says, highlight=False, soft_wrap=True)
+    for step in ("profile", "plan"):
+        console.print(f"{step}: {'up to date' if state.up_to_date(step) else 'to be made'}", highlight=False)

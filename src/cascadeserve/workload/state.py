@@ -1,0 +1,199 @@
+"""The workload's state folder (``.cascadeserve/`` beside the workload file) and what keeps it up to date.
+
+``up`` writes the profile to ``profile/``, the plan to ``plan.json`` and, for an inline models config,
+``models.yaml``. ``state.json`` records, per step, a hash of the step's inputs and one of its output:
+
+* profile: the models config, the files its references name (size and modification time), the source files of the
+  modules its ``module:function`` references name, the validation data (content, or the built-in set's name) and
+  the profile options;
+* plan: the profile's output hash, the SLO, the devices, the load (``max_qps``, ``trace``) and the plan options.
+
+A step is up to date when both hashes match: changed inputs make it stale, and so does an output that something
+else rewrote (``plan --workload`` writes the same ``plan.json``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cascadeserve.errors import CascadeServeError
+from cascadeserve.workload.loader import LoadedWorkload
+
+__all__ = ["StateDir", "file_digest", "tree_stamp"]
+
+_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_CHUNK = 1 << 20
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's content."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_stamp(path: Path) -> list[Any]:
+    """Size and modification time of a file, or of every file under a folder (a cheap change detector)."""
+    if path.is_file():
+        st = path.stat()
+        return [path.name, st.st_size, st.st_mtime_ns]
+    if path.is_dir():
+        return [tree_stamp(p) for p in sorted(path.rglob("*")) if p.is_file()]
+    return [str(path), None]
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _module_stamp(ref: str) -> list[Any]:
+    """The source file of ``module`` in a ``module:function`` reference (not imported when it is top level)."""
+    module = ref.split(":", 1)[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    origin = None if spec is None else spec.origin
+    return [ref, tree_stamp(Path(origin)) if origin and Path(origin).is_file() else None]
+
+
+@dataclass(frozen=True)
+class StateDir:
+    """Where ``up`` keeps a workload's profile, plan and hashes."""
+
+    workload: LoadedWorkload
+    root: Path
+
+    @classmethod
+    def of(cls, workload: LoadedWorkload, state_dir: Path | None = None) -> StateDir:
+        return cls(workload, (state_dir or workload.base_dir / ".cascadeserve").resolve())
+
+    @property
+    def profile(self) -> Path:
+        return self.root / "profile"
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    def models_config(self) -> Path:
+        """The models config file: the one the workload names, or its inline config written to ``models.yaml``
+        here with relative file references made absolute (so they still resolve against the workload's folder)."""
+        models = self.workload.spec.models
+        if isinstance(models, str):
+            return self.workload.resolve(models)
+        raw = dict(self.workload.raw["models"])
+        raw["models"] = [self._absolute_ref(m) for m in raw.get("models", [])]
+        text = yaml.safe_dump(raw, sort_keys=False)
+        out = self.root / "models.yaml"
+        if not out.is_file() or out.read_text(encoding="utf-8") != text:  # same text: keep the mtime
+            self._mkdir()
+            out.write_text(text, encoding="utf-8")
+        return out
+
+    def _absolute_ref(self, model: Any) -> Any:
+        if not isinstance(model, dict) or not isinstance(model.get("ref"), str) or _REF.match(model["ref"]):
+            return model
+        return {**model, "ref": str(self.workload.resolve(model["ref"]))}
+
+    def _mkdir(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CascadeServeError(f"--state-dir: cannot create {self.root} ({e.strerror or e})") from None
+
+    # hashes -------------------------------------------------------------------------------------------------
+
+    def profile_inputs(self) -> str:
+        from cascadeserve.models.config import read_models_yaml
+
+        cfg_path = self.models_config()
+        raw = read_models_yaml(cfg_path)
+        stamps: list[Any] = []
+        for m in raw.get("models", []) if isinstance(raw, dict) and isinstance(raw.get("models"), list) else []:
+            for ref in _refs(m):
+                stamps.append(_module_stamp(ref) if _REF.match(ref) else tree_stamp(cfg_path.parent / ref))
+        validation = self.workload.validation()
+        data = file_digest(Path(validation)) if Path(validation).is_file() else validation
+        spec = self.workload.spec
+        return _hash(
+            {"models": raw, "refs": stamps, "validation": data, "options": spec.profile.model_dump(), "name": spec.name}
+        )
+
+    def profile_output(self) -> str | None:
+        return _hash(tree_stamp(self.profile)) if (self.profile / "profile.yaml").is_file() else None
+
+    def plan_inputs(self) -> str:
+        spec = self.workload.spec
+        return _hash(
+            {
+                "profile": self.profile_output(),
+                "slo": spec.slo.model_dump(),
+                "devices": spec.devices.model_dump(),
+                "max_qps": spec.max_qps,
+                "trace": self.workload.trace(),
+                "trace_stamp": tree_stamp(Path(t)) if (t := self.workload.trace()) and Path(t).exists() else None,
+                "options": spec.plan.model_dump(),
+            }
+        )
+
+    def plan_output(self) -> str | None:
+        return file_digest(self.plan) if self.plan.is_file() else None
+
+    # the record ----------------------------------------------------------------------------------------------
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            doc = json.loads(self.state_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def up_to_date(self, step: str) -> bool:
+        """Whether ``step`` (``profile`` or ``plan``) has a recorded run whose inputs and output are unchanged."""
+        rec = self._read().get(step)
+        if not isinstance(rec, dict):
+            return False
+        inputs, output = (
+            (self.profile_inputs(), self.profile_output())
+            if step == "profile"
+            else (self.plan_inputs(), self.plan_output())
+        )
+        return output is not None and rec.get("inputs") == inputs and rec.get("output") == output
+
+    def record(self, step: str) -> None:
+        """Record that ``step`` was just made from the current inputs."""
+        inputs, output = (
+            (self.profile_inputs(), self.profile_output())
+            if step == "profile"
+            else (self.plan_inputs(), self.plan_output())
+        )
+        doc = self._read()
+        doc[step] = {"inputs": inputs, "output": output}
+        self._mkdir()
+        self.state_file.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+
+def _refs(model: Any) -> list[str]:
+    """Every reference a model entry of a models config names: ``ref``, ``preprocess.function``, ``postprocess``."""
+    if not isinstance(model, dict):
+        return []
+    out = [model.get("ref"), model.get("postprocess")]
+    pre = model.get("preprocess")
+    if isinstance(pre, dict):
+        out.append(pre.get("function"))
+    return [r for r in out if isinstance(r, str)]

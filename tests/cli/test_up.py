@@ -1,0 +1,76 @@
+"""``cascadeserve init`` then ``cascadeserve up`` on the example workload: real models (the digits family) profiled,
+planned and served on 127.0.0.1, a request answered, Ctrl-C stops it; a second ``up`` skips profiling and planning."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cascadeserve.cli import run
+from cascadeserve.cli.up import first_request
+from cascadeserve.workload import StateDir, load_workload
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, bound_s: float) -> None:
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "up exited before serving"
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"up did not serve within {bound_s} s")
+
+
+def test_init_then_up_serves_the_example_and_a_second_up_skips_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    d = tmp_path / "w"
+    assert run(["init", str(d)]) == 0
+    assert f"cascadeserve up {d}" in capsys.readouterr().out
+    assert run(["init", str(d)]) == 2  # never overwritten without --force
+
+    port = _port()
+    log = tmp_path / "up.log"
+    cmd = [sys.executable, "-c", "from cascadeserve.cli import main; main()", "up", str(d), "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(proc, url, bound_s=400)  # profiling and planning on a busy 2-core machine
+        request = first_request(load_workload(d))
+        r = httpx.post(f"{url}/v2/models/digits/infer", json=request, timeout=60)
+        assert r.status_code == 200, r.text
+        outputs = {o["name"]: o["data"] for o in r.json()["outputs"]}
+        assert outputs["label"][0] in range(10) and outputs["model"][0] in ("logreg", "cnn-small", "cnn-wide")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(60)
+    text = log.read_text()
+    assert rc == 0, text
+    assert "[1/3] profiling digits" in text and "[2/3] planning p95 ≤ 100 ms" in text
+    assert f"endpoint: {url}/v2/models/digits/infer" in text and f"try: curl -s {url}/v2/models/digits/infer" in text
+    assert "stopped" in text and "Traceback" not in text
+
+    state = StateDir.of(load_workload(d))
+    plan_mtime = state.plan.stat().st_mtime_ns
+    assert run(["up", str(d), "--no-serve"]) == 0
+    assert "profile up to date, plan up to date" in capsys.readouterr().out
+    assert state.plan.stat().st_mtime_ns == plan_mtime

@@ -1,0 +1,69 @@
+"""The state folder's hashes: a step is up to date until its inputs change or its output is rewritten."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cascadeserve.profile import Profile, save_profile
+from cascadeserve.workload import StateDir, load_workload
+
+WORKLOAD = """\
+name: toy
+models: models.yaml
+validation: val.csv
+devices: {count: 1, memory_mb: 1000}
+slo: {p95_ms: 50}
+max_qps: 100
+"""
+MODELS = "models:\n  - {name: m0, adapter: sklearn, ref: m0.pkl}\n"
+
+
+def _workload(d: Path, body: str = WORKLOAD) -> StateDir:
+    (d / "cascadeserve.yaml").write_text(body)
+    return StateDir.of(load_workload(d))
+
+
+def _touch_later(path: Path) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def test_profile_and_plan_go_stale_on_their_inputs_and_outputs(toy_profile: Profile, tmp_path: Path) -> None:
+    (tmp_path / "models.yaml").write_text(MODELS)
+    (tmp_path / "m0.pkl").write_bytes(b"weights")
+    (tmp_path / "val.csv").write_text("sample_id,label,x\n0,1,0.5\n")
+    state = _workload(tmp_path)
+    assert state.root == tmp_path / ".cascadeserve"
+    assert not state.up_to_date("profile") and not state.up_to_date("plan")  # nothing made yet
+
+    save_profile(toy_profile, state.profile)
+    state.record("profile")
+    state.plan.write_text("{}")
+    state.record("plan")
+    assert state.up_to_date("profile") and state.up_to_date("plan")
+
+    _touch_later(tmp_path / "m0.pkl")  # a model file the config names changed
+    assert not state.up_to_date("profile")
+    state.record("profile")
+    (tmp_path / "val.csv").write_text("sample_id,label,x\n0,0,0.5\n")  # the validation data changed
+    assert not state.up_to_date("profile")
+    state.record("profile")
+    assert state.up_to_date("profile") and state.up_to_date("plan")  # the profile's output is the same files
+
+    state = _workload(tmp_path, WORKLOAD.replace("p95_ms: 50", "p95_ms: 60"))  # another SLO: plan again
+    assert state.up_to_date("profile") and not state.up_to_date("plan")
+    state.record("plan")
+    state.plan.write_text('{"rewritten": true}')  # something else rewrote the plan
+    assert not state.up_to_date("plan")
+
+
+def test_an_inline_models_config_is_written_with_absolute_file_refs(tmp_path: Path) -> None:
+    inline = "models:\n  models:\n    - {name: m0, adapter: sklearn, ref: w/m0.pkl}"
+    body = WORKLOAD.replace("models: models.yaml", inline)
+    state = _workload(tmp_path, body)
+    written = state.models_config()
+    assert written == state.root / "models.yaml"
+    assert f"ref: {tmp_path / 'w' / 'm0.pkl'}" in written.read_text()
+    mtime = written.stat().st_mtime_ns
+    assert state.models_config() == written and written.stat().st_mtime_ns == mtime  # unchanged: not rewritten
