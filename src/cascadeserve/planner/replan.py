@@ -40,6 +40,7 @@ def replan(profile: Profile, plan: GearPlan, weights: Sequence[float] | np.ndarr
         audit_fraction=plan.audit_fraction,
         max_busy=plan.max_busy,
         backend=plan.backend,  # a re-plan of a Ray plan pays the same process hops
+        qps_min_arrivals=plan.qps_min_arrivals,  # the deployment's QPS meter, which the plan's checks assume
     )
     planner.fit(profile, plan.devices, plan.slo, plan.max_qps)
     assert planner.plan_ is not None
