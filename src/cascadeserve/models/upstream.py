@@ -171,6 +171,11 @@ class UpstreamAdapter(Adapter):
             self._client.close()
         self._client, self._pool, self.loaded = None, None, False
 
+    @property
+    def device_used(self) -> str:
+        """Where the stage runs (the profile's device line)."""
+        return f"upstream {self.options.base_url}"
+
     def memory_mb(self) -> float | None:
         return 0.0  # nothing is placed on this machine's devices
 
