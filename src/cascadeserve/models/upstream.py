@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -146,8 +147,13 @@ class UpstreamAdapter(Adapter):
         self.listeners: list[Listener] = []
         self._client: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._loading = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        with self._loading:  # two device threads may ask at once: one client and one pool, so one limit
+            super().load()
+
     def _load(self) -> None:
         o = self.options
         headers = {}
