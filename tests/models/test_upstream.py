@@ -25,7 +25,7 @@ from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.profile.llm_side import read_calibration
 
 SECRET = "sk-test-5f1e0c7d-never-shown"
-ASK = [encode_item(LLMItem("The capital of France is")), encode_item(LLMItem("Two plus two equals"))]
+ASK = [encode_item(LLMItem("The capital of France is"))]
 REVIEW = LLMItem("Review: a warm, funny and moving film.\nSentiment:", (" negative", " positive"))
 
 
@@ -44,7 +44,7 @@ def adapters() -> Iterator[list[UpstreamAdapter]]:
 
 
 def _remote(made: list[UpstreamAdapter], url: str, model: str = "up", **options: object) -> UpstreamAdapter:
-    a = UpstreamAdapter(REMOTE, url, model, max_new_tokens=8, **options)  # type: ignore[arg-type]
+    a = UpstreamAdapter(REMOTE, url, model, max_new_tokens=4, **options)  # type: ignore[arg-type]
     made.append(a)
     return a
 
@@ -52,7 +52,7 @@ def _remote(made: list[UpstreamAdapter], url: str, model: str = "up", **options:
 def test_generation_through_the_upstream_is_the_local_stages(
     upstream: Server, smollm: LLMAdapter, adapters: list[UpstreamAdapter]
 ) -> None:
-    want = smollm.answer([LLMItem("The capital of France is"), LLMItem("Two plus two equals")])
+    want = smollm.answer([LLMItem("The capital of France is")], max_new_tokens=4)
     for endpoint in ("completions", "chat"):  # a single user message: the upstream's stage sees the same prompt
         got = _remote(adapters, upstream.url, endpoint=endpoint)(ASK)
         assert isinstance(got, Generated)
@@ -83,7 +83,7 @@ def test_retries_only_what_is_safe_to_repeat(adapters: list[UpstreamAdapter]) ->
     busy = FakeUpstream(fail=(503, 429))
     with fake_upstream(busy) as url:
         out = _remote(adapters, url, "m", retries=2, backoff_s=0.01)(ASK[:1])
-    assert isinstance(out, Generated) and out.outputs[0].text == "ok 8" and busy.calls == 3
+    assert isinstance(out, Generated) and out.outputs[0].text == "ok 4" and busy.calls == 3
     np.testing.assert_allclose(out.certainties, [np.exp(-0.25)])
     for fail, retries, calls in (((400,), 3, 1), ((503, 503, 503), 1, 2)):
         fake = FakeUpstream(fail=fail)
@@ -106,7 +106,7 @@ def test_concurrency_limit_per_upstream(adapters: list[UpstreamAdapter]) -> None
         remote = _remote(adapters, url, "m", max_concurrency=2)
         results: list[object] = []
         # two device threads sending a batch of 6 each at once: still at most 2 requests in flight
-        threads = [threading.Thread(target=lambda: results.append(remote(ASK * 3))) for _ in range(2)]
+        threads = [threading.Thread(target=lambda: results.append(remote(ASK * 6))) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
