@@ -116,7 +116,9 @@ def _common(body: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:
     if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t != 0:
         raise OpenAIError(f"temperature: decoding is greedy, give 0 or leave it out (got {t!r})", param="temperature")
     cap = body.get("max_completion_tokens", body.get("max_tokens"))
-    echo = body.get("echo", False) is True
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise OpenAIError(f"echo: expected true or false, got {echo!r}", param="echo")
     if echo and cap != 0:  # the prompt's log-probabilities (how a client scores a continuation), nothing generated
         raise OpenAIError("echo: served only with max_tokens 0 (the prompt's log-probabilities)", param="echo")
     if not echo and cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
@@ -218,8 +220,6 @@ def parse_completion(body: Any) -> tuple[str, str, dict[str, Any]]:
     if not isinstance(body, dict):
         raise OpenAIError("the body must be a JSON object")
     params = _common(body, _COMPLETION_FIELDS)
-    if body.get("echo") not in (None, False, True):
-        raise OpenAIError(f"echo: expected true or false, got {body.get('echo')!r}", param="echo")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise OpenAIError("model: required, the name of the served cascade", param="model")
