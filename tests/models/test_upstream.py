@@ -133,7 +133,7 @@ def test_the_api_key_is_sent_and_never_shown(
     shown = [str(e.value), repr(e.value), str(e2.value), repr(remote), repr(remote.options), caplog.text]
     assert all(SECRET not in s for s in shown) and "CASCADESERVE_TEST_UPSTREAM_KEY" in repr(remote.options)
     monkeypatch.delenv("CASCADESERVE_TEST_UPSTREAM_KEY")
-    with pytest.raises(ModelLoadError, match="CASCADESERVE_TEST_UPSTREAM_KEY.*not set"):
+    with pytest.raises(ModelLoadError, match=r"CASCADESERVE_TEST_UPSTREAM_KEY.*not set"):
         _remote(adapters, url, "m", api_key_env="CASCADESERVE_TEST_UPSTREAM_KEY").load()
 
 
