@@ -26,6 +26,10 @@ the weights dequantised in numpy), so the first load saves the converted model a
 safetensors) under the user cache directory (:func:`default_cache`), keyed by the file's path, size and time, and
 later loads read that copy in a few seconds; ``cache=None`` turns this off.
 
+:meth:`LocalLLM.prompt_logprobs` gives a raw text's per-token log-probabilities (OpenAI's ``echo`` with
+``logprobs``: how an upstream client scores an option), and generations carry each step's token text and its
+:data:`TOP_LOGPROBS` likeliest alternatives, which the OpenAI front end returns as ``logprobs``.
+
 :meth:`LocalLLM.time_costs` measures the cost model that the profiler records: prefill ms per prompt token and
 decode ms per step, for a batch size.
 """

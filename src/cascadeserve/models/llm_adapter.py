@@ -17,7 +17,9 @@ token counts, and the stage's certainty in each, the generation signal named by 
 (``mean-logprob`` by default; :mod:`cascadeserve.profile.llm_certainty`), through the logistic fit of a
 profile's ``llm/calibration.json`` when the ``calibration`` option names that file, so that the thresholds a
 plan set on the profile's (calibrated) certainty mean the same when serving. A batch must be all scoring or all
-generation items.
+generation items. A row with ``"echo": true`` (the OpenAI front end's ``echo``) gets its prompt's token
+log-probabilities (:meth:`LocalLLM.prompt_logprobs`) with certainty 1: a measurement that no later stage could
+improve on.
 
 In a models config: ``adapter: llm``, ``ref`` a ``.gguf`` file, a model directory, or a ``module:factory`` that
 returns one (``cascadeserve.models.families.llm:smollm2_135m``), and ``options`` any of :class:`LocalLLM`'s

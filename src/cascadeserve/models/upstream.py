@@ -63,7 +63,7 @@ from cascadeserve.errors import UpstreamError
 from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import Generated, ModelLoadError, TextOutput
 from cascadeserve.models.llm import Generation
-from cascadeserve.models.llm_adapter import _calibration, _requested_cap, option_probabilities
+from cascadeserve.models.llm_adapter import _calibration, _echo_rows, _requested_cap, option_probabilities
 from cascadeserve.models.llm_prompts import LLMItem, decode_item
 from cascadeserve.profile.llm_certainty import GENERATION_SIGNALS, generation_signals
 
@@ -333,6 +333,8 @@ class UpstreamAdapter(Adapter):
     def __call__(self, batch: Any) -> np.ndarray | Generated:  # type: ignore[override]
         """Served: option probabilities for scoring items, :class:`Generated` answers for generation items."""
         items = self.items(batch)
+        if any(_echo_rows(batch)):  # would need the upstream's echo passed through; not served (a clear failure)
+            raise ValueError(f"model {self.name!r}: an upstream stage does not answer echo requests")
         if all(it.options is None for it in items):
             return self.answer(items, _requested_cap(batch))
         return self.predict(batch)

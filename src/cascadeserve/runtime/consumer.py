@@ -23,9 +23,10 @@ measures. A batch whose model raised reports nothing (how long a failure took sa
 
 A model that raises fails only its own rows: the consumer reruns the batch one row at a time (on that failure path
 only), so a poison row fails alone (or falls back to an earlier stage's answer, flagged) while the rows that shared
-its batch are served. Rows whose scores come back NaN or Inf fail (or fall back) the same way, and an error while
-applying a batch's results answers every row not yet answered or sent on: no request of a batch can be left
-hanging.
+its batch are served. An upstream stage that fails (down, an error, a timeout) fails every row alike, so its batch
+falls back (or fails with 502/504) at once: the stage-failure rule of :mod:`cascadeserve.policy.failure` decides.
+Rows whose scores come back NaN or Inf fail (or fall back) as a raising model's rows do, and an error while applying
+a batch's results answers every row not yet answered or sent on: no request of a batch can be left hanging.
 
 With online threshold tuning on (``Generation.tuning``), :meth:`~cascadeserve.runtime.tuning.ServingTuning.on_batch`
 first extends each row's trail and feeds the whole records; an audited early exit is answered first and then a
