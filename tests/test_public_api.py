@@ -16,7 +16,14 @@ from cascadeserve.errors import CascadeServeError, InfeasibleError, PlanError, P
 
 EXPECTED: dict[str, list[str]] = {
     "cascadeserve": ["__version__"],
-    "cascadeserve.errors": ["CascadeServeError", "InfeasibleError", "PlanError", "ProfileError", "TraceError"],
+    "cascadeserve.errors": [
+        "CascadeServeError",
+        "InfeasibleError",
+        "PlanError",
+        "ProfileError",
+        "TraceError",
+        "UpstreamError",
+    ],
     "cascadeserve.profile": [
         "CERTAINTY_FUNCTIONS",
         "CertaintyFn",
@@ -72,8 +79,10 @@ EXPECTED: dict[str, list[str]] = {
         "write_signals",
         "write_tokens",
     ],
-    "cascadeserve.models.llm": ["Generation", "LocalLLM", "default_cache"],
+    "cascadeserve.models.llm": ["TOP_LOGPROBS", "Generation", "LocalLLM", "default_cache"],
     "cascadeserve.models.llm_adapter": ["LLMAdapter", "option_probabilities"],
+    "cascadeserve.models.upstream": ["RETRY_STATUSES", "UpstreamAdapter", "UpstreamOptions"],
+    "cascadeserve.policy.failure": ["FailureKind", "StageFailureDecision", "on_stage_failure"],
     "cascadeserve.profile.profile": ["ModelProfile", "Profile"],
     "cascadeserve.profile.runtime": ["RuntimeCurve"],
     "cascadeserve.cascade": [

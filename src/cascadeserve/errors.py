@@ -15,6 +15,7 @@ __all__ = [
     "PlanError",
     "ProfileError",
     "TraceError",
+    "UpstreamError",
 ]
 
 
@@ -66,3 +67,14 @@ class TraceError(_LocatedError):
 
 class InfeasibleError(CascadeServeError):
     """The SLO cannot be met on the given hardware (raised by the planner, in the user's terms)."""
+
+
+class UpstreamError(CascadeServeError):
+    """An upstream stage (a remote OpenAI-compatible server) failed a batch: it could not be reached
+    (``kind="connect"``), did not answer within its timeout (``"timeout"``), answered an HTTP error (``"status"``,
+    with ``status``) or an answer that is not what the API promises (``"protocol"``). The message names the stage,
+    the server and the upstream's status and reason; it never holds an API key."""
+
+    def __init__(self, message: str, *, model: str, kind: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.model, self.kind, self.status = model, kind, status

@@ -112,6 +112,17 @@ def test_streaming_releases_only_the_answering_stages_text(server: Server) -> No
         ({"model": "other", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
         ({"model": "chat", "messages": [{"role": "user", "content": "x" * 40_000}]}, 413, "messages"),
         ({"messages": [{"role": "user", "content": "hi"}]}, 400, "model"),
+        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "logprobs": 3}, 400, "logprobs"),
+        (
+            {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 9},
+            400,
+            "top_logprobs",
+        ),
+        (
+            {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "stream": True},
+            400,
+            "logprobs",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(server: Server, body: dict[str, Any], status: int, param: str) -> None:
@@ -119,6 +130,12 @@ def test_bad_requests_name_the_field(server: Server, body: dict[str, Any], statu
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["param"] == param and err["message"]
+
+
+def test_echo_is_served_only_as_the_prompts_logprobs(server: Server) -> None:
+    for body in ({"echo": True, "max_tokens": 5}, {"echo": True}, {"echo": "yes", "max_tokens": 0}):
+        r = httpx.post(f"{server.url}/v1/completions", json={"model": "chat", "prompt": "hi", **body}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "echo", r.text
 
 
 def test_malformed_json_and_nothing_leaks(server: Server) -> None:

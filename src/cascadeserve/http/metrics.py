@@ -9,6 +9,14 @@ Exactly-once answering is visible as ``admitted_total == answered_total`` once t
 batch's run time (``cascadeserve_batch_seconds``) and its ratio to the profile's runtime at that size
 (``cascadeserve_batch_vs_profile``): a plan is only as good as its profile, and this shows where the serving
 hardware departs from it (on a GPU at low load, isolated batches ran 1.2-1.7x the profiler's back-to-back times).
+
+LLM stages: per answering model, the time to the first token of a generated answer
+(``cascadeserve_time_to_first_token_seconds``: admission to release, since a stage's answer is released whole once
+its certainty is known) and its output tokens per second over the request's latency
+(``cascadeserve_output_tokens_per_second``); per model, the requests it sent on to the next stage
+(``cascadeserve_escalations_total``). Upstream stages (``adapter: upstream``): every request attempt by outcome
+(``cascadeserve_upstream_requests_total{model,outcome}``: ok, connect_error, timeout, http_error, error,
+bad_response) and its latency (``cascadeserve_upstream_request_seconds{model}``).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _BATCH_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_TOKENS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 _RATIO_BUCKETS = (0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
@@ -80,6 +89,39 @@ class PrometheusObserver(NullObserver):
             registry=r,
         )
         self.exits_c = Counter("cascadeserve_exits", "Requests answered per cascade stage.", ["stage"], registry=r)
+        self.escalations_c = Counter(
+            "cascadeserve_escalations",
+            "Requests a model was unsure of, sent on to the next stage.",
+            ["model"],
+            registry=r,
+        )
+        self.ttft_h = Histogram(
+            "cascadeserve_time_to_first_token_seconds",
+            "Admission to the first token of a generated answer, per answering model.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens_h = Histogram(
+            "cascadeserve_output_tokens_per_second",
+            "Output tokens of a generated answer over its request's latency, per answering model.",
+            ["model"],
+            buckets=_TOKENS_BUCKETS,
+            registry=r,
+        )
+        self.upstream_c = Counter(
+            "cascadeserve_upstream_requests",
+            "Requests to upstream stages (OpenAI-compatible servers) per stage and outcome.",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.upstream_h = Histogram(
+            "cascadeserve_upstream_request_seconds",
+            "Latency of requests to upstream stages, per stage (every attempt).",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.switches_c = Counter("cascadeserve_gear_switches", "Gear switches by the producer.", registry=r)
         self.swaps_c = Counter("cascadeserve_plan_swaps", "Plan hot-swaps.", registry=r)
         self.threshold_c = Counter(
@@ -116,6 +158,12 @@ class PrometheusObserver(NullObserver):
             if ex is None:
                 ex = self._exits[answer.stage] = self.exits_c.labels(str(answer.stage))
             ex.inc()
+            out = answer.output
+            if out is not None and out.output_tokens > 0:  # a generated answer (scoring and echo have none)
+                seconds = now - req.arrival
+                self.ttft_h.labels(answer.model).observe(seconds)
+                if seconds > 0:
+                    self.tokens_h.labels(answer.model).observe(out.output_tokens / seconds)
         elif isinstance(error, DeadlineExceeded):
             self._outcomes["deadline"].inc()
         elif isinstance(error, ModelFailed):
@@ -142,7 +190,14 @@ class PrometheusObserver(NullObserver):
             planned_ms = float(curve.ms_at(event.size))
             if planned_ms > 0:
                 self.batch_vs_profile.labels(event.model).observe(seconds * 1000.0 / planned_ms)
+        if not event.failed and event.size > event.answered:
+            self.escalations_c.labels(event.model).inc(event.size - event.answered)
         self.stats.batch(event)
+
+    def upstream_request(self, model: str, outcome: str, seconds: float) -> None:
+        """One request attempt of an upstream stage (``models/upstream.py``'s listener; any thread)."""
+        self.upstream_c.labels(model, outcome).inc()
+        self.upstream_h.labels(model).observe(seconds)
 
     def tick(self, event: TickEvent) -> None:
         if event.switched:

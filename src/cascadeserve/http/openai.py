@@ -19,9 +19,15 @@ metrics and plan. The stage that answers is the cheapest one sure enough of its 
   answering stage's text as it is released (whole answers here: the local stages generate a batch at a time),
   then the finish chunk (with ``usage`` when ``stream_options.include_usage``), then ``data: [DONE]``.
 
+* ``logprobs`` (completions: 0-5 alternatives per token; chat: ``logprobs: true`` and ``top_logprobs`` 0-5) returns
+  the answering stage's token log-probabilities in OpenAI's shape (not with ``stream``). ``echo: true`` with
+  ``max_tokens: 0`` on ``/v1/completions`` returns the prompt's own token log-probabilities (the first stage
+  answers: a measurement has nothing to escalate), which is how a client, such as an upstream stage of another
+  cascadeserve, scores an option as a continuation.
+
 Bad input is a 400 naming the field (OpenAI's error shape: ``error.message``, ``error.type``, ``error.param``):
 no messages, an empty prompt, a role it does not know, ``n`` other than 1, a ``temperature`` above 0 (decoding is
-greedy), custom ``stop`` sequences, or a parameter this server does not serve (``tools``, ``logprobs``, ...); an
+greedy), custom ``stop`` sequences, or a parameter this server does not serve (``tools``, ...); an
 unknown model is a 404 and a prompt over the limit a 413 naming the limit.
 """
 
@@ -42,6 +48,7 @@ from starlette.routing import BaseRoute, Route
 from cascadeserve.http.clipper import ClipperLayer
 from cascadeserve.http.fastpath import disconnected
 from cascadeserve.http.v2 import ProtocolError
+from cascadeserve.models.base import TokenLogprobs
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
 
 __all__ = ["MAX_PROMPT_CHARS", "OpenAIError", "openai_routes", "parse_chat", "parse_completion"]
@@ -51,9 +58,13 @@ _ROLES = ("system", "user", "assistant", "developer")
 # accepted and honoured, or accepted as the only value they may take
 _CHAT_FIELDS = {
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-    "n", "user", "seed", "options", "timeout", "stop", "metadata", "store",
+    "n", "user", "seed", "options", "timeout", "stop", "metadata", "store", "logprobs", "top_logprobs",
 }  # fmt: skip
-_COMPLETION_FIELDS = (_CHAT_FIELDS - {"messages", "max_completion_tokens", "store", "metadata"}) | {"prompt", "echo"}
+_COMPLETION_FIELDS = (_CHAT_FIELDS - {"messages", "max_completion_tokens", "store", "metadata", "top_logprobs"}) | {
+    "prompt",
+    "echo",
+}
+_MAX_TOP = 5  # top_logprobs per token (the stages keep 5 alternatives; OpenAI's completions API allows 5 too)
 
 
 class _Served(Protocol):
@@ -105,7 +116,12 @@ def _common(body: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:
     if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t != 0:
         raise OpenAIError(f"temperature: decoding is greedy, give 0 or leave it out (got {t!r})", param="temperature")
     cap = body.get("max_completion_tokens", body.get("max_tokens"))
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise OpenAIError(f"echo: expected true or false, got {echo!r}", param="echo")
+    if echo and cap != 0:  # the prompt's log-probabilities (how a client scores a continuation), nothing generated
+        raise OpenAIError("echo: served only with max_tokens 0 (the prompt's log-probabilities)", param="echo")
+    if not echo and cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise OpenAIError(f"max_tokens: expected a positive integer, got {cap!r}", param="max_tokens")
     if body.get("stop") not in (None, [], ""):  # accepted only empty: the stages stop at their own stop strings
         raise OpenAIError("stop: custom stop sequences are not served; each stage stops at its own", param="stop")
@@ -125,13 +141,36 @@ def _common(body: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:
     so = body.get("stream_options") or {}
     if not isinstance(so, dict):
         raise OpenAIError("stream_options: expected an object", param="stream_options")
+    top = _top_logprobs(body)
+    if top is not None and stream:
+        raise OpenAIError("logprobs: not served with stream; ask without stream", param="logprobs")
     return {
         "max_tokens": cap,
+        "echo": echo,
+        "logprobs": top,
         "stream": stream,
         "options": options,
         "timeout": None if timeout is None else float(timeout),
         "usage": bool(so.get("include_usage", False)),
     }
+
+
+def _top_logprobs(body: Mapping[str, Any]) -> int | None:
+    """How many alternatives per token to report, or None for no log-probabilities. Completions: ``logprobs`` is
+    that number; chat: ``logprobs`` is true or false and ``top_logprobs`` the number."""
+    lp = body.get("logprobs")
+    if lp is None or lp is False:
+        return None
+    if "messages" in body:
+        if lp is not True:
+            raise OpenAIError(f"logprobs: expected true or false, got {lp!r}", param="logprobs")
+        lp = body.get("top_logprobs") or 0
+        param = "top_logprobs"
+    else:
+        param = "logprobs"
+    if isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= _MAX_TOP:
+        raise OpenAIError(f"{param}: expected an integer from 0 to {_MAX_TOP}, got {lp!r}", param=param)
+    return lp
 
 
 def _content(msg: Mapping[str, Any], i: int) -> str:
@@ -181,8 +220,6 @@ def parse_completion(body: Any) -> tuple[str, str, dict[str, Any]]:
     if not isinstance(body, dict):
         raise OpenAIError("the body must be a JSON object")
     params = _common(body, _COMPLETION_FIELDS)
-    if body.get("echo"):
-        raise OpenAIError("echo: not served", param="echo")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise OpenAIError("model: required, the name of the served cascade", param="model")
@@ -277,10 +314,13 @@ class _Front:
         if params["stream"]:
             events = _events(base, chat, text, finish, usage if params["usage"] else None)
             return StreamingResponse(events, media_type="text/event-stream", headers=_headers(answer))
+        top = params["logprobs"]
+        lps = None if top is None or out is None else out.logprobs
         if chat:
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+            choice["logprobs"] = None if lps is None else _chat_logprobs(lps, top)
         else:
-            choice = {"index": 0, "text": text, "logprobs": None}
+            choice = {"index": 0, "text": text, "logprobs": None if lps is None else _completion_logprobs(lps, top)}
         choice["finish_reason"] = finish
         obj = {**base, "object": "chat.completion" if chat else "text_completion", "choices": [choice], "usage": usage}
         return JSONResponse(obj, headers=_headers(answer))
@@ -290,7 +330,9 @@ class _Front:
         item: dict[str, Any] = {"prompt": prompt}
         if params["options"] is not None:
             item["options"] = params["options"]
-        if params["max_tokens"] is not None:
+        if params["echo"]:
+            item["echo"] = True
+        elif params["max_tokens"] is not None:
             item["max_new_tokens"] = params["max_tokens"]
         try:
             (req,) = api.layer.submit([json.dumps(item)], params["timeout"])
@@ -322,6 +364,31 @@ class _Front:
         if not 0 <= answer.label < len(options):
             raise OpenAIError(f"the cascade chose option {answer.label} of {len(options)}", 500)
         return str(options[answer.label])
+
+
+def _completion_logprobs(lps: TokenLogprobs, top: int) -> dict[str, Any]:
+    """OpenAI's completions ``logprobs`` object: tokens, their log-probs, the top alternatives, character offsets."""
+    tops = [dict(t[:top]) if t else None for t in lps.top] if top and lps.top else None
+    return {
+        "tokens": list(lps.tokens),
+        "token_logprobs": list(lps.logprobs),
+        "top_logprobs": tops,
+        "text_offset": list(lps.offsets),
+    }
+
+
+def _chat_logprobs(lps: TokenLogprobs, top: int) -> dict[str, Any]:
+    """OpenAI's chat ``logprobs`` object: one entry per token, each with its ``top_logprobs`` alternatives."""
+
+    def entry(token: str, lp: float | None) -> dict[str, Any]:
+        return {"token": token, "logprob": -9999.0 if lp is None else lp, "bytes": list(token.encode())}
+
+    tops = lps.top or tuple(() for _ in lps.tokens)
+    content = [
+        {**entry(t, lp), "top_logprobs": [entry(a, b) for a, b in alts[:top]]}
+        for t, lp, alts in zip(lps.tokens, lps.logprobs, tops, strict=True)
+    ]
+    return {"content": content}
 
 
 async def _events(

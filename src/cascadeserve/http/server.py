@@ -28,6 +28,7 @@ from cascadeserve.http.control import check_plan
 from cascadeserve.http.costs import CostCollector
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.replan import ReplanCollector
+from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.costs import CostSettings
 from cascadeserve.profile import Profile
@@ -101,6 +102,9 @@ def build_app(
 
     runtime = make(plan)
     runtime.tick_listeners.append(monitor.on_tick)
+    for m in models.models.values() if models is not None else ():
+        if isinstance(m, UpstreamAdapter):  # its requests, errors and latency (cascadeserve_upstream_*)
+            m.listeners.append(metrics.upstream_request)
     if emulate:
         index: Mapping[int, int] = {int(s): i for i, s in enumerate(profile.sample_ids.tolist())}
         served = ServedModel(name or profile.name, InputSpec(), True, index, check)

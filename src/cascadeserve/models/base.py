@@ -19,7 +19,16 @@ import numpy as np
 
 from cascadeserve.errors import CascadeServeError
 
-__all__ = ["EXTRAS", "Generated", "MissingExtraError", "Model", "ModelLoadError", "TextOutput", "require"]
+__all__ = [
+    "EXTRAS",
+    "Generated",
+    "MissingExtraError",
+    "Model",
+    "ModelLoadError",
+    "TextOutput",
+    "TokenLogprobs",
+    "require",
+]
 
 # module -> the extra that installs it
 EXTRAS: dict[str, str] = {
@@ -59,12 +68,27 @@ def require(module: str, *, model: str | None = None) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """Per-token log-probabilities of a text, as OpenAI's completions API reports them: each token's text, its
+    log-probability (``None`` where the model has no context to predict it: an echoed prompt's first token), the
+    most likely alternatives at that position (``top``: (token, log-prob) pairs, best first) and the token's
+    character offset in the text."""
+
+    tokens: tuple[str, ...]
+    logprobs: tuple[float | None, ...]
+    top: tuple[tuple[tuple[str, float], ...], ...] = ()
+    offsets: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TextOutput:
-    """One generated answer as the runtime hands it to the front end: the text and the tokens it cost."""
+    """One generated answer as the runtime hands it to the front end: the text and the tokens it cost, and its
+    tokens' log-probabilities where the stage reports them (what the OpenAI front end returns for ``logprobs``)."""
 
     text: str
     prompt_tokens: int = 0
     output_tokens: int = 0
+    logprobs: TokenLogprobs | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@
     input: {name: input, datatype: FP32, shape: [-1, 64]} # what HTTP clients send (``cascadeserve serve``)
     models:
       - name: logreg
-        adapter: torch                                    # callable | torch | sklearn | onnx | hf | llm
+        adapter: torch                                    # callable | torch | sklearn | onnx | hf | llm | upstream
         ref: cascadeserve.models.families.digits:load     # module:factory (called with kwargs), or a file path
         kwargs: {arch: logreg}
         memory_mb: 0.2                                    # optional hint; overrides what the profiler measures
@@ -16,6 +16,10 @@
         adapter: onnx
         ref: big.onnx                                     # relative paths are relative to this file
         options: {output: 0}                              # adapter-specific keyword arguments
+      - name: remote
+        adapter: upstream                                 # an OpenAI-compatible server (models/upstream.py)
+        ref: http://127.0.0.1:8000                        # its base URL
+        options: {model: my-llm, api_key_env: UPSTREAM_KEY, max_concurrency: 8}
 
 A ``ref`` of the form ``package.module:factory`` is imported and called with ``kwargs``; what it returns is
 handed to the adapter (a module, an estimator, a callable, or a path for onnx/hf). Anything else is a path.
@@ -58,6 +62,7 @@ from cascadeserve.models.adapters import (
 )
 from cascadeserve.models.base import ModelLoadError
 from cascadeserve.models.llm_adapter import LLMAdapter
+from cascadeserve.models.upstream import UpstreamAdapter
 
 __all__ = [
     "FactoryModelsConfig",
@@ -129,7 +134,7 @@ class InputConfig(_Strict):
 
 class ModelSpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[^/.][^/]*$")
-    adapter: Literal["callable", "torch", "sklearn", "onnx", "hf", "llm"]
+    adapter: Literal["callable", "torch", "sklearn", "onnx", "hf", "llm", "upstream"]
     ref: str = Field(min_length=1)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     memory_mb: float | None = Field(default=None, ge=0)
@@ -331,6 +336,11 @@ def build_model(spec: ModelSpec, base_dir: Path | None = None, *, default_thread
             return LLMAdapter(
                 name, path, loader=as_path if is_ref else None, device=spec.device, threads=threads, **opts
             )
+        if spec.adapter == "upstream":  # ref: the server's base URL (models/upstream.py)
+            if spec.preprocess is not None or spec.postprocess is not None:
+                raise ModelLoadError(f"model {name!r}: an upstream model takes no preprocess or postprocess")
+            base_url = str(opts.pop("base_url", spec.ref))
+            return UpstreamAdapter(name, base_url, str(opts.pop("model", "")), **opts)
         if spec.adapter == "onnx":
             return _Deferred(name, lambda: OnnxAdapter(name, as_path(), threads=threads, **opts), pre, post)
         return _Deferred(

@@ -26,6 +26,10 @@ the weights dequantised in numpy), so the first load saves the converted model a
 safetensors) under the user cache directory (:func:`default_cache`), keyed by the file's path, size and time, and
 later loads read that copy in a few seconds; ``cache=None`` turns this off.
 
+:meth:`LocalLLM.prompt_logprobs` gives a raw text's per-token log-probabilities (OpenAI's ``echo`` with
+``logprobs``: how an upstream client scores an option), and generations carry each step's token text and its
+:data:`TOP_LOGPROBS` likeliest alternatives, which the OpenAI front end returns as ``logprobs``.
+
 :meth:`LocalLLM.time_costs` measures the cost model that the profiler records: prefill ms per prompt token and
 decode ms per step, for a batch size.
 """
@@ -44,9 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from cascadeserve.models.base import ModelLoadError, require
+from cascadeserve.models.base import ModelLoadError, TokenLogprobs, require
 
-__all__ = ["Generation", "LocalLLM", "default_cache"]
+__all__ = ["TOP_LOGPROBS", "Generation", "LocalLLM", "default_cache"]
+
+TOP_LOGPROBS = 5  # alternatives kept per token (OpenAI's completions API allows at most 5 too)
 
 # end-of-turn markers of common chat formats; any that the vocabulary has also ends a generation
 _END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "</s>")
@@ -63,6 +69,8 @@ class Generation:
     first_token_margin: float
     prompt_tokens: int
     output_tokens: int
+    tokens: tuple[str, ...] = ()  # each step's token as text
+    top: tuple[tuple[tuple[str, float], ...], ...] = ()  # each step's TOP_LOGPROBS likeliest tokens, best first
 
 
 def default_cache() -> Path:
@@ -312,6 +320,8 @@ class LocalLLM:
         steps = len(out.logits)
         logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.logits], dim=1).cpu()  # [B, T, V]
         first = torch.softmax(out.logits[0].float(), dim=-1).topk(2, dim=-1).values.cpu()
+        best = logp.topk(TOP_LOGPROBS, dim=-1)  # what the OpenAI front end reports as top_logprobs
+        best_lp, best_ids = best.values.tolist(), best.indices.tolist()
         results: list[Generation] = []
         stops = set(self._stop_ids)
         for b, prompt_ids in enumerate(encoded):
@@ -330,8 +340,60 @@ class LocalLLM:
                     text = text[:cut]
                     break
             margin = float(first[b, 0] - first[b, 1])
-            results.append(Generation(text.strip(), tuple(lps), margin, len(prompt_ids), len(toks)))
+            pieces = tuple(self.tokenizer.decode([t]) for t in toks)
+            top = tuple(self._top(best_ids[b][t], best_lp[b][t]) for t in range(len(toks)))
+            results.append(Generation(text.strip(), tuple(lps), margin, len(prompt_ids), len(toks), pieces, top))
         return results
+
+    def _top(self, ids: Sequence[int], lps: Sequence[float]) -> tuple[tuple[str, float], ...]:
+        return tuple((self.tokenizer.decode([int(i)]), float(lp)) for i, lp in zip(ids, lps, strict=True))
+
+    # -- echo ------------------------------------------------------------------------------------------------
+    def prompt_logprobs(self, texts: Sequence[str]) -> list[TokenLogprobs]:
+        """Each text's tokens with their log-probabilities given the tokens before them (OpenAI's ``echo`` with
+        ``logprobs``): the raw text, no chat template; the first token has none (``None``) unless the tokenizer
+        adds a BOS token to condition it on. One forward pass over the batch."""
+        self.load()
+        if not texts:
+            return []
+        torch = self._torch
+        rows: list[list[int]] = []
+        kept: list[list[tuple[int, int]]] = []  # per text: (position in the row, character offset) of real tokens
+        for text in texts:
+            enc = self.tokenizer(
+                text, add_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True
+            )
+            ids = list(enc["input_ids"])[-self.max_length :]
+            cut = len(enc["input_ids"]) - len(ids)
+            special = list(enc["special_tokens_mask"])[cut:]
+            offsets = list(enc["offset_mapping"])[cut:]
+            rows.append(ids)
+            kept.append([(i, int(offsets[i][0])) for i in range(len(ids)) if not special[i]])
+        ids_t, mask, pos = self._batch(rows)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids_t, attention_mask=mask, position_ids=pos, use_cache=False).logits
+            logp = torch.log_softmax(logits.float(), dim=-1)
+        width = ids_t.shape[1]
+        out: list[TokenLogprobs] = []
+        for r, row in enumerate(rows):
+            pad = width - len(row)
+            toks: list[str] = []
+            lps: list[float | None] = []
+            offs: list[int] = []
+            tops: list[tuple[tuple[str, float], ...]] = []
+            for i, off in kept[r]:
+                toks.append(self.tokenizer.decode([row[i]]))
+                offs.append(off)
+                if i == 0:
+                    lps.append(None)
+                    tops.append(())
+                    continue
+                dist = logp[r, pad + i - 1]
+                lps.append(float(dist[row[i]]))
+                best = dist.topk(TOP_LOGPROBS)
+                tops.append(self._top(best.indices.tolist(), best.values.tolist()))
+            out.append(TokenLogprobs(tuple(toks), tuple(lps), tuple(tops), tuple(offs)))
+        return out
 
     # -- costs -----------------------------------------------------------------------------------------------
     def time_costs(self, batch_size: int, prompt_tokens: int, steps: int = 8) -> tuple[float, float]:

@@ -17,7 +17,9 @@ token counts, and the stage's certainty in each, the generation signal named by 
 (``mean-logprob`` by default; :mod:`cascadeserve.profile.llm_certainty`), through the logistic fit of a
 profile's ``llm/calibration.json`` when the ``calibration`` option names that file, so that the thresholds a
 plan set on the profile's (calibrated) certainty mean the same when serving. A batch must be all scoring or all
-generation items.
+generation items. A row with ``"echo": true`` (the OpenAI front end's ``echo``) gets its prompt's token
+log-probabilities (:meth:`LocalLLM.prompt_logprobs`) with certainty 1: a measurement that no later stage could
+improve on.
 
 In a models config: ``adapter: llm``, ``ref`` a ``.gguf`` file, a model directory, or a ``module:factory`` that
 returns one (``cascadeserve.models.families.llm:smollm2_135m``), and ``options`` any of :class:`LocalLLM`'s
@@ -34,12 +36,35 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.models.adapters import Adapter
-from cascadeserve.models.base import Generated, ModelLoadError, TextOutput
+from cascadeserve.models.base import Generated, ModelLoadError, TextOutput, TokenLogprobs
 from cascadeserve.models.llm import Generation, LocalLLM
 from cascadeserve.models.llm_prompts import GENERATION_STOP, LLMItem, decode_item
 from cascadeserve.profile.llm_certainty import GENERATION_SIGNALS, generation_signals
 
 __all__ = ["LLMAdapter", "option_probabilities"]
+
+
+def _echo_rows(batch: Any) -> list[bool]:
+    """Which JSON rows ask for their prompt's log-probabilities (``"echo": true``, the OpenAI front end's echo)."""
+    out: list[bool] = []
+    for raw in batch:
+        try:
+            doc = json.loads(raw.decode() if isinstance(raw, bytes | bytearray) else str(raw))
+        except ValueError:
+            doc = None
+        out.append(isinstance(doc, dict) and doc.get("echo") is True)
+    return out
+
+
+def _token_logprobs(
+    pieces: tuple[str, ...], logprobs: tuple[float, ...], top: tuple[tuple[tuple[str, float], ...], ...]
+) -> TokenLogprobs:
+    """A generation's tokens as OpenAI reports them (offsets: where each token starts in the joined tokens)."""
+    at, offsets = 0, []
+    for p in pieces:
+        offsets.append(at)
+        at += len(p)
+    return TokenLogprobs(pieces, logprobs, top, tuple(offsets))
 
 
 def _requested_cap(batch: Any) -> int | None:
@@ -167,9 +192,34 @@ class LLMAdapter(Adapter):
         """Served: option probabilities for a batch of scoring items, :class:`Generated` answers for generation
         items (the runtime's devices call this)."""
         items = self.items(batch)
+        echo = _echo_rows(batch)
+        if any(echo):
+            return self._with_echo(items, echo, _requested_cap(batch))
         if all(it.options is None for it in items):
             return self.answer(items, _requested_cap(batch))
         return self.predict(batch)
+
+    def _with_echo(self, items: Sequence[LLMItem], echo: Sequence[bool], cap: int | None) -> Generated:
+        """A batch with echo rows: each echo row gets its prompt's token log-probabilities (certainty 1: a
+        measurement, not an answer that a later stage could improve on), the other rows their generated answers."""
+        rest = [it for it, e in zip(items, echo, strict=True) if not e]
+        if any(it.options is not None for it in rest):
+            raise ValueError(f"model {self.name!r}: echo rows cannot share a batch with scoring items")
+        lps = iter(self.model.prompt_logprobs([it.prompt for it, e in zip(items, echo, strict=True) if e]))
+        gen = self.answer(rest, cap) if rest else Generated((), np.zeros(0))
+        answers = iter(zip(gen.outputs, gen.certainties.tolist(), strict=True))
+        outs: list[TextOutput] = []
+        certs: list[float] = []
+        for it, e in zip(items, echo, strict=True):
+            if e:
+                lp = next(lps)
+                outs.append(TextOutput(it.prompt, len(lp.tokens), 0, lp))
+                certs.append(1.0)
+            else:
+                out, cert = next(answers)
+                outs.append(out)
+                certs.append(cert)
+        return Generated(tuple(outs), np.asarray(certs, dtype=np.float64))
 
     def answer(self, items: Sequence[LLMItem], max_new_tokens: int | None = None) -> Generated:
         """Generated answers to generation items, with the stage's certainty in each; ``max_new_tokens`` lowers
@@ -180,7 +230,10 @@ class LLMAdapter(Adapter):
         certs = signal[self.signal]
         if self.calibration is not None:
             certs = self.calibration(certs)
-        outs = tuple(TextOutput(g.text, g.prompt_tokens, g.output_tokens) for g in gens)
+        outs = tuple(
+            TextOutput(g.text, g.prompt_tokens, g.output_tokens, _token_logprobs(g.tokens, g.token_logprobs, g.top))
+            for g in gens
+        )
         return Generated(outs, np.clip(np.nan_to_num(certs, nan=0.0), 0.0, 1.0))
 
     def memory_mb(self) -> float | None:

@@ -14,6 +14,12 @@ LLM side files (:mod:`cascadeserve.profile.llm_side`) are written on the way:
 * a certainty name prefixed ``calibrated-`` (``calibrated-mean-logprob``) uses that signal's logistic fit on this
   validation set (in-sample: the planner then reads thresholds as probabilities of being right).
 
+An upstream stage (:class:`~cascadeserve.models.upstream.UpstreamAdapter`, an OpenAI-compatible server) is
+measured the same way through its requests: predictions, every signal, the token counts its server reports for
+generation (none for scoring: there is no local tokenizer), and ``runtime_ms`` per batch size, the time a batch's
+requests take at the stage's ``max_concurrency`` (its capacity curve); it has no local token cost model
+(``llm/costs.json`` holds none for it) and no memory on this machine's devices.
+
 Costs: ``runtime_ms`` per batch size times the stage's real work on real items (``predict`` for scoring,
 ``generate`` up to the cap for generation), so today's planner works on the profile unchanged; the token cost
 model (prefill ms per prompt token and decode ms per step, per batch size) is timed on synthetic prompts of the
@@ -35,6 +41,7 @@ from cascadeserve.models.base import ModelLoadError
 from cascadeserve.models.dataset import ValidationSet
 from cascadeserve.models.llm_adapter import LLMAdapter, option_probabilities
 from cascadeserve.models.llm_prompts import TASK_GENERATION, TASK_SCORING, decode_item, is_correct
+from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.profile.llm_certainty import (
     GENERATION_SIGNALS,
     SCORING_SIGNALS,
@@ -99,7 +106,7 @@ def _median_ms(run: Callable[[], Any], warmup: int, repeats: int, budget_s: floa
 
 
 def measure_llm(
-    model: LLMAdapter,
+    model: LLMAdapter | UpstreamAdapter,
     validation: ValidationSet,
     out: str | Path,
     *,
@@ -120,7 +127,7 @@ def measure_llm(
     name = model.name
     steps = len(batch_sizes) + 2
     model.load()
-    llm = model.model
+    llm = model.model if isinstance(model, LLMAdapter) else None  # None: an upstream stage, no local tokenizer
     if progress:
         progress(name, "predict", 1, steps)
     items = [decode_item(x) for x in validation.inputs]
@@ -129,7 +136,8 @@ def measure_llm(
     output_tokens = np.zeros(n, dtype=np.int64)
     scored_tokens = np.zeros(n, dtype=np.int64)
     for i, it in enumerate(items):
-        prompt_tokens[i], scored_tokens[i] = llm.token_counts(it.prompt, it.options or ())
+        if llm is not None:
+            prompt_tokens[i], scored_tokens[i] = llm.token_counts(it.prompt, it.options or ())
     if task == TASK_SCORING:
         width = max(len(it.options or ()) for it in items)
         scores = np.concatenate(
@@ -146,6 +154,8 @@ def measure_llm(
         preds = correct.astype(np.int64)
         signals = generation_signals([g.token_logprobs for g in gens], [g.first_token_margin for g in gens])
         output_tokens[:] = [g.output_tokens for g in gens]
+        if llm is None:  # what the upstream reported (its usage)
+            prompt_tokens[:] = [g.prompt_tokens for g in gens]
         scored_tokens[:] = 0
         write_outputs(out, name, list(validation.sample_ids), [g.text for g in gens], list(correct))
         classes = 2
@@ -166,26 +176,29 @@ def measure_llm(
         batch = validation.take(np.arange(b) % n)
         work: Callable[[], Any] = partial(model.predict if task == TASK_SCORING else model.generate, batch)
         runtime[b] = _median_ms(work, warmup, repeats, budget_s)
+        if llm is None:  # an upstream's capacity is its batch times (at its concurrency); no token cost model here
+            continue
         llm.time_costs(b, typical, 1)  # warm-up at this shape
         runs = [llm.time_costs(b, typical, DECODE_STEPS) for _ in range(max(1, min(repeats, 3)))]
         prefill[b] = float(np.median([r[0] for r in runs]))
         decode[b] = float(np.median([r[1] for r in runs]))
-    weights = llm.weights_mb() or 0.0
-    write_costs(
-        out,
-        name,
-        LLMCosts(
-            task=task,
-            prefill_ms_per_token=prefill,
-            decode_ms_per_step=decode,
-            weights_mb=round(weights, 4),
-            kv_cache_mb_per_token=llm.kv_cache_mb_per_token() or 0.0,
-            prompt_tokens=typical,
-            decode_steps=DECODE_STEPS,
-            mean_prompt_tokens=float(prompt_tokens.mean()),
-            mean_output_tokens=float(output_tokens.mean()),
-        ),
-    )
+    weights = 0.0 if llm is None else llm.weights_mb() or 0.0
+    if llm is not None:
+        write_costs(
+            out,
+            name,
+            LLMCosts(
+                task=task,
+                prefill_ms_per_token=prefill,
+                decode_ms_per_step=decode,
+                weights_mb=round(weights, 4),
+                kv_cache_mb_per_token=llm.kv_cache_mb_per_token() or 0.0,
+                prompt_tokens=typical,
+                decode_steps=DECODE_STEPS,
+                mean_prompt_tokens=float(prompt_tokens.mean()),
+                mean_output_tokens=float(output_tokens.mean()),
+            ),
+        )
     if progress:
         progress(name, "done", steps, steps)
     return LLMMeasurement(

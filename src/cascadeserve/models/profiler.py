@@ -42,6 +42,7 @@ from cascadeserve.models.config import ModelsConfig
 from cascadeserve.models.dataset import ValidationSet
 from cascadeserve.models.llm_adapter import LLMAdapter
 from cascadeserve.models.llm_profile import measure_llm
+from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, certainty_function, load_profile, save_profile
 
 __all__ = ["DEFAULT_BATCH_SIZES", "MeasureOptions", "ModelRecord", "measure"]
@@ -151,7 +152,7 @@ def _set_threads(threads: int) -> None:
 
 
 def _measure_llm(
-    model: LLMAdapter,
+    model: LLMAdapter | UpstreamAdapter,
     memory_hint: float | None,
     validation: ValidationSet,
     certainty: str,
@@ -177,7 +178,7 @@ def _measure_llm(
     return ModelRecord(
         name=model.name,
         memory_mb=round(memory_hint if memory_hint is not None else m.memory_mb, 4),
-        memory_source="config hint" if memory_hint is not None else "llm weights",
+        memory_source="config hint" if memory_hint is not None else _memory_source(model),
         runtime_ms=m.runtime_ms,
         accuracy=m.accuracy,
         classes=m.classes,
@@ -186,6 +187,10 @@ def _measure_llm(
         predictions=m.predictions,
         certainties=m.certainties,
     )
+
+
+def _memory_source(model: LLMAdapter | UpstreamAdapter) -> str:
+    return "upstream (no local memory)" if isinstance(model, UpstreamAdapter) else "llm weights"
 
 
 def _measure_one(
@@ -283,7 +288,8 @@ def _device_line(threads: int, placed: Mapping[str, str] | None = None) -> str:
         if device != "cpu":
             on.setdefault(device, []).append(model)
     for device, names in on.items():
-        line += f"; {device} ({_accelerator_name(device)}): {', '.join(names)}"
+        what = _accelerator_name(device)
+        line += f"; {device}{'' if what == device else f' ({what})'}: {', '.join(names)}"
     return line
 
 
@@ -393,7 +399,7 @@ def measure(
             model = adapters[spec.name]
             if getattr(model, "threads", None) is None and hasattr(model, "threads"):
                 setattr(model, "threads", threads)  # noqa: B010  (only adapters that have the knob)
-            if isinstance(model, LLMAdapter):
+            if isinstance(model, LLMAdapter | UpstreamAdapter):
                 cert = config.certainty.replace("_", "-")
                 rec = _measure_llm(model, spec.memory_mb, validation, cert, opts, threads, fp, out_dir, progress)
             else:

@@ -23,9 +23,10 @@ measures. A batch whose model raised reports nothing (how long a failure took sa
 
 A model that raises fails only its own rows: the consumer reruns the batch one row at a time (on that failure path
 only), so a poison row fails alone (or falls back to an earlier stage's answer, flagged) while the rows that shared
-its batch are served. Rows whose scores come back NaN or Inf fail (or fall back) the same way, and an error while
-applying a batch's results answers every row not yet answered or sent on: no request of a batch can be left
-hanging.
+its batch are served. An upstream stage that fails (down, an error, a timeout) fails every row alike, so its batch
+falls back (or fails with 502/504) at once: the stage-failure rule of :mod:`cascadeserve.policy.failure` decides.
+Rows whose scores come back NaN or Inf fail (or fall back) as a raising model's rows do, and an error while applying
+a batch's results answers every row not yet answered or sent on: no request of a batch can be left hanging.
 
 With online threshold tuning on (``Generation.tuning``), :meth:`~cascadeserve.runtime.tuning.ServingTuning.on_batch`
 first extends each row's trail and feeds the whole records; an audited early exit is answered first and then a
@@ -46,7 +47,7 @@ from cascadeserve.runtime.device import BatchOutput, Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
 from cascadeserve.runtime.queue import ReplicaQueue
-from cascadeserve.runtime.request import Answer, ModelFailed, Request
+from cascadeserve.runtime.request import Answer, ModelFailed, Request, stage_failure
 from cascadeserve.runtime.tuning import continuation
 
 __all__ = ["Consumer"]
@@ -145,12 +146,14 @@ class Consumer:
             inputs = np.asarray([req.payload for req in batch])
             out = await self.device.run(row, inputs)
         except Exception as e:  # a model that raises fails its own rows, not the batch's others nor the server
-            if len(batch) > 1:  # find the rows that make it raise: each row alone (only ever on this failure path)
+            decision, err = stage_failure(gen.model_names[row], e)  # policy/failure.py
+            if len(batch) > 1 and decision.isolate_rows:  # find the rows that make it raise: each row alone
                 answered = await self._one_by_one(gen, row, batch, t0)
             else:
                 t1 = self.clock.now()
-                batch[0].compute_s += t1 - t0
-                gen.answer_early(batch[0], t1, ModelFailed(gen.model_names[row], e))  # earlier stage (flagged), or 500
+                for req in batch:
+                    req.compute_s += t1 - t0
+                    gen.answer_early(req, t1, err)  # earlier stage (flagged), or 500/502/504
                 answered = 0
             self._record(gen, r, row, t0, self.clock.now(), len(batch), answered, failed=True)
         else:

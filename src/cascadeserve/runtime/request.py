@@ -15,7 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cascadeserve.errors import UpstreamError
 from cascadeserve.models.base import TextOutput
+from cascadeserve.policy.failure import FailureKind, StageFailureDecision, on_stage_failure
 
 __all__ = [
     "Answer",
@@ -28,6 +30,7 @@ __all__ = [
     "RuntimeStopped",
     "ServingError",
     "TooLarge",
+    "stage_failure",
 ]
 
 
@@ -76,9 +79,21 @@ class ModelFailed(ServingError):
 
     status = 500
 
-    def __init__(self, model: str, cause: BaseException) -> None:
-        super().__init__(f"model {model!r} failed: {type(cause).__name__}: {cause}")
+    def __init__(self, model: str, cause: BaseException, status: int = 500) -> None:
+        what = str(cause) if isinstance(cause, UpstreamError) else f"{type(cause).__name__}: {cause}"
+        super().__init__(f"model {model!r} failed: {what}")
         self.model = model
+        self.status = status  # 502/504 for an upstream stage (policy/failure.py)
+
+
+def stage_failure(model: str, cause: BaseException) -> tuple[StageFailureDecision, ModelFailed]:
+    """The stage-failure rule's decision for a batch of ``model`` that raised ``cause``, and the error its
+    requests get where no earlier stage ran."""
+    kind: FailureKind = "model"
+    if isinstance(cause, UpstreamError):
+        kind = "upstream_timeout" if cause.kind == "timeout" else "upstream_error"
+    decision = on_stage_failure(kind)
+    return decision, ModelFailed(model, cause, decision.status)
 
 
 class Owner(Protocol):
