@@ -101,7 +101,8 @@ def main() -> None:
     args = ap.parse_args()
     prof = load_profile(args.profile)
     data = load_validation(args.validation)
-    prompts = [decode_item(data.inputs[int(i)]).prompt for i in prof.sample_ids]
+    row_of = {str(k): i for i, k in enumerate(data.sample_ids)}  # the profile's samples are the set's ids
+    prompts = [decode_item(data.inputs[row_of[str(i)]]).prompt for i in prof.sample_ids]
     b = args.batch_size
     order = prof.by_cost(b)
     small = order[0]
