@@ -38,6 +38,7 @@ from cascadeserve.eval.loadgen import run_load
 from cascadeserve.models import load_validation
 from cascadeserve.plan import SLO, Device, GearPlan
 from cascadeserve.planner import Planner
+from cascadeserve.policy import AdmissionPolicy, WaitBudget
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import simulate
 from cascadeserve.traces import synthetic_trace
@@ -152,7 +153,9 @@ def main() -> None:
                 continue
             path = Path(d) / f"{name.replace('@', '-')}.json"
             plan.save(path)
-            sim = simulate(prof, plan, arrivals)
+            # the admission `cascadeserve serve` applies by default (count bound 4096, shed past 2 SLOs of wait)
+            budget = WaitBudget.from_plan(plan.max_qps, args.slo_ms, max_wait_slos=2.0)
+            sim = simulate(prof, plan, arrivals, admission=AdmissionPolicy(4096, 1.0, budget))
             sim_lat = sim.latency_s * 1000.0
             rep, load = served(path, prof_dir, arrivals, args)
             lat = np.full(len(arrivals), np.nan)
@@ -166,6 +169,7 @@ def main() -> None:
                 "gears": [gears[i] for i, _ in plan.gear_runs],
                 "load_avg": round(load, 2),
                 "sent": rep.sent, "answered": rep.ok, "shed": rep.shed, "errors": rep.errors,
+                "simulated_shed": sim.n_shed,
                 "simulated": phases(arrivals, sim_lat, sim.correct, args),
                 "served": phases(arrivals, lat, corr, args),
                 "sim_windows": _rounded(windows(arrivals, sim_lat, sim.correct, args.window_s)),

@@ -73,10 +73,11 @@ class LLMDemoOptions:
     seconds: float = 60.0  # replay length per system
     load: float = 0.5  # the replay's QPS as a share of the plan's peak
     seed: int = 0
+    limit: int | None = None  # reviews to profile (default: 32 quick, else all 96)
 
     @property
     def rows(self) -> int:
-        return 32 if self.quick else 96
+        return self.limit or (32 if self.quick else 96)
 
 
 @dataclass
@@ -189,7 +190,8 @@ def run_llm_demo(
     plan = planner.plan_
     assert plan is not None
     plan.save(opts.out / "plan.json")
-    say(f"plan: {len(plan.gears)} gears up to {plan.max_qps:.2f} QPS for {slo} on {opts.devices} devices")
+    n_gears = len(plan.gear_runs)
+    say(f"plan: {n_gears} distinct gear(s) up to {plan.max_qps:.2f} QPS for {slo} on {opts.devices} devices")
     for first, last in plan.gear_runs:
         g = plan.gears[first]
         say(f"  {g.qps_low:.2f}-{plan.gears[last].qps_high:.2f} QPS: {g.cascade} "
