@@ -9,7 +9,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.policy import AimdBatchLimit, BatchTrigger, GearSelector, batch_size, next_batch, sure_mask
+from cascadeserve.policy import (
+    AimdBatchLimit,
+    BatchDecision,
+    BatchTrigger,
+    GearSelector,
+    batch_size,
+    next_batch,
+    sure_mask,
+)
 from cascadeserve.policy import kernels as k
 from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
@@ -69,7 +77,7 @@ def test_prefer_is_the_tie_break_of_next_batch(cands: list[tuple[float, float, i
         best = k.prefer(best, c)
         twin = TWINS["prefer"](twin, c)
     assert best == twin == min(cands)  # tuple order: fire time, oldest head, generation, replica
-    assert next_batch(cands) == (None if best[0] == math.inf else best)
+    assert next_batch(cands) == (None if best[0] == math.inf else BatchDecision(*best))
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)

@@ -12,7 +12,11 @@ scheduler's shape: decide, then a separate step applies):
   included), and :class:`Routers` which next-stage replica each unsure sample goes to;
 * admission and deadline: :class:`AdmissionPolicy` accepts, sheds with a retry hint, or refuses as too large
   (bounded by count, or by time through a :class:`WaitBudget`); :func:`readiness` says whether to take traffic;
-  :func:`on_deadline` answers from an earlier stage or fails.
+  :func:`on_deadline` answers from an earlier stage or fails;
+* failover: :func:`~cascadeserve.policy.failover.on_server_lost` says whether a request of a lost server falls
+  back, is retried on another replica, or fails (the Ray backend applies it);
+* tuning: a :class:`~cascadeserve.policy.thresholds.ThresholdDecision` is applied with
+  :meth:`PlanTables.apply_thresholds`, the only way thresholds change.
 
 Nothing here does I/O, reads a clock or imports asyncio, Ray or a web framework (an import-linter contract
 enforces it), and no engine compares a certainty with a threshold, picks a replica, sizes a batch or picks a gear

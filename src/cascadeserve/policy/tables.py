@@ -29,6 +29,7 @@ from cascadeserve.policy.forwarding import LAST_STAGE, sure_list, sure_mask
 from cascadeserve.policy.gears import GearPolicy, GearSelector
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
 from cascadeserve.policy.schedule import GearSchedule
+from cascadeserve.policy.thresholds import ThresholdDecision
 
 __all__ = ["PlanTables", "Route", "Routers"]
 
@@ -46,7 +47,7 @@ class Route:
 
 class PlanTables:
     """Integer-indexed view of a :class:`GearPlan` (routers with state are made per run). Only the thresholds may
-    change after construction, through :meth:`set_thresholds` (online tuning); everything else is fixed."""
+    change after construction, by applying a :class:`ThresholdDecision` (online tuning); everything else is fixed."""
 
     def __init__(self, plan: GearPlan, model_rows: Mapping[str, int]) -> None:
         self.plan = plan
@@ -118,10 +119,11 @@ class PlanTables:
         """``gear``'s cascade as model rows, first stage first."""
         return self._gear_rows[gear]
 
-    def set_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
-        """Re-tune ``gear``'s thresholds in place (a :class:`~cascadeserve.policy.tuning.ThresholdDecision`): every
-        exit decided from now on uses them, samples in flight included; queues and routers are untouched, so
-        nothing is dropped. The last stage keeps answering everything."""
+    def apply_thresholds(self, d: ThresholdDecision) -> None:
+        """Apply a tuning decision: ``d.gear``'s thresholds become ``d.new`` in place; every exit decided from now on
+        uses them, samples in flight included; queues and routers are untouched, so nothing is dropped. The last
+        stage keeps answering everything."""
+        gear, thresholds = d.gear, d.new
         rows = self._gear_rows[gear]
         if len(thresholds) != len(rows) - 1:
             raise ValueError(f"gear {gear} has {len(rows) - 1} thresholds, got {len(thresholds)}")
@@ -199,7 +201,7 @@ class Routers:
     def __init__(self, tables: PlanTables) -> None:
         self.tables = tables
         self._routers: dict[tuple[int, int], tuple[tuple[int, ...], SmoothWeightedRoundRobin]] = {
-            key: (route.replicas, route.router()) for key, route in tables._routes.items()
+            key: (route.replicas, route.router()) for key, route in tables.routes().items()
         }
         # Plain lists: the runtime routes every request through these, and numpy scalar indexing costs more.
         self._first: list[int] = tables.first_row.tolist()

@@ -106,11 +106,11 @@ class Consumer:
         decision = next_batch(cands)
         if decision is None:
             return
-        at, _, number, r = decision
-        if at > now:
-            self._arm(at)
+        if decision.at > now:
+            self._arm(decision.at)
             return
-        gen, q = self.lanes[(number, r)]
+        r = decision.replica
+        gen, q = self.lanes[(decision.generation, r)]
         limit = gen.batch_limit
         size = batch_size(gen.triggers[r], len(q), None if limit is None else limit.limit(r))
         batch = q.take(size)

@@ -108,8 +108,8 @@ class Generation:
         if self.tuning is not None:
             self.tuning.applied(d)
         else:
-            self.tables.set_thresholds(d.gear, d.new)
-        self.transport.on_thresholds(d.gear, d.new)
+            self.tables.apply_thresholds(d)
+        self.transport.on_thresholds(d)
         self.observer.thresholds_changed(d, self.number)
 
     def q0(self) -> int:

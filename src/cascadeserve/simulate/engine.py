@@ -29,8 +29,8 @@ import numpy as np
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import (
     AdmissionPolicy,
+    BatchDecision,
     BatchTrigger,
-    Candidate,
     GearSchedule,
     PlanTables,
     QpsMeter,
@@ -52,7 +52,7 @@ __all__ = ["Simulator", "simulate", "tick_windows"]
 
 _TABLE_BATCH = 4096
 _SMALL_BATCH = 16
-_NO_BATCH: Candidate = (math.inf, math.inf, -1, -1)
+_NO_BATCH = BatchDecision(math.inf, math.inf, -1, -1)
 _EMPTY_I = np.empty(0, dtype=np.int64)
 _EMPTY_F = np.empty(0, dtype=np.float64)
 
@@ -153,7 +153,7 @@ class Simulator:
         busy: list[tuple[int, np.ndarray, float] | None] = [None] * d_count
         busy_until = [math.inf] * d_count
         free_at = [0.0] * d_count
-        ready: list[Candidate] = [_NO_BATCH] * d_count
+        ready: list[BatchDecision] = [_NO_BATCH] * d_count
         dirty = [True] * d_count
         routers: Routers = tb.new_routers()
         split, split_list = routers.split, routers.split_list
@@ -196,7 +196,7 @@ class Simulator:
             rep_t[r] = trig.fire_time(-math.inf, first, mth)
             rep_first[r] = first
 
-        def compute_ready(d: int) -> Candidate:
+        def compute_ready(d: int) -> BatchDecision:
             now = max(clock, free_at[d])
             cands: list[tuple[float, float, int, int]] = []
             for r in device_replicas[d]:
@@ -355,7 +355,7 @@ class Simulator:
                         if dirty[d]:
                             ready[d] = compute_ready(d)
                             dirty[d] = False
-                        t = ready[d][0]
+                        t = ready[d].at
                     if t < best_t:
                         best_t = t
                         best_d = d
@@ -365,7 +365,7 @@ class Simulator:
                 if busy[best_d] is not None:
                     complete(best_d, best_t)
                 else:
-                    start(best_d, best_t, ready[best_d][3])
+                    start(best_d, best_t, ready[best_d].replica)
 
         def enqueue(ids: np.ndarray) -> None:
             """Route admitted requests to first-stage replicas under the current gear."""
@@ -387,7 +387,7 @@ class Simulator:
                 meter.record(bounds[w] - bounds[w - 1])
                 qps = meter.tick(t_w)
                 if qps_scale is not None and len(qps_scale):
-                    gear_policy.selector.qps_scale = float(qps_scale[min(w, len(qps_scale) - 1)])
+                    gear_policy.rescale(float(qps_scale[min(w, len(qps_scale) - 1)]))
                 q0 = tb.q0(gear, queued)
                 new_gear = gear_policy.decide(w, gear, qps, q0).gear
                 tick_qps[w] = qps
@@ -400,7 +400,7 @@ class Simulator:
             if tuning is not None:
                 change = tuning.decide(w * tick, gear, tb)
                 if change is not None:
-                    tb.set_thresholds(change.gear, change.new)
+                    tb.apply_thresholds(change)
             tick_gear[w] = gear
             clock = t_w
             a, b = bounds[w], bounds[w + 1]

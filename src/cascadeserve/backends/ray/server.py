@@ -39,6 +39,7 @@ from cascadeserve.backends.ray.options import (
 )
 from cascadeserve.backends.ray.transport import ServerTransport
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy.thresholds import ThresholdDecision
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import (
     Answer,
@@ -214,11 +215,11 @@ class InferenceServer:
         if gen is not None:
             gen.set_gear(gear)
 
-    async def set_thresholds(self, number: int, gear: int, thresholds: Sequence[float]) -> None:
-        """Online tuning re-tuned ``gear`` of generation ``number``: exits decided here use ``thresholds`` from now."""
+    async def set_thresholds(self, number: int, d: ThresholdDecision) -> None:
+        """Online tuning re-tuned ``d.gear`` of generation ``number``: exits decided here use ``d.new`` from now."""
         gen = self.gens.get(number)
         if gen is not None:
-            gen.tables.set_thresholds(gear, tuple(thresholds))
+            gen.tables.apply_thresholds(d)
 
     async def thresholds(self, number: int) -> list[tuple[float, ...]]:
         """The thresholds in force here for every gear of generation ``number`` (what the front end last sent)."""
