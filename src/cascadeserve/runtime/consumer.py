@@ -46,7 +46,7 @@ from cascadeserve.runtime.device import BatchOutput, Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
 from cascadeserve.runtime.queue import ReplicaQueue
-from cascadeserve.runtime.request import Answer, ModelFailed, Request
+from cascadeserve.runtime.request import Answer, Best, ModelFailed, Request
 from cascadeserve.runtime.tuning import continuation
 
 __all__ = ["Consumer"]
@@ -244,10 +244,10 @@ class Consumer:
                 )
                 req.resolve(answer)  # first: an audit never delays the answer
                 if audit is not None and audit[k]:
-                    req.best = (int(label), float(cert), row)
+                    req.best = Best(int(label), float(cert), row)
                     gen.forward(continuation(req, answer), row, t1)
             else:
-                req.best = (int(label), float(cert), row)
+                req.best = Best(int(label), float(cert), row)
                 req.best_output = None if outputs is None else outputs[k]
                 self._forwarded.add(req)
                 gen.forward(req, row, t1)
@@ -258,17 +258,17 @@ class Consumer:
     ) -> None:
         self.observer.batch(
             BatchEvent(
-                t0,
-                t1,
-                gen.replica_device[r],
-                r,
-                row,
-                size,
-                answered,
-                gen.model_names[row],
-                self.device.name,
-                gen.number,
-                failed,
+                start=t0,
+                end=t1,
+                device=gen.replica_device[r],
+                replica=r,
+                row=row,
+                size=size,
+                answered=answered,
+                model=gen.model_names[row],
+                device_name=self.device.name,
+                generation=gen.number,
+                failed=failed,
             )
         )
 

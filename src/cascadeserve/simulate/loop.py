@@ -22,6 +22,8 @@ compiled function; :mod:`cascadeserve.simulate.compiled` prepares its arrays and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,7 +43,7 @@ from cascadeserve.policy.kernels import (
     take_count,
 )
 
-__all__ = ["build_loop"]
+__all__ = ["LoopOutput", "build_loop"]
 
 # Columns of the per-replica queue table ``rq``.
 P_HEAD, P_TAIL, P_N, F_HEAD, F_TAIL, F_N = 0, 1, 2, 3, 4, 5
@@ -396,11 +398,36 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
             rec_f[:n_rec], rec_i[:n_rec])
 
 
+@dataclass(frozen=True, slots=True)
+class LoopOutput:
+    """What one run of the compiled loop returns (its tuple, named: numba returns plain tuples)."""
+
+    table_short: int  # 0, or the batch size that ran past the runtime table (rebuild it bigger and run again)
+    finish: np.ndarray  # per request: when it was answered (inf: never)
+    answer_row: np.ndarray  # the model row that answered it (-1: none)
+    correct: np.ndarray
+    stage: np.ndarray
+    gear: np.ndarray  # the gear it was admitted under
+    shed: np.ndarray  # shed by admission (empty without an admission policy)
+    tick_qps: np.ndarray
+    tick_gear: np.ndarray
+    tick_q0: np.ndarray
+    tick_busy: np.ndarray  # [tick, device] busy seconds
+    batch_times: np.ndarray  # [batch, (start, end)] when recorded
+    batch_ints: np.ndarray  # [batch, (device, replica, row, size, answered)] when recorded
+
+
 _COMPILED: list[Any] = []
 
 
-def build_loop() -> Any:
-    """The compiled loop (compiled, or loaded from numba's cache, on the first call in a process)."""
+def build_loop() -> Callable[..., LoopOutput]:
+    """The compiled loop (compiled, or loaded from numba's cache, on the first call in a process), returning a
+    :class:`LoopOutput`."""
     if not _COMPILED:
         _COMPILED.append(compile_calling_kernels(_loop))
-    return _COMPILED[0]
+    compiled = _COMPILED[0]
+
+    def run(*args: Any) -> LoopOutput:
+        return LoopOutput(*compiled(*args))
+
+    return run

@@ -175,12 +175,13 @@ class InferenceServer:
         now = self.clock.now()
         loop = asyncio.get_running_loop()
         out = []
-        for payload, gear, queue_s, compute_s, best, remaining, trail, audit in items:
+        for it in items:
             self.admission.add(1)
-            req = Request(self._rid, payload, now, gen, gear, loop.create_future(), now + remaining)
+            remaining = it.remaining_s
+            req = Request(self._rid, it.payload, now, gen, it.gear, loop.create_future(), now + remaining)
             self._rid += 1
-            req.queue_s, req.compute_s, req.best = queue_s, compute_s, best
-            req.trail, req.audit = (None if trail is None else list(trail)), audit
+            req.queue_s, req.compute_s, req.best = it.queue_s, it.compute_s, it.best
+            req.trail, req.audit = (None if it.trail is None else list(it.trail)), it.audit
             gen.admit(req, now, replica)
             if remaining != math.inf:
                 arm_deadline(req, self.clock, max(0.0, remaining))
