@@ -128,3 +128,10 @@ def test_compiling_without_a_cache_location_falls_back() -> None:
     scope: dict[str, object] = {}
     exec(compile("def twice(x):\n    return 2 * x\n", "<no file>", "exec"), scope)
     assert k._njit(scope["twice"])(21) == 42  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.booleans(), st.booleans(), TIMES, TIMES)
+def test_batch_membership_twin_agrees(has_f: bool, has_a: bool, tf: float, ta: float) -> None:
+    want = has_f and (not has_a or tf <= ta)
+    assert TWINS["takes_forwarded"](has_f, has_a, tf, ta) == k.takes_forwarded(has_f, has_a, tf, ta) == want

@@ -7,7 +7,8 @@ scheduler's shape: decide, then a separate step applies):
   :class:`GearSchedule`) returns a :class:`GearDecision` every producer tick;
 * batch: :func:`next_batch` returns the :class:`BatchDecision` (which replica of a free device fires, and when),
   :func:`batch_size` how many samples it takes (minimum queue, max wait, drain, the plan's cap and an adaptive cap
-  such as :class:`AimdBatchLimit`); one tie-break rule orders replicas everywhere;
+  such as :class:`AimdBatchLimit`), :func:`batch_members` which ones (oldest first, forwarded first on a tie); one
+  tie-break rule orders replicas everywhere;
 * forward: :meth:`PlanTables.exits` says which samples exit at a stage (the last stage always answers, NaN
   included), and :class:`Routers` which next-stage replica each unsure sample goes to;
 * admission and deadline: :class:`AdmissionPolicy` accepts, sheds with a retry hint, or refuses as too large
@@ -39,8 +40,10 @@ from cascadeserve.policy.admission import (
 from cascadeserve.policy.aimd import AimdBatchLimit, AimdDecision
 from cascadeserve.policy.batching import (
     BatchDecision,
+    BatchMembers,
     BatchTrigger,
     Candidate,
+    batch_members,
     batch_size,
     drain_trigger,
     next_batch,
@@ -60,6 +63,7 @@ __all__ = [
     "AimdBatchLimit",
     "AimdDecision",
     "BatchDecision",
+    "BatchMembers",
     "BatchTrigger",
     "Candidate",
     "DeadlineDecision",
@@ -75,6 +79,7 @@ __all__ = [
     "Routers",
     "SmoothWeightedRoundRobin",
     "WaitBudget",
+    "batch_members",
     "batch_size",
     "drain_trigger",
     "is_sure",

@@ -28,14 +28,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from cascadeserve.policy.kernels import NO_LIMIT, prefer, take_count
+from cascadeserve.policy.kernels import NO_LIMIT, prefer, take_count, takes_forwarded
 from cascadeserve.policy.kernels import fire_time as _fire_time
 
 __all__ = [
     "BatchDecision",
+    "BatchMembers",
     "BatchTrigger",
     "Candidate",
+    "batch_members",
     "batch_size",
     "drain_trigger",
     "next_batch",
@@ -129,3 +132,47 @@ def next_batch(candidates: Sequence[Candidate]) -> BatchDecision | None:
     for cand in candidates:  # the tie-break rule is policy.kernels.prefer; inf fire times lose to any finite one
         best = prefer(best, cand)
     return None if best[0] == _INF else BatchDecision(*best)
+
+
+class Times(Protocol):
+    """The entry times of one source of a replica's queue, oldest first (a numpy array, or a queue's view)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMembers:
+    """Which queued samples a firing batch takes, and in which order.
+
+    A replica's queue has two sources, each oldest first: samples *forwarded* by an earlier stage, and new
+    *arrivals*. The batch takes the front ``forwarded`` of the first and the front ``arrived`` of the second; in the
+    batch, the forwarded ones come first (``order`` is ``None``), or, for a capped batch that mixes both, in the
+    order of ``order`` (``True``: the next forwarded sample, ``False``: the next arrival).
+    """
+
+    forwarded: int
+    arrived: int
+    order: tuple[bool, ...] | None = None
+
+
+def batch_members(size: int, forwarded: Times, arrived: Times) -> BatchMembers:
+    """The members of a batch of ``size`` samples (:func:`batch_size`) from a queue holding ``forwarded`` and
+    ``arrived`` samples (their entry times, oldest first; ``arrived`` only those present at the start).
+
+    The rule: the ``size`` oldest samples, the forwarded one first on a tie (:func:`~cascadeserve.policy.kernels.
+    takes_forwarded`, slot by slot). A batch that takes the whole queue lists its forwarded samples first.
+    """
+    n_f, n_a = len(forwarded), len(arrived)
+    if size >= n_f + n_a:
+        return BatchMembers(n_f, n_a)
+    if n_a == 0 or n_f == 0:  # one source: its front (the slot rule always picks the only source)
+        return BatchMembers(size, 0) if n_a == 0 else BatchMembers(0, size)
+    i = j = 0
+    order: list[bool] = []
+    for _ in range(size):
+        take_f = takes_forwarded(i < n_f, j < n_a, forwarded[i] if i < n_f else _INF, arrived[j] if j < n_a else _INF)
+        order.append(take_f)
+        i, j = (i + 1, j) if take_f else (i, j + 1)
+    return BatchMembers(i, j, tuple(order))

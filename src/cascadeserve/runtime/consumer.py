@@ -9,7 +9,8 @@ present at the firing time.
 A pump hands the policy one candidate per non-empty queue of the device (its trigger's fire time as far as the
 queue now shows, :meth:`~cascadeserve.policy.BatchTrigger.fire_time_known`) and applies the
 :class:`~cascadeserve.policy.BatchDecision` of :func:`~cascadeserve.policy.next_batch`: fire that replica now, or
-arm a timer for when its max wait runs out. The batch takes :func:`~cascadeserve.policy.batch_size` requests.
+arm a timer for when its max wait runs out. The batch takes :func:`~cascadeserve.policy.batch_size` requests, the
+ones :func:`~cascadeserve.policy.batch_members` picks (oldest first, forwarded first on a tie).
 When the batch ends, :meth:`~cascadeserve.policy.PlanTables.exits` with each request's own gear decides who is
 answered and who is forwarded, and the generation's routers pick the next replica. A device may serve replicas of
 two plan generations during a hot-swap; it still runs one batch at a time, and the policy's tie-break (which
@@ -39,7 +40,7 @@ import math
 
 import numpy as np
 
-from cascadeserve.policy import batch_size, next_batch
+from cascadeserve.policy import batch_members, batch_size, next_batch
 from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.device import BatchOutput, Device
@@ -113,7 +114,7 @@ class Consumer:
         gen, q = self.lanes[(decision.generation, r)]
         limit = gen.batch_limit
         size = batch_size(gen.triggers[r], len(q), None if limit is None else limit.limit(r))
-        batch = q.take(size)
+        batch = q.take(batch_members(size, *q.times()))
         self.busy = True
         self.busy_since = now
         task = asyncio.get_running_loop().create_task(self._run(gen, r, batch, now))

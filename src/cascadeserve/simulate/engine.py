@@ -216,7 +216,8 @@ class Simulator:
             k = p if p == len(pt) else int(np.searchsorted(pt, t, side="right", sorter=None))
             k = max(k, p)
             size = batch_size(triggers[r], f.n + (k - p), None if limiter is None else limiter.limit(r))
-            ids, pend_ids[r], pend_t[r], pos[r] = take_batch(f, pend_ids[r], pt, p, k, size)
+            taken = take_batch(f, pend_ids[r], pt, p, k, size)
+            ids, pend_ids[r], pend_t[r], pos[r] = taken.ids, taken.pend_ids, taken.pend_t, taken.pos
             row = replica_row[r]
             tab = self._rt_tables[row]
             secs = (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + overhead_s
@@ -261,17 +262,21 @@ class Simulator:
             forward(ids[~sure], row, t)
 
         def forward(fw: np.ndarray, row: int, t: float) -> None:
-            if single_gear:
-                groups: list[tuple[int, np.ndarray]] = [(0, fw)]
+            # Each sample is routed by its own gear's router; each next queue receives its samples in batch order.
+            gs = None if single_gear else gear_of[fw]
+            if gs is None or gs.min() == gs.max():
+                g0 = 0 if gs is None else int(gs[0])
+                parts = split(g0, int(tb.next_row[g0, row]), fw)
             else:
-                gs = gear_of[fw]
-                g0 = int(gs[0])
-                groups = [(g0, fw)] if gs.min() == gs.max() else [(int(g), fw[gs == g]) for g in np.unique(gs)]
-            for g, ids_g in groups:
-                for rr, sub in split(g, int(tb.next_row[g, row]), ids_g):
-                    fwd[rr].push(sub, t)
-                    rep_dirty[rr] = True
-                    dirty[replica_device[rr]] = True
+                dest = np.empty(len(fw), dtype=np.int64)
+                for g in np.unique(gs).tolist():
+                    for rr, at in split(g, int(tb.next_row[g, row]), np.flatnonzero(gs == g)):
+                        dest[at] = rr
+                parts = [(rr, fw[dest == rr]) for rr in np.unique(dest).tolist()]
+            for rr, sub in parts:
+                fwd[rr].push(sub, t)
+                rep_dirty[rr] = True
+                dirty[replica_device[rr]] = True
 
         preds = self.profile.predictions
         labels = self.profile.labels
@@ -321,7 +326,7 @@ class Simulator:
             sl = [i % n_samples for i in il] if sample_of is None else sample_of[ids].tolist()
             sure = exits_list(row, [crow[s] for s in sl], gl)
             n_ans = 0
-            groups: dict[int, list[int]] = {}
+            unsure: list[int] = []
             for k, i in enumerate(il):
                 if sure[k]:
                     finish[i] = t
@@ -330,15 +335,23 @@ class Simulator:
                     if cache is not None:
                         cache.store(sl[k], row)
                 else:
-                    groups.setdefault(0 if gl is None else gl[k], []).append(i)
+                    unsure.append(k)
             counts[1] += n_ans
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(il), n_ans))
-            for g, lst in groups.items():
-                for rr, sub in split_list(g, next_lists[g][row], lst):
-                    fwd[rr].push(np.array(sub, dtype=np.int64), t)
-                    rep_dirty[rr] = True
-                    dirty[replica_device[rr]] = True
+            if not unsure:
+                return
+            if gl is None:
+                parts = split_list(0, next_lists[0][row], [il[k] for k in unsure])
+            else:  # each sample routed by its own gear's router, each next queue filled in batch order
+                dest: dict[int, list[int]] = {}
+                for k in unsure:
+                    dest.setdefault(routers.forward(gl[k], row), []).append(il[k])
+                parts = list(dest.items())
+            for rr, lst in parts:
+                fwd[rr].push(np.array(lst, dtype=np.int64), t)
+                rep_dirty[rr] = True
+                dirty[replica_device[rr]] = True
 
         def queued(r: int) -> int:
             return fwd[r].n + len(pend_ids[r]) - pos[r]

@@ -1,16 +1,20 @@
 """The simulator's per-replica queue of forwarded samples, and how many producer ticks a trace spans.
 
 Split from :mod:`cascadeserve.simulate.engine` (which applies the policy's decisions); these are its data
-structures, with no decision in them: :func:`take_batch` takes the samples of a batch whose size the policy chose.
+structures, with no decision in them: :func:`take_batch` takes the samples of a batch whose size and members the
+policy chose.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Forwarded", "take_batch", "tick_windows"]
+from cascadeserve.policy import batch_members
+
+__all__ = ["Forwarded", "Taken", "take_batch", "tick_windows"]
 
 
 class Forwarded:
@@ -22,6 +26,17 @@ class Forwarded:
         self.chunks: list[tuple[np.ndarray, float | np.ndarray]] = []
         self.n = 0
         self.oldest = math.inf
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> float:
+        """When the ``i``-th oldest sample entered the queue (the policy's batch membership reads the front ones)."""
+        for ids, t in self.chunks:
+            if i < len(ids):
+                return t if isinstance(t, float) else float(t[i])
+            i -= len(ids)
+        raise IndexError("past the forwarded queue's end")
 
     def push(self, ids: np.ndarray, t: float | np.ndarray) -> None:
         if self.n == 0:
@@ -61,39 +76,35 @@ class Forwarded:
         self.oldest = math.inf
 
 
-def take_batch(
-    f: Forwarded, pend_ids: np.ndarray, pend_t: np.ndarray, p: int, k: int, size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A batch taken from one replica's queue: its request ids, and the pending arrivals and position after it."""
+
+    ids: np.ndarray
+    pend_ids: np.ndarray
+    pend_t: np.ndarray
+    pos: int
+
+
+def take_batch(f: Forwarded, pend_ids: np.ndarray, pend_t: np.ndarray, p: int, k: int, size: int) -> Taken:
     """Take a batch of ``size`` samples (the policy's :func:`~cascadeserve.policy.batch_size`) from one replica's
     queue: its forwarded samples ``f`` and its pending arrivals ``pend_ids[p:]`` (entered at ``pend_t[p:]``), of
-    which the first ``k - p`` have arrived by the batch's start. Oldest first; at equal times forwarded samples go
-    first. Returns the batch's ids and the pending arrays and position after it (``f`` keeps what is not taken).
+    which the first ``k - p`` have arrived by the batch's start. Which samples, in which order, is the policy's
+    :func:`~cascadeserve.policy.batch_members`; ``f`` keeps what is not taken.
     """
-    present = f.n + (k - p)
-    if f.n == 0:
-        return pend_ids[p : p + size], pend_ids, pend_t, p + size
-    if size == present:  # the whole queue: the forwarded chunks (in time order), then the arrivals
-        parts = [c for c, _ in f.chunks]
-        if k > p:
-            parts.append(pend_ids[p:k])
-        f.clear()
-        return (parts[0] if len(parts) == 1 else np.concatenate(parts)), pend_ids, pend_t, k
-    if k == p:  # capped batch of forwarded samples only (a later stage): the oldest, front chunks first
-        return f.take(size), pend_ids, pend_t, p
-    # capped batch: oldest first across forwarded and newly arrived samples
-    all_ids = np.concatenate([c for c, _ in f.chunks] + [pend_ids[p:k]])
-    all_t = np.concatenate([np.broadcast_to(ct, (len(c),)) for c, ct in f.chunks] + [pend_t[p:k]])
-    order = np.argsort(all_t, kind="stable")
-    ids = all_ids[order[:size]]
-    rest = order[size:]
-    rest_f = rest[rest < f.n]
-    rest_p = np.sort(rest[rest >= f.n])
-    f.clear()
-    if len(rest_f):
-        f.push(all_ids[rest_f], all_t[rest_f])
-    # un-taken new arrivals go back to the front of the pending slice
-    back = all_ids[rest_p]
-    return ids, np.concatenate([back, pend_ids[k:]]), np.concatenate([all_t[rest_p], pend_t[k:]]), 0
+    m = batch_members(size, f, pend_t[p:k])
+    ids_a = pend_ids[p : p + m.arrived]
+    if m.forwarded == 0:
+        return Taken(ids_a, pend_ids, pend_t, p + m.arrived)
+    ids_f = f.take(m.forwarded)
+    if m.order is None:  # forwarded first
+        ids = ids_f if m.arrived == 0 else np.concatenate([ids_f, ids_a])
+    else:
+        ids = np.empty(size, dtype=np.int64)
+        from_f = np.array(m.order, dtype=bool)
+        ids[from_f] = ids_f
+        ids[~from_f] = ids_a
+    return Taken(ids, pend_ids, pend_t, p + m.arrived)
 
 
 def tick_windows(arrivals: np.ndarray, tick_s: float) -> int:
