@@ -21,7 +21,9 @@ scheduler's shape: decide, then a separate step applies):
 
 Nothing here does I/O, reads a clock or imports asyncio, Ray or a web framework (an import-linter contract
 enforces it), and no engine compares a certainty with a threshold, picks a replica, sizes a batch or picks a gear
-itself (``tests/policy/test_single_source.py`` enforces that). Callers pass time in; decisions come back as values.
+itself (``tests/policy/test_single_source.py`` greps for the forms; ``tests/policy/test_engine_contracts.py`` states
+what each engine may import from here, and that none reads private fields or writes into policy objects). Callers
+pass time in; decisions come back as values.
 """
 
 from __future__ import annotations
