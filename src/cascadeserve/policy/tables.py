@@ -231,6 +231,28 @@ class Routers:
         picks = router.pick_many(len(ids))
         return [(rr, sub) for j, rr in enumerate(reps) if len(sub := ids[picks == j])]
 
+    def forward_split(self, row: int, ids: np.ndarray, gears: np.ndarray | None) -> list[tuple[int, np.ndarray]]:
+        """:meth:`forward` for many samples that model ``row`` was unsure of (``gears``: each one's gear, ``None``
+        for a one-gear plan): each is routed by its own gear's router, and each replica's group keeps the order of
+        ``ids``, as when they are forwarded one by one."""
+        if gears is None or gears.min() == gears.max():
+            g = 0 if gears is None else int(gears[0])
+            return self.split(g, self._next[g][row], ids)
+        dest = np.empty(len(ids), dtype=np.int64)
+        for g in np.unique(gears).tolist():
+            for rr, at in self.split(g, self._next[g][row], np.flatnonzero(gears == g)):
+                dest[at] = rr
+        return [(rr, ids[dest == rr]) for rr in np.unique(dest).tolist()]
+
+    def forward_split_list(self, row: int, ids: list[int], gears: list[int] | None) -> list[tuple[int, list[int]]]:
+        """:meth:`forward_split` for a short Python list (the simulator's per-sample path)."""
+        if gears is None:
+            return self.split_list(0, self._next[0][row], ids)
+        dest: dict[int, list[int]] = {}
+        for i, g in zip(ids, gears, strict=True):
+            dest.setdefault(self.forward(g, row), []).append(i)
+        return list(dest.items())
+
     def admit_split(self, gear: int, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """:meth:`admit` for many new requests at once (the simulator's arrivals of one tick)."""
         return self.split(gear, self._first[gear], ids)

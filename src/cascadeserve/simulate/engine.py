@@ -156,7 +156,6 @@ class Simulator:
         ready: list[BatchDecision] = [_NO_BATCH] * d_count
         dirty = [True] * d_count
         routers: Routers = tb.new_routers()
-        split, split_list = routers.split, routers.split_list
         meter = QpsMeter(tick)
         limiter = self.batch_limit
         cache = self.cache
@@ -262,19 +261,11 @@ class Simulator:
             forward(ids[~sure], row, t)
 
         def forward(fw: np.ndarray, row: int, t: float) -> None:
-            # Each sample is routed by its own gear's router; each next queue receives its samples in batch order.
-            gs = None if single_gear else gear_of[fw]
-            if gs is None or gs.min() == gs.max():
-                g0 = 0 if gs is None else int(gs[0])
-                parts = split(g0, int(tb.next_row[g0, row]), fw)
-            else:
-                dest = np.empty(len(fw), dtype=np.int64)
-                for g in np.unique(gs).tolist():
-                    for rr, at in split(g, int(tb.next_row[g, row]), np.flatnonzero(gs == g)):
-                        dest[at] = rr
-                parts = [(rr, fw[dest == rr]) for rr in np.unique(dest).tolist()]
+            push(routers.forward_split(row, fw, None if single_gear else gear_of[fw]), t)
+
+        def push(parts: Sequence[tuple[int, np.ndarray | list[int]]], t: float) -> None:
             for rr, sub in parts:
-                fwd[rr].push(sub, t)
+                fwd[rr].push(sub if isinstance(sub, np.ndarray) else np.array(sub, dtype=np.int64), t)
                 rep_dirty[rr] = True
                 dirty[replica_device[rr]] = True
 
@@ -314,7 +305,6 @@ class Simulator:
                 forward(ids[go_on], row, t)
 
         cert_lists = [c.tolist() for c in cert]
-        next_lists = tb.next_row.tolist()
         exits_list = tb.exits_list
 
         def complete_small(d: int, t: float, r: int, ids: np.ndarray, t0: float, row: int) -> None:
@@ -339,19 +329,9 @@ class Simulator:
             counts[1] += n_ans
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(il), n_ans))
-            if not unsure:
-                return
-            if gl is None:
-                parts = split_list(0, next_lists[0][row], [il[k] for k in unsure])
-            else:  # each sample routed by its own gear's router, each next queue filled in batch order
-                dest: dict[int, list[int]] = {}
-                for k in unsure:
-                    dest.setdefault(routers.forward(gl[k], row), []).append(il[k])
-                parts = list(dest.items())
-            for rr, lst in parts:
-                fwd[rr].push(np.array(lst, dtype=np.int64), t)
-                rep_dirty[rr] = True
-                dirty[replica_device[rr]] = True
+            if unsure:
+                gears = None if gl is None else [gl[k] for k in unsure]
+                push(routers.forward_split_list(row, [il[k] for k in unsure], gears), t)
 
         def queued(r: int) -> int:
             return fwd[r].n + len(pend_ids[r]) - pos[r]
