@@ -47,6 +47,10 @@ class Forwarded:
     def take(self, size: int) -> np.ndarray:
         """The ``size`` oldest samples (chunks are pushed in time order, so they are the front ones): a capped batch
         of a queue that only holds forwarded samples costs O(size), not O(queue)."""
+        if size == self.n:  # the whole queue (the common case): every chunk, in order
+            parts = [ids for ids, _ in self.chunks]
+            self.clear()
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
         taken: list[np.ndarray] = []
         need = size
         chunks = self.chunks
