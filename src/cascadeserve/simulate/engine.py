@@ -51,7 +51,7 @@ from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 __all__ = ["Simulator", "simulate", "tick_windows"]
 
 _TABLE_BATCH = 4096
-_SMALL_BATCH = 16
+_SMALL_BATCH = 16  # a speed switch only: up to this size a batch's exits and forwarding run per sample (same results)
 _NO_BATCH = BatchDecision(math.inf, math.inf, -1, -1)
 _EMPTY_I = np.empty(0, dtype=np.int64)
 _EMPTY_F = np.empty(0, dtype=np.float64)
