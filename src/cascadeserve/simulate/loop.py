@@ -360,12 +360,18 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     rec_i[n_rec, 3] = size
                     rec_i[n_rec, 4] = size - n_un
                     n_rec += 1
+                last_g = -1
+                k0 = -1
+                seq = seqs[:1]
                 for u in range(n_un):  # forwarded in batch order, each by its own gear's router
                     i = scratch[u]
                     g = gear_of[i]
-                    k0 = route_of[g, next_row[g, row]]
-                    s0 = seq_start[k0]
-                    j, p2 = swrr_pick(seqs[s0 : s0 + seq_len[k0]], rpos[k0])
+                    if g != last_g:  # the router of this sample's gear (most batches hold one gear)
+                        last_g = g
+                        k0 = route_of[g, next_row[g, row]]
+                        s0 = seq_start[k0]
+                        seq = seqs[s0 : s0 + seq_len[k0]]
+                    j, p2 = swrr_pick(seq, rpos[k0])
                     rpos[k0] = p2
                     rr = route_reps[route_start[k0] + j]
                     if rq[rr, F_N] == 0:
