@@ -38,8 +38,8 @@ _KERNELS = frozenset({
 CONTRACT: dict[str, dict[str, frozenset[str]]] = {
     "simulate": {
         "cascadeserve.policy": frozenset({
-            "AdmissionPolicy", "AimdBatchLimit", "BatchDecision", "BatchTrigger", "GearPolicy", "GearSchedule",
-            "PlanTables", "QpsMeter", "Routers", "batch_members", "batch_size", "next_batch",
+            "AdmissionPolicy", "AimdBatchLimit", "BatchDecision", "BatchMembers", "BatchTrigger", "GearPolicy",
+            "GearSchedule", "PlanTables", "QpsMeter", "Routers", "batch_members", "batch_size", "next_batch",
         }),
         "cascadeserve.policy.adaptive": frozenset({"BatchLimit", "batch_limit_for", "capped_trigger"}),
         "cascadeserve.policy.cache": frozenset({"PredictionCache"}),

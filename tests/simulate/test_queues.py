@@ -6,14 +6,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cascadeserve.policy import batch_members
 from cascadeserve.simulate.queues import Forwarded, take_batch
 
 
 def _take(
     f: Forwarded, pend_ids: np.ndarray, pend_t: np.ndarray, p: int, k: int, size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    tk = take_batch(f, pend_ids, pend_t, p, k, size)
-    return tk.ids, tk.pend_ids, tk.pend_t, tk.pos
+    m = batch_members(size, f, pend_t[p:k])
+    return take_batch(f, pend_ids, p, m), pend_ids, pend_t, p + m.arrived
 
 
 def test_a_capped_batch_mixes_forwarded_and_new_samples_oldest_first() -> None:

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from cascadeserve.policy.kernels import NO_LIMIT, prefer, take_count, takes_forwarded
 from cascadeserve.policy.kernels import fire_time as _fire_time
+from cascadeserve.policy.records import positional_maker
 
 __all__ = [
     "BatchDecision",
@@ -131,7 +132,7 @@ def next_batch(candidates: Sequence[Candidate]) -> BatchDecision | None:
     best = candidates[0]
     for cand in candidates:  # the tie-break rule is policy.kernels.prefer; inf fire times lose to any finite one
         best = prefer(best, cand)
-    return None if best[0] == _INF else BatchDecision(*best)
+    return None if best[0] == _INF else _decision(*best)
 
 
 class Times(Protocol):
@@ -166,9 +167,9 @@ def batch_members(size: int, forwarded: Times, arrived: Times) -> BatchMembers:
     """
     n_f, n_a = len(forwarded), len(arrived)
     if size >= n_f + n_a:
-        return BatchMembers(n_f, n_a)
+        return _block(n_f, n_a)
     if n_a == 0 or n_f == 0:  # one source: its front (the slot rule always picks the only source)
-        return BatchMembers(size, 0) if n_a == 0 else BatchMembers(0, size)
+        return _block(size, 0) if n_a == 0 else _block(0, size)
     i = j = 0
     order: list[bool] = []
     for _ in range(size):
@@ -176,3 +177,19 @@ def batch_members(size: int, forwarded: Times, arrived: Times) -> BatchMembers:
         order.append(take_f)
         i, j = (i + 1, j) if take_f else (i, j + 1)
     return BatchMembers(i, j, tuple(order))
+
+
+def _block(n_forwarded: int, n_arrived: int) -> BatchMembers:
+    """The decision "the front ``n_forwarded`` forwarded, then the front ``n_arrived`` arrivals", shared: records are
+    immutable, and the simulator asks for one per batch (the common sizes are few)."""
+    key = (n_forwarded, n_arrived)
+    m = _BLOCKS.get(key)
+    if m is None:
+        m = BatchMembers(n_forwarded, n_arrived)
+        if len(_BLOCKS) < 1 << 16:
+            _BLOCKS[key] = m
+    return m
+
+
+_BLOCKS: dict[tuple[int, int], BatchMembers] = {}
+_decision = positional_maker(BatchDecision)

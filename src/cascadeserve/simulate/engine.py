@@ -35,6 +35,7 @@ from cascadeserve.policy import (
     PlanTables,
     QpsMeter,
     Routers,
+    batch_members,
     batch_size,
     next_batch,
 )
@@ -215,8 +216,9 @@ class Simulator:
             k = p if p == len(pt) else int(np.searchsorted(pt, t, side="right", sorter=None))
             k = max(k, p)
             size = batch_size(triggers[r], f.n + (k - p), None if limiter is None else limiter.limit(r))
-            taken = take_batch(f, pend_ids[r], pt, p, k, size)
-            ids, pend_ids[r], pend_t[r], pos[r] = taken.ids, taken.pend_ids, taken.pend_t, taken.pos
+            members = batch_members(size, f, pt[p:k])  # which of the present samples, in which order
+            ids = take_batch(f, pend_ids[r], p, members)
+            pos[r] = p + members.arrived
             row = replica_row[r]
             tab = self._rt_tables[row]
             secs = (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + overhead_s

@@ -8,13 +8,12 @@ policy chose.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from cascadeserve.policy import batch_members
+from cascadeserve.policy import BatchMembers
 
-__all__ = ["Forwarded", "Taken", "take_batch", "tick_windows"]
+__all__ = ["Forwarded", "take_batch", "tick_windows"]
 
 
 class Forwarded:
@@ -80,35 +79,22 @@ class Forwarded:
         self.oldest = math.inf
 
 
-@dataclass(frozen=True, slots=True)
-class Taken:
-    """A batch taken from one replica's queue: its request ids, and the pending arrivals and position after it."""
-
-    ids: np.ndarray
-    pend_ids: np.ndarray
-    pend_t: np.ndarray
-    pos: int
-
-
-def take_batch(f: Forwarded, pend_ids: np.ndarray, pend_t: np.ndarray, p: int, k: int, size: int) -> Taken:
-    """Take a batch of ``size`` samples (the policy's :func:`~cascadeserve.policy.batch_size`) from one replica's
-    queue: its forwarded samples ``f`` and its pending arrivals ``pend_ids[p:]`` (entered at ``pend_t[p:]``), of
-    which the first ``k - p`` have arrived by the batch's start. Which samples, in which order, is the policy's
-    :func:`~cascadeserve.policy.batch_members`; ``f`` keeps what is not taken.
-    """
-    m = batch_members(size, f, pend_t[p:k])
+def take_batch(f: Forwarded, pend_ids: np.ndarray, p: int, m: BatchMembers) -> np.ndarray:
+    """The ids of the batch that the policy's :func:`~cascadeserve.policy.batch_members` decision ``m`` picked from
+    one replica's queue: ``m.forwarded`` from the front of its forwarded samples ``f`` (which keeps the rest) and
+    ``m.arrived`` from the front of its pending arrivals ``pend_ids[p:]`` (the caller moves ``p`` on by as many),
+    in the decision's order."""
     ids_a = pend_ids[p : p + m.arrived]
     if m.forwarded == 0:
-        return Taken(ids_a, pend_ids, pend_t, p + m.arrived)
+        return ids_a
     ids_f = f.take(m.forwarded)
     if m.order is None:  # forwarded first
-        ids = ids_f if m.arrived == 0 else np.concatenate([ids_f, ids_a])
-    else:
-        ids = np.empty(size, dtype=np.int64)
-        from_f = np.array(m.order, dtype=bool)
-        ids[from_f] = ids_f
-        ids[~from_f] = ids_a
-    return Taken(ids, pend_ids, pend_t, p + m.arrived)
+        return ids_f if m.arrived == 0 else np.concatenate([ids_f, ids_a])
+    ids = np.empty(m.forwarded + m.arrived, dtype=np.int64)
+    from_f = np.array(m.order, dtype=bool)
+    ids[from_f] = ids_f
+    ids[~from_f] = ids_a
+    return ids
 
 
 def tick_windows(arrivals: np.ndarray, tick_s: float) -> int:
