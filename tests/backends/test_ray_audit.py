@@ -131,6 +131,8 @@ def test_a_server_sends_trails_back_and_ends_a_continuation_at_its_last_stage(to
     """In one server (no actor): with tuning on, an answer comes back with its trail, and an audit continuation
     that reaches its gear's last stage is ended there with its whole trail (nothing of it stays on the server)."""
     from cascadeserve.backends.ray import InferenceServer, RayOptions
+    from cascadeserve.backends.ray.options import Item
+    from cascadeserve.runtime.request import Best
 
     plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.0,)), (Device(name="d0", memory_mb=1000),))
     rows = {rep.model: r for r, rep in enumerate(plan.replicas)}
@@ -139,8 +141,10 @@ def test_a_server_sends_trails_back_and_ends_a_continuation_at_its_last_stage(to
     async def main() -> tuple[object, object, object, object, int]:
         server = InferenceServer("d0", toy_profile.model_names, toy_profile, {}, "margin", RayOptions())
         await server.open(0, plan, 0, {}, {}, True)
-        first = await server.accept_one(0, rows["m0"], (sid, 0, 0.0, 0.0, None, math.inf, None, False))
-        cont = await server.accept_one(0, rows["m1"], (sid, 0, 0.0, 0.0, (1, 0.5, 0), math.inf, ((0.25, 3),), True))
+        first = await server.accept_one(0, rows["m0"], Item(sid, 0, 0.0, 0.0, None, math.inf, None, False))
+        cont = await server.accept_one(
+            0, rows["m1"], Item(sid, 0, 0.0, 0.0, Best(1, 0.5, 0), math.inf, ((0.25, 3),), True)
+        )
         left = server.admission.in_flight
         await server.placement.stop()
         return *first, *cont, left

@@ -21,6 +21,7 @@ pytest.importorskip("ray")
 import cascadeserve.backends
 from cascadeserve.backends.ray import InferenceServer, RayOptions, RayRuntime, server_actors
 from cascadeserve.backends.ray.frontend import RayPlacement
+from cascadeserve.backends.ray.options import Item
 
 
 def test_no_backend_class_subclasses_the_runtime_or_a_generation() -> None:
@@ -54,7 +55,7 @@ def test_inference_server_composes_a_local_placement_for_its_device(toy_profile:
         server = InferenceServer("d0", toy_profile.model_names, toy_profile, {}, "margin", RayOptions())
         assert type(server.placement) is LocalPlacement
         await server.open(0, plan, 0, {}, {})
-        out = await server.accept_one(0, mine[0], (5, 0, 0.0, 0.0, None, math.inf, None, False))
+        out = await server.accept_one(0, mine[0], Item(5, 0, 0.0, 0.0, None, math.inf, None, False))
         report = await server.sync({})
         await server.placement.stop()
         return out, report

@@ -11,7 +11,10 @@ from cascadeserve.runtime import BatchEvent
 
 
 def _event(model: str, size: int, start: float, end: float, failed: bool = False) -> BatchEvent:
-    return BatchEvent(start, end, 0, 0, 0, size, size, model, "d0", 0, failed)
+    return BatchEvent(
+        start=start, end=end, device=0, replica=0, row=0, size=size, answered=size, model=model, device_name="d0",
+        generation=0, failed=failed,
+    )
 
 
 def test_batch_time_and_its_ratio_to_the_profile(toy_profile: Profile) -> None:

@@ -8,7 +8,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.policy import BatchDecision, BatchTrigger, batch_size, drain_trigger, next_batch
+from cascadeserve.policy import (
+    BatchDecision,
+    BatchMembers,
+    BatchTrigger,
+    batch_members,
+    batch_size,
+    drain_trigger,
+    next_batch,
+)
 
 
 def test_length_rule() -> None:
@@ -130,3 +138,29 @@ def test_take_never_exceeds_the_queue_or_the_cap(queued: int, min_queue: int, ma
     assert 0 <= n <= queued
     assert max_batch is None or n <= max_batch
     assert n in (queued, max_batch)
+
+
+def test_batch_members_takes_the_oldest_forwarded_first_on_a_tie() -> None:
+    fwd, new = np.array([0.2, 0.2, 0.5]), np.array([0.1, 0.2, 0.4])
+    assert batch_members(3, fwd, new) == BatchMembers(2, 1, (False, True, True))  # 0.1, then 0.2 forwarded twice
+    assert batch_members(6, fwd, new) == BatchMembers(3, 3)  # the whole queue: forwarded first
+    assert batch_members(2, fwd, new[:0]) == BatchMembers(2, 0)
+    assert batch_members(2, fwd[:0], new) == BatchMembers(0, 2)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.lists(st.integers(0, 6), max_size=6).map(sorted),
+    st.lists(st.integers(0, 6), max_size=6).map(sorted),
+    st.data(),
+)
+def test_batch_members_are_a_stable_sort_by_entry_time(fwd: list[int], new: list[int], data: st.DataObject) -> None:
+    """A capped batch is the ``size`` first of a stable sort by entry time, forwarded before new; the whole queue
+    lists the forwarded samples first. Either way, each source gives its front."""
+    present = len(fwd) + len(new)
+    size = data.draw(st.integers(0, present))
+    m = batch_members(size, np.array(fwd, dtype=float), np.array(new, dtype=float))
+    tagged = sorted([(t, 0, i) for i, t in enumerate(fwd)] + [(t, 1, i) for i, t in enumerate(new)])[:size]
+    assert (m.forwarded, m.arrived) == (sum(s == 0 for _, s, _ in tagged), sum(s == 1 for _, s, _ in tagged))
+    if m.order is not None:
+        assert list(m.order) == [s == 0 for _, s, _ in tagged]

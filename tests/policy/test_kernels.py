@@ -9,7 +9,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.policy import AimdBatchLimit, BatchTrigger, GearSelector, batch_size, next_batch, sure_mask
+from cascadeserve.policy import (
+    AimdBatchLimit,
+    BatchDecision,
+    BatchTrigger,
+    GearSelector,
+    batch_size,
+    next_batch,
+    sure_mask,
+)
 from cascadeserve.policy import kernels as k
 from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
@@ -69,7 +77,7 @@ def test_prefer_is_the_tie_break_of_next_batch(cands: list[tuple[float, float, i
         best = k.prefer(best, c)
         twin = TWINS["prefer"](twin, c)
     assert best == twin == min(cands)  # tuple order: fire time, oldest head, generation, replica
-    assert next_batch(cands) == (None if best[0] == math.inf else best)
+    assert next_batch(cands) == (None if best[0] == math.inf else BatchDecision(*best))
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -120,3 +128,10 @@ def test_compiling_without_a_cache_location_falls_back() -> None:
     scope: dict[str, object] = {}
     exec(compile("def twice(x):\n    return 2 * x\n", "<no file>", "exec"), scope)
     assert k._njit(scope["twice"])(21) == 42  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.booleans(), st.booleans(), TIMES, TIMES)
+def test_batch_membership_twin_agrees(has_f: bool, has_a: bool, tf: float, ta: float) -> None:
+    want = has_f and (not has_a or tf <= ta)
+    assert TWINS["takes_forwarded"](has_f, has_a, tf, ta) == k.takes_forwarded(has_f, has_a, tf, ta) == want

@@ -3,7 +3,9 @@
 The simulator, the runtime, the Ray backend and the HTTP front end must *apply* the policy's decisions, never
 compare a certainty with a threshold, pick a replica, size a batch or pick a gear themselves (a second copy of a
 decision is how a simulator and a runtime drift apart). This test reads their source and fails on the tell-tale
-forms of each decision, naming the file and line.
+forms of each decision, naming the file and line. The structural half of the guard, which holds whatever the
+spelling, is ``tests/policy/test_engine_contracts.py`` (what each engine may import from the policy; no private
+reads; no writes into policy objects) and the import-linter contract on the kernels, the exit rule and the router.
 
 ``cascade.py`` is the planner's offline evaluator (accuracy and the fraction reaching each stage, vectorised over
 the validation set with bitsets); it sits below ``policy`` in the layers and is cross-checked against the

@@ -197,3 +197,18 @@ def test_a_replica_cap_bounds_its_trigger_and_its_drain_below_the_plan_wide_one(
     assert [trig.max_batch for trig in t.triggers[1]] == [16] * 5  # gear 1 sets no replica cap
     assert t.batch_cap(0, 0) == 4 and t.batch_cap(1, 2) == 16
     assert batch_size(t.triggers[0][0], 100) == 4 and batch_size(t.triggers[0][0], 100, 2) == 2
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.integers(0, 1), min_size=1, max_size=40))
+def test_forward_split_routes_each_sample_by_its_gear_as_one_by_one_forwarding_does(gears: list[int]) -> None:
+    t = PlanTables(three_stage_plan(), ROWS)
+    row = ROWS["a"]
+    ids = list(range(100, 100 + len(gears)))
+    one_by_one: dict[int, list[int]] = {}
+    seq = t.new_routers()
+    for i, g in zip(ids, gears, strict=True):
+        one_by_one.setdefault(seq.forward(g, row), []).append(i)
+    arrays = t.new_routers().forward_split(row, np.array(ids), np.array(gears))
+    lists = t.new_routers().forward_split_list(row, ids, gears)
+    assert {rr: sub.tolist() for rr, sub in arrays} == one_by_one == dict(lists)

@@ -14,7 +14,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.eval.drift_stream import SHIFT_ID_OFFSET
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.policy import PlanTables
-from cascadeserve.policy.tuning import OnlineTuning
+from cascadeserve.policy.tuning import OnlineTuning, ThresholdDecision
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.runtime import FakeClock, Recorder, RuntimeOptions, emulated_runtime
 from cascadeserve.simulate import simulate
@@ -130,7 +130,7 @@ def test_a_threshold_change_applies_to_requests_in_flight_from_their_next_exit()
         t_lr = STREAM.models[lr].runtime.seconds(1) + plan.batch_overhead_ms / 1000.0
         await clock.advance_to(t_lr)  # logreg done: the request waits for mlp (or is in its batch)
         assert rt.tuning is not None
-        rt.tuning.tables.set_thresholds(0, (0.6, 0.995))
+        rt.tuning.tables.apply_thresholds(ThresholdDecision.in_force(0, (0.6, 0.995)))
         while not req.done:
             nxt = clock.next_deadline()
             assert nxt is not None

@@ -6,7 +6,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cascadeserve.policy import batch_members
 from cascadeserve.simulate.queues import Forwarded, take_batch
+
+
+def _take(
+    f: Forwarded, pend_ids: np.ndarray, pend_t: np.ndarray, p: int, k: int, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    m = batch_members(size, f, pend_t[p:k])
+    return take_batch(f, pend_ids, p, m), pend_ids, pend_t, p + m.arrived
 
 
 def test_a_capped_batch_mixes_forwarded_and_new_samples_oldest_first() -> None:
@@ -15,7 +23,7 @@ def test_a_capped_batch_mixes_forwarded_and_new_samples_oldest_first() -> None:
     f.push(np.array([12]), 0.5)
     pend_ids = np.array([1, 2, 3, 4])
     pend_t = np.array([0.1, 0.3, 0.4, 0.9])
-    ids, p_ids, p_t, pos = take_batch(f, pend_ids, pend_t, 0, 3, 3)  # 3 arrived by the start, batch of 3
+    ids, p_ids, p_t, pos = _take(f, pend_ids, pend_t, 0, 3, 3)  # 3 arrived by the start, batch of 3
     assert ids.tolist() == [1, 10, 11]
     assert (p_ids[pos:].tolist(), p_t[pos:].tolist()) == ([2, 3, 4], [0.3, 0.4, 0.9])  # back at the front, in order
     assert f.n == 1 and f.oldest == 0.5
@@ -23,10 +31,10 @@ def test_a_capped_batch_mixes_forwarded_and_new_samples_oldest_first() -> None:
 
 def test_the_whole_queue_and_the_pending_only_cases() -> None:
     f = Forwarded()
-    ids, p_ids, _, pos = take_batch(f, np.array([5, 6, 7]), np.array([0.0, 0.1, 0.2]), 1, 3, 1)
+    ids, p_ids, _, pos = _take(f, np.array([5, 6, 7]), np.array([0.0, 0.1, 0.2]), 1, 3, 1)
     assert ids.tolist() == [6] and pos == 2 and p_ids.tolist() == [5, 6, 7]
     f.push(np.array([9]), 0.05)
-    ids, _, _, pos = take_batch(f, np.array([5, 6, 7]), np.array([0.0, 0.1, 0.2]), 1, 3, 3)
+    ids, _, _, pos = _take(f, np.array([5, 6, 7]), np.array([0.0, 0.1, 0.2]), 1, 3, 3)
     assert ids.tolist() == [9, 6, 7] and pos == 3 and f.n == 0
 
 
@@ -60,7 +68,7 @@ def test_a_batch_is_the_oldest_samples_and_nothing_is_lost(
         return
     size = data.draw(st.integers(1, present))
     before = set(times)
-    ids, p_ids, p_t, pos = take_batch(f, pend_ids, new_t, 0, k, size)
+    ids, p_ids, p_t, pos = _take(f, pend_ids, new_t, 0, k, size)
     kept_f = [int(i) for c, _ in f.chunks for i in c]
     rest = kept_f + p_ids[pos:].tolist()
     assert len(ids) == size and len(set(ids.tolist())) == size

@@ -11,7 +11,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.eval.drift_stream import SHIFT_ID_OFFSET
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.policy import PlanTables
-from cascadeserve.policy.tuning import AuditSampler, OnlineTuning
+from cascadeserve.policy.tuning import AuditSampler, OnlineTuning, ThresholdDecision
 from cascadeserve.profile import load_profile
 from cascadeserve.simulate import simulate
 
@@ -69,14 +69,14 @@ def test_tuning_raises_thresholds_when_confident_models_start_to_err() -> None:
     assert tuned.unanswered == 0
 
 
-def test_set_thresholds_changes_who_exits_and_checks_the_length() -> None:
+def test_applied_thresholds_change_who_exits_and_the_length_is_checked() -> None:
     plan = fixed_plan(STREAM, CASCADE, [Device(name="d", memory_mb=1000)])
     tb = PlanTables(plan, rows())
     row = STREAM.index("logreg")
     c = np.array([0.5, 0.7, 0.95])
     assert tb.exits(row, c, None).tolist() == [False, True, True]
-    tb.set_thresholds(0, (0.9, 0.6))
+    tb.apply_thresholds(ThresholdDecision.in_force(0, (0.9, 0.6)))
     assert tb.thresholds_of(0) == (0.9, 0.6) and tb.exits(row, c, None).tolist() == [False, False, True]
     assert tb.exits_list(row, c.tolist(), None) == [False, False, True]
     with pytest.raises(ValueError, match="2 thresholds"):
-        tb.set_thresholds(0, (0.5,))
+        tb.apply_thresholds(ThresholdDecision.in_force(0, (0.5,)))

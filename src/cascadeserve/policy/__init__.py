@@ -7,16 +7,23 @@ scheduler's shape: decide, then a separate step applies):
   :class:`GearSchedule`) returns a :class:`GearDecision` every producer tick;
 * batch: :func:`next_batch` returns the :class:`BatchDecision` (which replica of a free device fires, and when),
   :func:`batch_size` how many samples it takes (minimum queue, max wait, drain, the plan's cap and an adaptive cap
-  such as :class:`AimdBatchLimit`); one tie-break rule orders replicas everywhere;
+  such as :class:`AimdBatchLimit`), :func:`batch_members` which ones (oldest first, forwarded first on a tie); one
+  tie-break rule orders replicas everywhere;
 * forward: :meth:`PlanTables.exits` says which samples exit at a stage (the last stage always answers, NaN
   included), and :class:`Routers` which next-stage replica each unsure sample goes to;
 * admission and deadline: :class:`AdmissionPolicy` accepts, sheds with a retry hint, or refuses as too large
   (bounded by count, or by time through a :class:`WaitBudget`); :func:`readiness` says whether to take traffic;
-  :func:`on_deadline` answers from an earlier stage or fails.
+  :func:`on_deadline` answers from an earlier stage or fails;
+* failover: :func:`~cascadeserve.policy.failover.on_server_lost` says whether a request of a lost server falls
+  back, is retried on another replica, or fails (the Ray backend applies it);
+* tuning: a :class:`~cascadeserve.policy.thresholds.ThresholdDecision` is applied with
+  :meth:`PlanTables.apply_thresholds`, the only way thresholds change.
 
 Nothing here does I/O, reads a clock or imports asyncio, Ray or a web framework (an import-linter contract
 enforces it), and no engine compares a certainty with a threshold, picks a replica, sizes a batch or picks a gear
-itself (``tests/policy/test_single_source.py`` enforces that). Callers pass time in; decisions come back as values.
+itself (``tests/policy/test_single_source.py`` greps for the forms; ``tests/policy/test_engine_contracts.py`` states
+what each engine may import from here, and that none reads private fields or writes into policy objects). Callers
+pass time in; decisions come back as values.
 """
 
 from __future__ import annotations
@@ -35,8 +42,10 @@ from cascadeserve.policy.admission import (
 from cascadeserve.policy.aimd import AimdBatchLimit, AimdDecision
 from cascadeserve.policy.batching import (
     BatchDecision,
+    BatchMembers,
     BatchTrigger,
     Candidate,
+    batch_members,
     batch_size,
     drain_trigger,
     next_batch,
@@ -56,6 +65,7 @@ __all__ = [
     "AimdBatchLimit",
     "AimdDecision",
     "BatchDecision",
+    "BatchMembers",
     "BatchTrigger",
     "Candidate",
     "DeadlineDecision",
@@ -71,6 +81,7 @@ __all__ = [
     "Routers",
     "SmoothWeightedRoundRobin",
     "WaitBudget",
+    "batch_members",
     "batch_size",
     "drain_trigger",
     "is_sure",

@@ -10,9 +10,9 @@ Both engines ask the same question, :func:`next_batch`, with one :data:`Candidat
 the time its trigger fires (:meth:`BatchTrigger.fire_time`) and the time its head sample entered. The simulator
 knows future arrivals, so a fire time may lie ahead; the runtime (:meth:`BatchTrigger.fire_time_known`) knows
 only the queue as it is, so a fire time ahead of ``now`` is the max-wait deadline, for which it arms a timer. The
-answer is a :class:`BatchDecision` ``(at, oldest, generation, replica)``: fire now, or wait until ``at``. Its size
-comes from :func:`batch_size`: the whole queue, oldest first, up to the plan's ``max_batch`` and an adaptive cap
-(AIMD) when one is set.
+answer is a frozen :class:`BatchDecision` (``at``, ``oldest``, ``generation``, ``replica``): fire now, or wait
+until ``at``. Its size comes from :func:`batch_size`: the whole queue, oldest first, up to the plan's
+``max_batch`` and an adaptive cap (AIMD) when one is set.
 
 **The tie-break rule** (:func:`next_batch` on :data:`Candidate` tuples), for every choice between replicas on
 one device, in both engines: the earliest fire time, then the oldest head sample, then the older plan generation,
@@ -28,15 +28,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Protocol
 
-from cascadeserve.policy.kernels import NO_LIMIT, prefer, take_count
+from cascadeserve.policy.kernels import NO_LIMIT, prefer, take_count, takes_forwarded
 from cascadeserve.policy.kernels import fire_time as _fire_time
+from cascadeserve.policy.records import positional_maker
 
 __all__ = [
     "BatchDecision",
+    "BatchMembers",
     "BatchTrigger",
     "Candidate",
+    "batch_members",
     "batch_size",
     "drain_trigger",
     "next_batch",
@@ -107,13 +110,10 @@ exactly the tie-break order: fire time, oldest head, generation, replica index.
 _INF = math.inf
 
 
-class BatchDecision(NamedTuple):
-    """What a free device does next: fire ``replica`` of ``generation`` at ``at`` (``at > now``: wait until then).
-
-    Immutable plain data, like every decision here. :func:`next_batch` returns the winning :data:`Candidate` itself,
-    which has exactly these fields in this order (a tuple compares equal to the named one): the simulator asks for a
-    decision on every device event, and building a new object per decision cost 3 % of its speed.
-    """
+@dataclass(frozen=True, slots=True)
+class BatchDecision:
+    """What a free device does next: fire ``replica`` of ``generation`` at ``at`` (``at > now``: wait until then);
+    ``oldest`` is when that queue's head sample entered (the tie-break's second key)."""
 
     at: float
     oldest: float
@@ -121,9 +121,9 @@ class BatchDecision(NamedTuple):
     replica: int
 
 
-def next_batch(candidates: Sequence[Candidate]) -> Candidate | None:
-    """The queue a free device fires next, as a :class:`BatchDecision`-shaped tuple ``(at, oldest, generation,
-    replica)`` (the tie-break order of :data:`Candidate`), or ``None`` if none can.
+def next_batch(candidates: Sequence[Candidate]) -> BatchDecision | None:
+    """The queue a free device fires next, as a :class:`BatchDecision` (the winner of the tie-break order of
+    :data:`Candidate`), or ``None`` if none can.
 
     Candidates whose fire time is ``inf`` (a short queue with no max wait) are never chosen.
     """
@@ -132,4 +132,64 @@ def next_batch(candidates: Sequence[Candidate]) -> Candidate | None:
     best = candidates[0]
     for cand in candidates:  # the tie-break rule is policy.kernels.prefer; inf fire times lose to any finite one
         best = prefer(best, cand)
-    return None if best[0] == _INF else best
+    return None if best[0] == _INF else _decision(*best)
+
+
+class Times(Protocol):
+    """The entry times of one source of a replica's queue, oldest first (a numpy array, or a queue's view)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMembers:
+    """Which queued samples a firing batch takes, and in which order.
+
+    A replica's queue has two sources, each oldest first: samples *forwarded* by an earlier stage, and new
+    *arrivals*. The batch takes the front ``forwarded`` of the first and the front ``arrived`` of the second; in the
+    batch, the forwarded ones come first (``order`` is ``None``), or, for a capped batch that mixes both, in the
+    order of ``order`` (``True``: the next forwarded sample, ``False``: the next arrival).
+    """
+
+    forwarded: int
+    arrived: int
+    order: tuple[bool, ...] | None = None
+
+
+def batch_members(size: int, forwarded: Times, arrived: Times) -> BatchMembers:
+    """The members of a batch of ``size`` samples (:func:`batch_size`) from a queue holding ``forwarded`` and
+    ``arrived`` samples (their entry times, oldest first; ``arrived`` only those present at the start).
+
+    The rule: the ``size`` oldest samples, the forwarded one first on a tie (:func:`~cascadeserve.policy.kernels.
+    takes_forwarded`, slot by slot). A batch that takes the whole queue lists its forwarded samples first.
+    """
+    n_f, n_a = len(forwarded), len(arrived)
+    if size >= n_f + n_a:
+        return _block(n_f, n_a)
+    if n_a == 0 or n_f == 0:  # one source: its front (the slot rule always picks the only source)
+        return _block(size, 0) if n_a == 0 else _block(0, size)
+    i = j = 0
+    order: list[bool] = []
+    for _ in range(size):
+        take_f = takes_forwarded(i < n_f, j < n_a, forwarded[i] if i < n_f else _INF, arrived[j] if j < n_a else _INF)
+        order.append(take_f)
+        i, j = (i + 1, j) if take_f else (i, j + 1)
+    return BatchMembers(i, j, tuple(order))
+
+
+def _block(n_forwarded: int, n_arrived: int) -> BatchMembers:
+    """The decision "the front ``n_forwarded`` forwarded, then the front ``n_arrived`` arrivals", shared: records are
+    immutable, and the simulator asks for one per batch (the common sizes are few)."""
+    key = (n_forwarded, n_arrived)
+    m = _BLOCKS.get(key)
+    if m is None:
+        m = BatchMembers(n_forwarded, n_arrived)
+        if len(_BLOCKS) < 1 << 16:
+            _BLOCKS[key] = m
+    return m
+
+
+_BLOCKS: dict[tuple[int, int], BatchMembers] = {}
+_decision = positional_maker(BatchDecision)

@@ -43,14 +43,24 @@ class GearDecision:
 class GearSelector:
     """Looks up the gear for a QPS and applies hysteresis; pure, with no clock and no I/O."""
 
-    __slots__ = ("_highs", "alpha", "qps_scale")
+    __slots__ = ("_highs", "_qps_scale", "alpha")
 
     def __init__(self, qps_highs: Sequence[float], *, alpha: float = 8.0, qps_scale: float = 1.0) -> None:
         if not qps_highs or list(qps_highs) != sorted(qps_highs):
             raise ValueError("qps_highs must be a non-empty ascending sequence")
         self._highs = list(qps_highs)
         self.alpha = alpha
-        self.qps_scale = qps_scale
+        self._qps_scale = qps_scale
+
+    @property
+    def qps_scale(self) -> float:
+        """The factor measured QPS is multiplied by before the lookup (appendix C.2; :meth:`rescale` changes it)."""
+        return self._qps_scale
+
+    def rescale(self, qps_scale: float) -> None:
+        """Multiply measured QPS by ``qps_scale`` from the next decision on (the load-drift estimate of
+        :class:`~cascadeserve.policy.replan.LoadDrift`, or a simulation's per-tick factor)."""
+        self._qps_scale = qps_scale
 
     @property
     def qps_highs(self) -> tuple[float, ...]:
@@ -63,10 +73,10 @@ class GearSelector:
 
     def lookup(self, qps: float) -> int:
         """The gear whose range holds ``qps`` (after scaling); the last gear above the plan's max QPS."""
-        return gear_for_qps(self._highs, qps * self.qps_scale)
+        return gear_for_qps(self._highs, qps * self._qps_scale)
 
     def decide(self, current: int, qps: float, q0: int) -> GearDecision:
-        gear, target, held = select_gear(self._highs, self.qps_scale, self.alpha, current, qps, q0)
+        gear, target, held = select_gear(self._highs, self._qps_scale, self.alpha, current, qps, q0)
         return GearDecision(gear=gear, target=target, qps=qps, q0=q0, held=held)
 
 
@@ -87,6 +97,10 @@ class GearPolicy:
                 )
         self.selector = selector
         self.schedule = schedule
+
+    def rescale(self, qps_scale: float) -> None:
+        """The selector multiplies measured QPS by ``qps_scale`` from the next tick on (no effect on a schedule)."""
+        self.selector.rescale(qps_scale)
 
     def initial(self, qps: float = 0.0) -> int:
         """The gear before the first tick (tick 0), for a server starting at ``qps``."""

@@ -51,6 +51,7 @@ __all__ = [
     "stage_exits",
     "swrr_pick",
     "take_count",
+    "takes_forwarded",
     "windowed_qps",
 ]
 
@@ -74,6 +75,13 @@ def take_count(present: int, max_batch: int, cap: int) -> int:
     then the adaptive ``cap`` (each :data:`NO_LIMIT` when unset)."""
     size = present if max_batch < 0 or present <= max_batch else max_batch
     return size if cap < 0 or size <= cap else cap
+
+
+def takes_forwarded(has_forwarded: bool, has_arrival: bool, forwarded_at: float, arrived_at: float) -> bool:
+    """Batch membership, one slot of a capped batch at a time: does the next slot take the oldest forwarded sample
+    (which entered its queue at ``forwarded_at``), else the oldest new arrival (``arrived_at``)? The older of the two;
+    the forwarded one on a tie (it has waited through an earlier stage already)."""
+    return has_forwarded and (not has_arrival or forwarded_at <= arrived_at)
 
 
 def prefer(best: tuple[float, float, int, int], cand: tuple[float, float, int, int]) -> tuple[float, float, int, int]:
@@ -185,6 +193,7 @@ _SOURCES: tuple[Callable[..., Any], ...] = (
     capped_min_queue,
     fire_time,
     take_count,
+    takes_forwarded,
     prefer,
     is_sure,
     swrr_pick,

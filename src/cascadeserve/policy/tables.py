@@ -29,6 +29,7 @@ from cascadeserve.policy.forwarding import LAST_STAGE, sure_list, sure_mask
 from cascadeserve.policy.gears import GearPolicy, GearSelector
 from cascadeserve.policy.routing import SmoothWeightedRoundRobin
 from cascadeserve.policy.schedule import GearSchedule
+from cascadeserve.policy.thresholds import ThresholdDecision
 
 __all__ = ["PlanTables", "Route", "Routers"]
 
@@ -46,7 +47,7 @@ class Route:
 
 class PlanTables:
     """Integer-indexed view of a :class:`GearPlan` (routers with state are made per run). Only the thresholds may
-    change after construction, through :meth:`set_thresholds` (online tuning); everything else is fixed."""
+    change after construction, by applying a :class:`ThresholdDecision` (online tuning); everything else is fixed."""
 
     def __init__(self, plan: GearPlan, model_rows: Mapping[str, int]) -> None:
         self.plan = plan
@@ -118,10 +119,11 @@ class PlanTables:
         """``gear``'s cascade as model rows, first stage first."""
         return self._gear_rows[gear]
 
-    def set_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
-        """Re-tune ``gear``'s thresholds in place (a :class:`~cascadeserve.policy.tuning.ThresholdDecision`): every
-        exit decided from now on uses them, samples in flight included; queues and routers are untouched, so
-        nothing is dropped. The last stage keeps answering everything."""
+    def apply_thresholds(self, d: ThresholdDecision) -> None:
+        """Apply a tuning decision: ``d.gear``'s thresholds become ``d.new`` in place; every exit decided from now on
+        uses them, samples in flight included; queues and routers are untouched, so nothing is dropped. The last
+        stage keeps answering everything."""
+        gear, thresholds = d.gear, d.new
         rows = self._gear_rows[gear]
         if len(thresholds) != len(rows) - 1:
             raise ValueError(f"gear {gear} has {len(rows) - 1} thresholds, got {len(thresholds)}")
@@ -199,7 +201,7 @@ class Routers:
     def __init__(self, tables: PlanTables) -> None:
         self.tables = tables
         self._routers: dict[tuple[int, int], tuple[tuple[int, ...], SmoothWeightedRoundRobin]] = {
-            key: (route.replicas, route.router()) for key, route in tables._routes.items()
+            key: (route.replicas, route.router()) for key, route in tables.routes().items()
         }
         # Plain lists: the runtime routes every request through these, and numpy scalar indexing costs more.
         self._first: list[int] = tables.first_row.tolist()
@@ -228,6 +230,28 @@ class Routers:
             return [(r, np.array(b, dtype=np.int64)) for r, b in self.split_list(gear, row, ids.tolist())]
         picks = router.pick_many(len(ids))
         return [(rr, sub) for j, rr in enumerate(reps) if len(sub := ids[picks == j])]
+
+    def forward_split(self, row: int, ids: np.ndarray, gears: np.ndarray | None) -> list[tuple[int, np.ndarray]]:
+        """:meth:`forward` for many samples that model ``row`` was unsure of (``gears``: each one's gear, ``None``
+        for a one-gear plan): each is routed by its own gear's router, and each replica's group keeps the order of
+        ``ids``, as when they are forwarded one by one."""
+        if gears is None or gears.min() == gears.max():
+            g = 0 if gears is None else int(gears[0])
+            return self.split(g, self._next[g][row], ids)
+        dest = np.empty(len(ids), dtype=np.int64)
+        for g in np.unique(gears).tolist():
+            for rr, at in self.split(g, self._next[g][row], np.flatnonzero(gears == g)):
+                dest[at] = rr
+        return [(rr, ids[dest == rr]) for rr in np.unique(dest).tolist()]
+
+    def forward_split_list(self, row: int, ids: list[int], gears: list[int] | None) -> list[tuple[int, list[int]]]:
+        """:meth:`forward_split` for a short Python list (the simulator's per-sample path)."""
+        if gears is None:
+            return self.split_list(0, self._next[0][row], ids)
+        dest: dict[int, list[int]] = {}
+        for i, g in zip(ids, gears, strict=True):
+            dest.setdefault(self.forward(g, row), []).append(i)
+        return list(dest.items())
 
     def admit_split(self, gear: int, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """:meth:`admit` for many new requests at once (the simulator's arrivals of one tick)."""

@@ -42,6 +42,7 @@ import numpy as np
 
 from cascadeserve.policy.forwarding import sure_mask
 from cascadeserve.policy.tables import PlanTables
+from cascadeserve.policy.thresholds import ThresholdDecision
 from cascadeserve.profile import Profile
 
 __all__ = [
@@ -311,20 +312,6 @@ class AuditSampler:
         return 1.0 / self.fraction
 
 
-@dataclass(frozen=True, slots=True)
-class ThresholdDecision:
-    """Swap gear ``gear``'s thresholds from ``old`` to ``new`` (logged with why and what the window predicts)."""
-
-    gear: int
-    old: tuple[float, ...]
-    new: tuple[float, ...]
-    window_accuracy: float  # under ``old``, on the window
-    accuracy: float  # predicted under ``new``
-    work_ms: float  # predicted under ``new``
-    reason: str  # "below target" or "periodic"
-    at: float
-
-
 class ThresholdTuner:
     """When to re-tune a gear, and to what (module docstring). One per served plan; windows per gear.
 
@@ -396,10 +383,11 @@ class OnlineTuning:
     reference answers come from (``"audit"``: the last stage's prediction; ``"label"``: the true label, as feedback
     gives it). Both engines call :meth:`record` when a sample's record is whole (it reached its gear's last stage)
     and :meth:`decide` once per producer tick, and apply a decision with
-    :meth:`~cascadeserve.policy.PlanTables.set_thresholds`.
+    :meth:`~cascadeserve.policy.PlanTables.apply_thresholds`. The log of decisions (:attr:`changes`) is whole unless
+    :meth:`bound_log` bounds it (a server that runs for weeks).
     """
 
-    __slots__ = ("auditor", "changes", "reference", "tuner")
+    __slots__ = ("_log_limit", "auditor", "changes", "reference", "tuner")
 
     def __init__(self, tuner: ThresholdTuner, audit_fraction: float = 0.02, reference: str = "audit") -> None:
         if reference not in ("audit", "label"):
@@ -408,6 +396,14 @@ class OnlineTuning:
         self.auditor = AuditSampler(audit_fraction)
         self.reference = reference
         self.changes: list[ThresholdDecision] = []
+        self._log_limit: int | None = None
+
+    def bound_log(self, keep: int) -> None:
+        """Keep at least the last ``keep`` decisions in :attr:`changes` and at most ``2 * keep`` (trimmed in one go,
+        so that logging stays O(1) amortised)."""
+        if keep < 1:
+            raise ValueError("keep at least one decision")
+        self._log_limit = keep
 
     @classmethod
     def for_plan(
@@ -475,4 +471,7 @@ class OnlineTuning:
         d = self.tuner.decide(now, gear, tables.thresholds_of(gear))
         if d is not None:
             self.changes.append(d)
+            keep = self._log_limit
+            if keep is not None and len(self.changes) > 2 * keep:
+                del self.changes[:-keep]
         return d

@@ -9,7 +9,8 @@ present at the firing time.
 A pump hands the policy one candidate per non-empty queue of the device (its trigger's fire time as far as the
 queue now shows, :meth:`~cascadeserve.policy.BatchTrigger.fire_time_known`) and applies the
 :class:`~cascadeserve.policy.BatchDecision` of :func:`~cascadeserve.policy.next_batch`: fire that replica now, or
-arm a timer for when its max wait runs out. The batch takes :func:`~cascadeserve.policy.batch_size` requests.
+arm a timer for when its max wait runs out. The batch takes :func:`~cascadeserve.policy.batch_size` requests, the
+ones :func:`~cascadeserve.policy.batch_members` picks (oldest first, forwarded first on a tie).
 When the batch ends, :meth:`~cascadeserve.policy.PlanTables.exits` with each request's own gear decides who is
 answered and who is forwarded, and the generation's routers pick the next replica. A device may serve replicas of
 two plan generations during a hot-swap; it still runs one batch at a time, and the policy's tie-break (which
@@ -40,14 +41,14 @@ import math
 
 import numpy as np
 
-from cascadeserve.policy import batch_size, next_batch
+from cascadeserve.policy import batch_members, batch_size, next_batch
 from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.runtime.clock import Clock
 from cascadeserve.runtime.device import BatchOutput, Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
 from cascadeserve.runtime.queue import ReplicaQueue
-from cascadeserve.runtime.request import Answer, ModelFailed, Request, stage_failure
+from cascadeserve.runtime.request import Answer, Best, ModelFailed, Request, stage_failure
 from cascadeserve.runtime.tuning import continuation
 
 __all__ = ["Consumer"]
@@ -107,14 +108,14 @@ class Consumer:
         decision = next_batch(cands)
         if decision is None:
             return
-        at, _, number, r = decision
-        if at > now:
-            self._arm(at)
+        if decision.at > now:
+            self._arm(decision.at)
             return
-        gen, q = self.lanes[(number, r)]
+        r = decision.replica
+        gen, q = self.lanes[(decision.generation, r)]
         limit = gen.batch_limit
         size = batch_size(gen.triggers[r], len(q), None if limit is None else limit.limit(r))
-        batch = q.take(size)
+        batch = q.take(batch_members(size, *q.times()))
         self.busy = True
         self.busy_since = now
         task = asyncio.get_running_loop().create_task(self._run(gen, r, batch, now))
@@ -247,10 +248,10 @@ class Consumer:
                 )
                 req.resolve(answer)  # first: an audit never delays the answer
                 if audit is not None and audit[k]:
-                    req.best = (int(label), float(cert), row)
+                    req.best = Best(int(label), float(cert), row)
                     gen.forward(continuation(req, answer), row, t1)
             else:
-                req.best = (int(label), float(cert), row)
+                req.best = Best(int(label), float(cert), row)
                 req.best_output = None if outputs is None else outputs[k]
                 self._forwarded.add(req)
                 gen.forward(req, row, t1)
@@ -261,17 +262,17 @@ class Consumer:
     ) -> None:
         self.observer.batch(
             BatchEvent(
-                t0,
-                t1,
-                gen.replica_device[r],
-                r,
-                row,
-                size,
-                answered,
-                gen.model_names[row],
-                self.device.name,
-                gen.number,
-                failed,
+                start=t0,
+                end=t1,
+                device=gen.replica_device[r],
+                replica=r,
+                row=row,
+                size=size,
+                answered=answered,
+                model=gen.model_names[row],
+                device_name=self.device.name,
+                generation=gen.number,
+                failed=failed,
             )
         )
 

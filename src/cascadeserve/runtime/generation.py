@@ -108,8 +108,8 @@ class Generation:
         if self.tuning is not None:
             self.tuning.applied(d)
         else:
-            self.tables.set_thresholds(d.gear, d.new)
-        self.transport.on_thresholds(d.gear, d.new)
+            self.tables.apply_thresholds(d)
+        self.transport.on_thresholds(d)
         self.observer.thresholds_changed(d, self.number)
 
     def q0(self) -> int:
@@ -157,14 +157,15 @@ class Generation:
         if req.queue is not None:
             req.queue_s += now - req.enqueued
             req.queue.discard(req)
-        decision = on_deadline(None if req.best is None else req.best[2])
-        if decision.fallback_row is None or req.best is None:
+        best = req.best
+        decision = on_deadline(None if best is None else best.row)
+        if decision.fallback_row is None or best is None:
             return req.fail(error)
-        label, cert, row = req.best
+        row = decision.fallback_row
         return req.resolve(
             Answer(
-                label=label,
-                certainty=cert,
+                label=best.label,
+                certainty=best.certainty,
                 model=self.model_names[row],
                 stage=int(self.tables.stage[req.gear, row]),
                 gear=req.gear,

@@ -18,9 +18,10 @@ from cascadeserve.runtime.request import Answer, Request, ServingError
 __all__ = ["BatchEvent", "Fanout", "NullObserver", "Observer", "Recorder", "TickEvent"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BatchEvent:
-    """One batch, with the fields of the simulator's ``BatchRecord`` plus names."""
+    """One batch, with the fields of the simulator's ``BatchRecord`` plus names (built by keyword: eleven fields
+    are too many to keep apart by position)."""
 
     start: float
     end: float

@@ -126,7 +126,7 @@ class Replanner:
         lt = drift.tick(qps, t)
         self.stats.scale = lt.scale
         if drift.scaling:
-            self.runtime.current.gear_policy.selector.qps_scale = lt.scale
+            self.runtime.current.gear_policy.rescale(lt.scale)
         if lt.drift is not None:
             self.stats.distance = lt.drift.distance
             if self._task is None:

@@ -21,6 +21,7 @@ from cascadeserve.policy.failure import FailureKind, StageFailureDecision, on_st
 
 __all__ = [
     "Answer",
+    "Best",
     "ClientGone",
     "DeadlineExceeded",
     "ModelFailed",
@@ -126,6 +127,15 @@ class Answer:
     output: TextOutput | None = None  # a generative stage's answer (text and tokens); None for a classifier
 
 
+@dataclass(frozen=True, slots=True)
+class Best:
+    """The prediction of the last stage that ran on a request: what a deadline or a lost server falls back to."""
+
+    label: int
+    certainty: float
+    row: int  # the model row that made it
+
+
 class Request:
     """One sample in flight (mutable bookkeeping, touched only on the event loop)."""
 
@@ -171,7 +181,7 @@ class Request:
         self.queue: Any = None  # the ReplicaQueue holding it, if any
         self.queue_s = 0.0
         self.compute_s = 0.0
-        self.best: tuple[int, float, int] | None = None  # (label, certainty, model row) of the last stage run
+        self.best: Best | None = None  # the last stage that ran: its prediction, for a fallback
         self.best_output: TextOutput | None = None  # and its generated answer, for a generative stage
         self.timer: asyncio.Task[None] | None = None
         self.cache_key: Any = None  # the prediction cache's key when the runtime caches answers (a miss)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from cascadeserve.policy.thresholds import ThresholdDecision
 from cascadeserve.runtime.queue import ReplicaQueue
 from cascadeserve.runtime.request import Request
 
@@ -51,8 +52,8 @@ class Transport(Protocol):
         """The generation started draining."""
         ...
 
-    def on_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
-        """The generation's ``gear`` now exits with ``thresholds`` (online tuning; its own tables already do)."""
+    def on_thresholds(self, d: ThresholdDecision) -> None:
+        """The generation applied ``d`` (online tuning; its own tables already exit with ``d.new``)."""
         ...
 
 
@@ -89,7 +90,7 @@ class LocalTransport:
     def on_drain(self) -> None:
         self.wake_all()
 
-    def on_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
+    def on_thresholds(self, d: ThresholdDecision) -> None:
         return None  # the consumers here read the generation's own tables, already changed
 
     def wake_all(self) -> None:

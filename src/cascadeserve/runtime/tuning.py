@@ -42,7 +42,7 @@ TuningFactory = Callable[[PlanTables], OnlineTuning]
 """Builds the tuning of a served plan from the generation's own tables (``OnlineTuning.for_plan(tables, ...)``)."""
 
 _RECENT = 64  # threshold changes kept for GET /v2/cascade/plan
-_KEEP_CHANGES = 256  # the policy's change log is trimmed to this many while serving (it would grow without bound)
+_KEEP_CHANGES = 256  # the policy's change log keeps this many while serving (it would grow without bound)
 
 
 class ServingTuning:
@@ -52,6 +52,7 @@ class ServingTuning:
 
     def __init__(self, tuning: OnlineTuning, tables: PlanTables, *, pending_limit: int = 65_536) -> None:
         self.tuning = tuning
+        tuning.bound_log(_KEEP_CHANGES)
         self.tables = tables
         self.pending_limit = pending_limit
         # label reference: request id -> (gear, certainties, predictions, audited), waiting for the client's label
@@ -140,13 +141,10 @@ class ServingTuning:
         return self.tuning.decide(now, gear, self.tables)
 
     def applied(self, d: ThresholdDecision) -> None:
-        """Apply ``d`` to the tables and log it (recent changes, the count; the policy's log kept bounded)."""
-        self.tables.set_thresholds(d.gear, d.new)
+        """Apply ``d`` to the tables and log it (recent changes, the count; the policy bounds its own log)."""
+        self.tables.apply_thresholds(d)
         self.recent.append(d)
         self.changes_total += 1
-        changes = self.tuning.changes
-        if len(changes) > 2 * _KEEP_CHANGES:
-            del changes[:-_KEEP_CHANGES]
 
     def window_accuracy(self, gear: int) -> float | None:
         """The accuracy of the thresholds in force on ``gear``'s window (``None`` while it is short)."""

@@ -211,37 +211,36 @@ def run_compiled(
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
             -1 if bound is None else int(bound), adm is not None, sim.record_batches, lim, *aimd_args,
         )  # fmt: skip
-        if out[0] == 0:
+        if out.table_short == 0:
             break
-        table = 2 * int(out[0])  # a batch past the runtime table: rebuild it bigger and replay
+        table = 2 * out.table_short  # a batch past the runtime table: rebuild it bigger and replay
     if aimd is not None:
         aimd.set_caps(lim)  # the limiter ends where the Python loop's would
-    _, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy, rec_f, rec_i = out
     batches = [
         BatchRecord(float(f[0]), float(f[1]), int(i[0]), int(i[1]), int(i[2]), int(i[3]), int(i[4]))
-        for f, i in zip(rec_f.tolist(), rec_i.tolist(), strict=True)
+        for f, i in zip(out.batch_times.tolist(), out.batch_ints.tolist(), strict=True)
     ]
     return build_result(
         arrivals=arr,
         samples=None,
-        correct=correct,
-        stage=stage,
-        finish=finish,
-        answer_row=answer_row,
-        gear=gear_of,
+        correct=out.correct,
+        stage=out.stage,
+        finish=out.finish,
+        answer_row=out.answer_row,
+        gear=out.gear,
         predictions=prof.predictions,
         labels=prof.labels,
         stage_table=tb.stage,
         tick_s=tick,
         n_ticks=n_ticks,
-        tick_qps=tick_qps,
-        tick_gear=tick_gear,
-        tick_q0=tick_q0,
-        tick_busy_s=tick_busy,
+        tick_qps=out.tick_qps,
+        tick_gear=out.tick_gear,
+        tick_q0=out.tick_q0,
+        tick_busy_s=out.tick_busy,
         wall_s=time.perf_counter() - wall0,
         batches=batches,
         cached=None,
-        shed=shed if adm is not None else None,
+        shed=out.shed if adm is not None else None,
         threshold_changes=[],
         engine="compiled",
     )

@@ -29,12 +29,13 @@ import numpy as np
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import (
     AdmissionPolicy,
+    BatchDecision,
     BatchTrigger,
-    Candidate,
     GearSchedule,
     PlanTables,
     QpsMeter,
     Routers,
+    batch_members,
     batch_size,
     next_batch,
 )
@@ -51,8 +52,8 @@ from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 __all__ = ["Simulator", "simulate", "tick_windows"]
 
 _TABLE_BATCH = 4096
-_SMALL_BATCH = 16
-_NO_BATCH: Candidate = (math.inf, math.inf, -1, -1)
+_SMALL_BATCH = 16  # a speed switch only: up to this size a batch's exits and forwarding run per sample (same results)
+_NO_BATCH = BatchDecision(math.inf, math.inf, -1, -1)
 _EMPTY_I = np.empty(0, dtype=np.int64)
 _EMPTY_F = np.empty(0, dtype=np.float64)
 
@@ -153,10 +154,9 @@ class Simulator:
         busy: list[tuple[int, np.ndarray, float] | None] = [None] * d_count
         busy_until = [math.inf] * d_count
         free_at = [0.0] * d_count
-        ready: list[Candidate] = [_NO_BATCH] * d_count
+        ready: list[BatchDecision] = [_NO_BATCH] * d_count
         dirty = [True] * d_count
         routers: Routers = tb.new_routers()
-        split, split_list = routers.split, routers.split_list
         meter = QpsMeter(tick, min_arrivals=self.plan.qps_min_arrivals)
         limiter = self.batch_limit
         cache = self.cache
@@ -196,7 +196,7 @@ class Simulator:
             rep_t[r] = trig.fire_time(-math.inf, first, mth)
             rep_first[r] = first
 
-        def compute_ready(d: int) -> Candidate:
+        def compute_ready(d: int) -> BatchDecision:
             now = max(clock, free_at[d])
             cands: list[tuple[float, float, int, int]] = []
             for r in device_replicas[d]:
@@ -216,7 +216,9 @@ class Simulator:
             k = p if p == len(pt) else int(np.searchsorted(pt, t, side="right", sorter=None))
             k = max(k, p)
             size = batch_size(triggers[r], f.n + (k - p), None if limiter is None else limiter.limit(r))
-            ids, pend_ids[r], pend_t[r], pos[r] = take_batch(f, pend_ids[r], pt, p, k, size)
+            members = batch_members(size, f, pt[p:k])  # which of the present samples, in which order
+            ids = take_batch(f, pend_ids[r], p, members)
+            pos[r] = p + members.arrived
             row = replica_row[r]
             tab = self._rt_tables[row]
             secs = (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + overhead_s
@@ -261,17 +263,13 @@ class Simulator:
             forward(ids[~sure], row, t)
 
         def forward(fw: np.ndarray, row: int, t: float) -> None:
-            if single_gear:
-                groups: list[tuple[int, np.ndarray]] = [(0, fw)]
-            else:
-                gs = gear_of[fw]
-                g0 = int(gs[0])
-                groups = [(g0, fw)] if gs.min() == gs.max() else [(int(g), fw[gs == g]) for g in np.unique(gs)]
-            for g, ids_g in groups:
-                for rr, sub in split(g, int(tb.next_row[g, row]), ids_g):
-                    fwd[rr].push(sub, t)
-                    rep_dirty[rr] = True
-                    dirty[replica_device[rr]] = True
+            push(routers.forward_split(row, fw, None if single_gear else gear_of[fw]), t)
+
+        def push(parts: Sequence[tuple[int, np.ndarray | list[int]]], t: float) -> None:
+            for rr, sub in parts:
+                fwd[rr].push(sub if isinstance(sub, np.ndarray) else np.array(sub, dtype=np.int64), t)
+                rep_dirty[rr] = True
+                dirty[replica_device[rr]] = True
 
         preds = self.profile.predictions
         labels = self.profile.labels
@@ -309,7 +307,6 @@ class Simulator:
                 forward(ids[go_on], row, t)
 
         cert_lists = [c.tolist() for c in cert]
-        next_lists = tb.next_row.tolist()
         exits_list = tb.exits_list
 
         def complete_small(d: int, t: float, r: int, ids: np.ndarray, t0: float, row: int) -> None:
@@ -321,7 +318,7 @@ class Simulator:
             sl = [i % n_samples for i in il] if sample_of is None else sample_of[ids].tolist()
             sure = exits_list(row, [crow[s] for s in sl], gl)
             n_ans = 0
-            groups: dict[int, list[int]] = {}
+            unsure: list[int] = []
             for k, i in enumerate(il):
                 if sure[k]:
                     finish[i] = t
@@ -330,15 +327,13 @@ class Simulator:
                     if cache is not None:
                         cache.store(sl[k], row)
                 else:
-                    groups.setdefault(0 if gl is None else gl[k], []).append(i)
+                    unsure.append(k)
             counts[1] += n_ans
             if self.record_batches:
                 batches.append(BatchRecord(t0, t, d, r, row, len(il), n_ans))
-            for g, lst in groups.items():
-                for rr, sub in split_list(g, next_lists[g][row], lst):
-                    fwd[rr].push(np.array(sub, dtype=np.int64), t)
-                    rep_dirty[rr] = True
-                    dirty[replica_device[rr]] = True
+            if unsure:
+                gears = None if gl is None else [gl[k] for k in unsure]
+                push(routers.forward_split_list(row, [il[k] for k in unsure], gears), t)
 
         def queued(r: int) -> int:
             return fwd[r].n + len(pend_ids[r]) - pos[r]
@@ -355,7 +350,7 @@ class Simulator:
                         if dirty[d]:
                             ready[d] = compute_ready(d)
                             dirty[d] = False
-                        t = ready[d][0]
+                        t = ready[d].at
                     if t < best_t:
                         best_t = t
                         best_d = d
@@ -365,7 +360,7 @@ class Simulator:
                 if busy[best_d] is not None:
                     complete(best_d, best_t)
                 else:
-                    start(best_d, best_t, ready[best_d][3])
+                    start(best_d, best_t, ready[best_d].replica)
 
         def enqueue(ids: np.ndarray) -> None:
             """Route admitted requests to first-stage replicas under the current gear."""
@@ -387,7 +382,7 @@ class Simulator:
                 meter.record(bounds[w] - bounds[w - 1])
                 qps = meter.tick(t_w)
                 if qps_scale is not None and len(qps_scale):
-                    gear_policy.selector.qps_scale = float(qps_scale[min(w, len(qps_scale) - 1)])
+                    gear_policy.rescale(float(qps_scale[min(w, len(qps_scale) - 1)]))
                 q0 = tb.q0(gear, queued)
                 new_gear = gear_policy.decide(w, gear, qps, q0).gear
                 tick_qps[w] = qps
@@ -400,7 +395,7 @@ class Simulator:
             if tuning is not None:
                 change = tuning.decide(w * tick, gear, tb)
                 if change is not None:
-                    tb.set_thresholds(change.gear, change.new)
+                    tb.apply_thresholds(change)
             tick_gear[w] = gear
             clock = t_w
             a, b = bounds[w], bounds[w + 1]

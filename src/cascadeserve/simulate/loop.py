@@ -2,10 +2,12 @@
 
 It replays exactly the trajectory of the Python reference loop (``Simulator.run`` with ``engine="python"``): the
 same order at one instant (the producer's tick, then the arrivals, then device events, the lowest device first on
-a tie), the same cached "ready" decisions per device, the same batch contents and order (a capped batch takes the
-oldest first across forwarded and new samples, forwarded first on a tie), the same grouping of forwarded samples
-by gear, and the same router positions. The decisions are the functions of :mod:`cascadeserve.policy.kernels`,
-called by name and compiled as their twins (``fire_time``, ``prefer``, ``take_count``, ``stage_exits``,
+a tie), the same cached "ready" decisions per device, the same batch contents and order (the policy's
+:func:`~cascadeserve.policy.batch_members`: a capped batch takes the oldest first across forwarded and new samples,
+forwarded first on a tie, slot by slot with the kernel ``takes_forwarded``; the whole queue lists forwarded samples
+first), the same forwarding (unsure samples in batch order, each by its own gear's router, as the runtime does)
+and the same router positions. The decisions are the functions of :mod:`cascadeserve.policy.kernels`, called by
+name and compiled as their twins (``fire_time``, ``prefer``, ``take_count``, ``takes_forwarded``, ``stage_exits``,
 ``swrr_pick``, ``select_gear``, ``scheduled_gear``, ``windowed_qps``, ``admitted``); this module only keeps queues and
 clocks.
 
@@ -22,6 +24,8 @@ compiled function; :mod:`cascadeserve.simulate.compiled` prepares its arrays and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,14 +42,14 @@ from cascadeserve.policy.kernels import (
     stage_exits,
     swrr_pick,
     take_count,
+    takes_forwarded,
     windowed_qps,
 )
 
-__all__ = ["build_loop"]
+__all__ = ["LoopOutput", "build_loop"]
 
 # Columns of the per-replica queue table ``rq``.
 P_HEAD, P_TAIL, P_N, F_HEAD, F_TAIL, F_N = 0, 1, 2, 3, 4, 5
-SMALL_BATCH = 16  # the Python loop groups forwarded samples by first appearance up to this size, by gear above it
 
 
 def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plain arrays, no objects
@@ -101,7 +105,6 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     b_t0 = np.zeros(d_count)
     rpos = np.zeros(route_start.shape[0], np.int64)  # each router's position in its period
     scratch = np.empty(4096, np.int64)
-    gseen = np.empty(thr.shape[0], np.int64)
 
     gear = gear0
     clock = 0.0
@@ -264,7 +267,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     rq[r, F_HEAD] = -1
                     rq[r, F_TAIL] = -1
                     rq[r, F_N] = 0
-                else:  # capped: the oldest first across both queues (forwarded first on a tie)
+                else:  # capped: the oldest first across both queues, slot by slot (policy.batch_members' rule)
                     fh = rq[r, F_HEAD]
                     ph = rq[r, P_HEAD]
                     head = -1
@@ -272,7 +275,9 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     tf = 0
                     tp = 0
                     for _ in range(size):
-                        take_f = fh >= 0 and (ph < 0 or arr[ph] > t or ftime[fh] <= arr[ph])
+                        has_f = fh >= 0
+                        has_a = ph >= 0 and arr[ph] <= t
+                        take_f = takes_forwarded(has_f, has_a, ftime[fh] if has_f else inf, arr[ph] if has_a else inf)
                         node = fh if take_f else ph
                         if take_f:
                             fh = nxt[fh]
@@ -324,7 +329,6 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     scratch = np.empty(2 * size, np.int64)
                 node = b_head[d]
                 n_un = 0
-                n_g = 0
                 for _ in range(size):
                     i = node
                     node = nxt[i]
@@ -338,13 +342,6 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     else:
                         scratch[n_un] = i
                         n_un += 1
-                        seen = False
-                        for q in range(n_g):
-                            if gseen[q] == g:
-                                seen = True
-                        if not seen:
-                            gseen[n_g] = g
-                            n_g += 1
                 answered_n += size - n_un
                 if record:
                     if n_rec == rec_f.shape[0]:
@@ -362,31 +359,30 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     rec_i[n_rec, 3] = size
                     rec_i[n_rec, 4] = size - n_un
                     n_rec += 1
-                if n_un:
-                    if size > SMALL_BATCH:  # the vectorised Python path groups by ascending gear
-                        gseen[:n_g].sort()
-                    for q in range(n_g):
-                        g = gseen[q]
+                last_g = -1
+                k0 = -1
+                seq = seqs[:1]
+                for u in range(n_un):  # forwarded in batch order, each by its own gear's router
+                    i = scratch[u]
+                    g = gear_of[i]
+                    if g != last_g:  # the router of this sample's gear (most batches hold one gear)
+                        last_g = g
                         k0 = route_of[g, next_row[g, row]]
                         s0 = seq_start[k0]
                         seq = seqs[s0 : s0 + seq_len[k0]]
-                        for u in range(n_un):
-                            i = scratch[u]
-                            if n_g > 1 and gear_of[i] != g:
-                                continue
-                            j, p2 = swrr_pick(seq, rpos[k0])
-                            rpos[k0] = p2
-                            rr = route_reps[route_start[k0] + j]
-                            if rq[rr, F_N] == 0:
-                                rq[rr, F_HEAD] = i
-                            else:
-                                nxt[rq[rr, F_TAIL]] = i
-                            nxt[i] = -1
-                            ftime[i] = t
-                            rq[rr, F_TAIL] = i
-                            rq[rr, F_N] += 1
-                            rep_dirty[rr] = True
-                            dirty[replica_device[rr]] = True
+                    j, p2 = swrr_pick(seq, rpos[k0])
+                    rpos[k0] = p2
+                    rr = route_reps[route_start[k0] + j]
+                    if rq[rr, F_N] == 0:
+                        rq[rr, F_HEAD] = i
+                    else:
+                        nxt[rq[rr, F_TAIL]] = i
+                    nxt[i] = -1
+                    ftime[i] = t
+                    rq[rr, F_TAIL] = i
+                    rq[rr, F_N] += 1
+                    rep_dirty[rr] = True
+                    dirty[replica_device[rr]] = True
     last_row = stage_table.shape[1] - 1
     for i in range(n):
         if answer_row[i] < 0:  # as SimResult has always reported an unanswered request: the last row's stage
@@ -395,11 +391,36 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
             rec_f[:n_rec], rec_i[:n_rec])
 
 
+@dataclass(frozen=True, slots=True)
+class LoopOutput:
+    """What one run of the compiled loop returns (its tuple, named: numba returns plain tuples)."""
+
+    table_short: int  # 0, or the batch size that ran past the runtime table (rebuild it bigger and run again)
+    finish: np.ndarray  # per request: when it was answered (inf: never)
+    answer_row: np.ndarray  # the model row that answered it (-1: none)
+    correct: np.ndarray
+    stage: np.ndarray
+    gear: np.ndarray  # the gear it was admitted under
+    shed: np.ndarray  # shed by admission (empty without an admission policy)
+    tick_qps: np.ndarray
+    tick_gear: np.ndarray
+    tick_q0: np.ndarray
+    tick_busy: np.ndarray  # [tick, device] busy seconds
+    batch_times: np.ndarray  # [batch, (start, end)] when recorded
+    batch_ints: np.ndarray  # [batch, (device, replica, row, size, answered)] when recorded
+
+
 _COMPILED: list[Any] = []
 
 
-def build_loop() -> Any:
-    """The compiled loop (compiled, or loaded from numba's cache, on the first call in a process)."""
+def build_loop() -> Callable[..., LoopOutput]:
+    """The compiled loop (compiled, or loaded from numba's cache, on the first call in a process), returning a
+    :class:`LoopOutput`."""
     if not _COMPILED:
         _COMPILED.append(compile_calling_kernels(_loop))
-    return _COMPILED[0]
+    compiled = _COMPILED[0]
+
+    def run(*args: Any) -> LoopOutput:
+        return LoopOutput(*compiled(*args))
+
+    return run

@@ -1,7 +1,8 @@
 """The simulator's per-replica queue of forwarded samples, and how many producer ticks a trace spans.
 
 Split from :mod:`cascadeserve.simulate.engine` (which applies the policy's decisions); these are its data
-structures, with no decision in them: :func:`take_batch` takes the samples of a batch whose size the policy chose.
+structures, with no decision in them: :func:`take_batch` takes the samples of a batch whose size and members the
+policy chose.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from cascadeserve.policy import BatchMembers
 
 __all__ = ["Forwarded", "take_batch", "tick_windows"]
 
@@ -23,6 +26,17 @@ class Forwarded:
         self.n = 0
         self.oldest = math.inf
 
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> float:
+        """When the ``i``-th oldest sample entered the queue (the policy's batch membership reads the front ones)."""
+        for ids, t in self.chunks:
+            if i < len(ids):
+                return t if isinstance(t, float) else float(t[i])
+            i -= len(ids)
+        raise IndexError("past the forwarded queue's end")
+
     def push(self, ids: np.ndarray, t: float | np.ndarray) -> None:
         if self.n == 0:
             self.oldest = t if isinstance(t, float) else float(np.min(t))
@@ -32,6 +46,10 @@ class Forwarded:
     def take(self, size: int) -> np.ndarray:
         """The ``size`` oldest samples (chunks are pushed in time order, so they are the front ones): a capped batch
         of a queue that only holds forwarded samples costs O(size), not O(queue)."""
+        if size == self.n:  # the whole queue (the common case): every chunk, in order
+            parts = [ids for ids, _ in self.chunks]
+            self.clear()
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
         taken: list[np.ndarray] = []
         need = size
         chunks = self.chunks
@@ -61,39 +79,22 @@ class Forwarded:
         self.oldest = math.inf
 
 
-def take_batch(
-    f: Forwarded, pend_ids: np.ndarray, pend_t: np.ndarray, p: int, k: int, size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Take a batch of ``size`` samples (the policy's :func:`~cascadeserve.policy.batch_size`) from one replica's
-    queue: its forwarded samples ``f`` and its pending arrivals ``pend_ids[p:]`` (entered at ``pend_t[p:]``), of
-    which the first ``k - p`` have arrived by the batch's start. Oldest first; at equal times forwarded samples go
-    first. Returns the batch's ids and the pending arrays and position after it (``f`` keeps what is not taken).
-    """
-    present = f.n + (k - p)
-    if f.n == 0:
-        return pend_ids[p : p + size], pend_ids, pend_t, p + size
-    if size == present:  # the whole queue: the forwarded chunks (in time order), then the arrivals
-        parts = [c for c, _ in f.chunks]
-        if k > p:
-            parts.append(pend_ids[p:k])
-        f.clear()
-        return (parts[0] if len(parts) == 1 else np.concatenate(parts)), pend_ids, pend_t, k
-    if k == p:  # capped batch of forwarded samples only (a later stage): the oldest, front chunks first
-        return f.take(size), pend_ids, pend_t, p
-    # capped batch: oldest first across forwarded and newly arrived samples
-    all_ids = np.concatenate([c for c, _ in f.chunks] + [pend_ids[p:k]])
-    all_t = np.concatenate([np.broadcast_to(ct, (len(c),)) for c, ct in f.chunks] + [pend_t[p:k]])
-    order = np.argsort(all_t, kind="stable")
-    ids = all_ids[order[:size]]
-    rest = order[size:]
-    rest_f = rest[rest < f.n]
-    rest_p = np.sort(rest[rest >= f.n])
-    f.clear()
-    if len(rest_f):
-        f.push(all_ids[rest_f], all_t[rest_f])
-    # un-taken new arrivals go back to the front of the pending slice
-    back = all_ids[rest_p]
-    return ids, np.concatenate([back, pend_ids[k:]]), np.concatenate([all_t[rest_p], pend_t[k:]]), 0
+def take_batch(f: Forwarded, pend_ids: np.ndarray, p: int, m: BatchMembers) -> np.ndarray:
+    """The ids of the batch that the policy's :func:`~cascadeserve.policy.batch_members` decision ``m`` picked from
+    one replica's queue: ``m.forwarded`` from the front of its forwarded samples ``f`` (which keeps the rest) and
+    ``m.arrived`` from the front of its pending arrivals ``pend_ids[p:]`` (the caller moves ``p`` on by as many),
+    in the decision's order."""
+    ids_a = pend_ids[p : p + m.arrived]
+    if m.forwarded == 0:
+        return ids_a
+    ids_f = f.take(m.forwarded)
+    if m.order is None:  # forwarded first
+        return ids_f if m.arrived == 0 else np.concatenate([ids_f, ids_a])
+    ids = np.empty(m.forwarded + m.arrived, dtype=np.int64)
+    from_f = np.array(m.order, dtype=bool)
+    ids[from_f] = ids_f
+    ids[~from_f] = ids_a
+    return ids
 
 
 def tick_windows(arrivals: np.ndarray, tick_s: float) -> int:

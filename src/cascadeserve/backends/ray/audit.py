@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 from cascadeserve.policy import PlanTables
 from cascadeserve.runtime import Answer, Clock, Generation, Request, ServingError
+from cascadeserve.runtime.request import Best
 from cascadeserve.runtime.tuning import ServingTuning, continuation, extend_trails
 
 __all__ = ["ServerTuning", "on_remote_answer"]
@@ -74,5 +75,5 @@ def on_remote_answer(gen: Generation, req: Request, answer: Answer, *, first: bo
         return
     row = gen.model_names.index(answer.model)
     if tuning.on_answer(req, answer, row, first=first):
-        req.best = (answer.label, answer.certainty, row)
+        req.best = Best(answer.label, answer.certainty, row)
         gen.forward(continuation(req, answer), row, gen.clock.now())

@@ -38,6 +38,7 @@ from cascadeserve.backends.ray.transport import FrontTransport
 from cascadeserve.plan import Device as PlanDevice
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import AimdBatchLimit
+from cascadeserve.policy.thresholds import ThresholdDecision
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import Generation, MonotonicClock, NullObserver, Observer, Runtime, RuntimeOptions
 
@@ -125,7 +126,7 @@ class RayPlacement:
         )
         if gen.tuning is not None:  # a (re)started server gets the thresholds in force, not the plan's
             for g in range(gen.tables.n_gears):
-                handle.set_thresholds.remote(gen.number, g, gen.tables.thresholds_of(g))
+                handle.set_thresholds.remote(gen.number, ThresholdDecision.in_force(g, gen.tables.thresholds_of(g)))
         if gen.draining:
             handle.drain.remote(gen.number)
 

@@ -4,12 +4,13 @@
 is the one serving error of this backend's own (a server died and nothing could answer for it).
 
 The rest is the wire encoding, kept in one place so that the sender and the receiver cannot drift apart. A request
-crosses a process boundary as a plain tuple (:data:`Item`: tuples pickle fast, and a burst of thousands goes out
-per call), carrying what the receiving stage needs to go on exactly where the sender stopped: its gear, the time it
-queued and computed so far, the best earlier answer (for a fallback), and the time left to its deadline (clocks of
-two processes are not comparable, durations are). An answer comes back as the :class:`~cascadeserve.runtime.Answer`
-itself, or an error as a tuple (:data:`Result`) that :func:`decode_error` turns back into the serving error with the
-same HTTP status: exception objects may not pickle (a model's own exception as a cause), their status and text do.
+crosses a process boundary as an :class:`Item` (a frozen record with slots: it pickles as its class and a tuple of
+its fields; a burst of thousands goes out per call), carrying what the receiving stage needs to go on exactly where
+the sender stopped: its gear, the time it queued and computed so far, the best earlier answer (for a fallback),
+and the time left to its deadline (clocks of two processes are not comparable, durations are). An answer comes
+back as the :class:`~cascadeserve.runtime.Answer` itself, or an error as a :class:`Failure` that
+:func:`decode_error` turns back into the serving error with the same HTTP status: exception objects may not pickle
+(a model's own exception as a cause), their status and text do.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from cascadeserve.runtime import (
     RuntimeStopped,
     ServingError,
 )
+from cascadeserve.runtime.request import Best
 
 __all__ = [
+    "Failure",
     "Item",
     "ModelSource",
     "RayOptions",
@@ -46,13 +49,37 @@ __all__ = [
 ModelSource = ModelFn | str | tuple[str, Mapping[str, Any]]
 """How a server gets a model: a picklable callable, or ``module:factory`` (with kwargs) that the server imports."""
 
-# What travels per request between processes (plain tuples: they pickle fast):
-# (payload, gear, queue_s, compute_s, best, remaining_s, trail, audit): the trail (each stage's certainty and
-# prediction so far) and the audit flag travel only with online tuning on (None and False otherwise)
 Trail = tuple[tuple[float, int], ...] | None
-Item = tuple[Any, int, float, float, tuple[int, float, int] | None, float, Trail, bool]
-# An answer, or ("error", exception class name, HTTP status, message, model)
-Result = Answer | tuple[str, str, int, str, str]
+"""Each stage's (certainty, prediction) so far; it travels only with online tuning on (``None`` otherwise)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One request as it travels to another process: what the receiving stage needs to go on where the sender
+    stopped."""
+
+    payload: Any
+    gear: int
+    queue_s: float  # time queued so far
+    compute_s: float  # time in batches so far
+    best: Best | None  # the last stage that ran (for a fallback)
+    remaining_s: float  # time left to its deadline (clocks of two processes are not comparable)
+    trail: Trail
+    audit: bool  # an audit continuation (online tuning; False otherwise)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A serving error as it travels back: its class name, HTTP status, message, and the model that failed."""
+
+    kind: str
+    status: int
+    message: str
+    model: str
+
+
+Result = Answer | Failure
+"""What comes back per request: its answer, or its error."""
 
 
 class ServerLost(ServingError):
@@ -89,9 +116,9 @@ class RayOptions:
 def encode_items(reqs: Sequence[Request], now: float) -> list[Item]:
     """``reqs`` as they travel to another process (``now`` on the sender's clock turns deadlines into time left)."""
     return [
-        (
-            r.payload, r.gear, r.queue_s, r.compute_s, r.best, r.deadline - now,
-            None if r.trail is None else tuple(r.trail), r.audit,
+        Item(
+            payload=r.payload, gear=r.gear, queue_s=r.queue_s, compute_s=r.compute_s, best=r.best,
+            remaining_s=r.deadline - now, trail=None if r.trail is None else tuple(r.trail), audit=r.audit,
         )
         for r in reqs
     ]  # fmt: skip
@@ -103,16 +130,16 @@ def encode_trail(trail: list[tuple[float, int]] | None) -> Trail:
 
 
 def encode_result(fut: asyncio.Future[Answer]) -> Result:
-    """The wire form of a settled future: its answer, or its error as a tuple."""
+    """The wire form of a settled future: its answer, or its error as a :class:`Failure`."""
     exc = fut.exception()
     if exc is None:
         return fut.result()
-    return ("error", type(exc).__name__, int(getattr(exc, "status", 500)), str(exc), str(getattr(exc, "model", "")))
+    return Failure(type(exc).__name__, int(getattr(exc, "status", 500)), str(exc), str(getattr(exc, "model", "")))
 
 
-def decode_error(res: tuple[str, str, int, str, str]) -> ServingError:
-    """The serving error that an error tuple stands for, with its HTTP status."""
-    _, kind, status, message, model = res
+def decode_error(res: Failure) -> ServingError:
+    """The serving error that a :class:`Failure` stands for, with its HTTP status."""
+    kind, status, message, model = res.kind, res.status, res.message, res.model
     if kind == "DeadlineExceeded":
         return DeadlineExceeded(message)
     if kind == "RuntimeStopped":

@@ -9,12 +9,11 @@ stage's replica. Both do it through an :class:`Outbox`, one per generation (its 
 * **Streaming answers.** The callee's ``accept`` is a streaming generator: answers come back in groups as they are
   ready, so a sample that an early stage answers does not wait for its call-mates. A lone request takes a plain
   call (``accept_one``), which is cheaper than a stream.
-* **Recovery.** When the callee dies (or restarts and lost the generation), the requests it had and did not answer
-  are re-routed by the policy core: a request that an earlier stage already ran is answered now with that stage's
-  prediction, marked fallback (:func:`~cascadeserve.runtime.answer_early`); one that no stage ran is retried on the
-  replica that :meth:`~cascadeserve.policy.PlanTables.failover` picks (another replica of the same model, or the
-  same one once Ray restarted its server), up to ``RayOptions.retries`` times; the rest fail with
-  :class:`~cascadeserve.backends.ray.options.ServerLost`.
+* **Recovery.** When the callee dies (or restarts and lost the generation), each request it had and did not answer
+  gets the policy's :func:`~cascadeserve.policy.failover.on_server_lost` decision, applied here: answered now with an
+  earlier stage's prediction, marked fallback (:func:`~cascadeserve.runtime.answer_early`); retried on the replica
+  the policy picks (another replica of the same model, or the same one once Ray restarted its server), up to
+  ``RayOptions.retries`` times; or failed with :class:`~cascadeserve.backends.ray.options.ServerLost`.
 
 A request stays live in the *sender's* generation until it is answered, so the sender's deadline and its
 exactly-once guarantee keep holding while the request is away.
@@ -31,6 +30,7 @@ from ray.exceptions import RayError
 
 from cascadeserve.backends.ray.audit import on_remote_answer
 from cascadeserve.backends.ray.options import RayOptions, Result, ServerLost, Trail, decode_error, encode_items
+from cascadeserve.policy.failover import on_server_lost
 from cascadeserve.runtime import Answer, Generation, Request, answer_early
 
 __all__ = ["Outbox"]
@@ -111,6 +111,8 @@ class Outbox:
             req.fail(decode_error(res))
 
     def _recover(self, reqs: list[Request], replica: int, attempt: int, cause: BaseException) -> None:
+        """Apply the policy's failover decision (:func:`~cascadeserve.policy.failover.on_server_lost`) to each
+        request the lost server had not answered."""
         gen = self.gen
         now = gen.clock.now()
         rid = gen.plan.replicas[replica].id
@@ -118,12 +120,16 @@ class Outbox:
         for req in reqs:
             if req.done:
                 continue
+            d = on_server_lost(
+                gen.tables, gear=req.gear, replica=replica, ran_a_stage=req.best is not None, attempt=attempt,
+                retries=self.options.retries, now=now, deadline=req.deadline,
+            )  # fmt: skip
+            if d.action == "retry":
+                retry.setdefault(d.replica, []).append(req)
+                continue
             lost = ServerLost(f"the server of replica {rid} failed ({type(cause).__name__}) and retries ran out")
-            if req.best is not None:  # an earlier stage ran: answer with it, marked fallback
+            if d.action == "fallback":  # an earlier stage ran: answer with it, marked fallback
                 answer_early(req, now, lost)
-            elif attempt < self.options.retries and now < req.deadline:
-                alt = gen.tables.failover(req.gear, replica, gen.replica_device[replica])
-                retry.setdefault(alt, []).append(req)
             else:
                 req.fail(lost)
         for alt, group in retry.items():

@@ -39,6 +39,7 @@ from cascadeserve.backends.ray.options import (
 )
 from cascadeserve.backends.ray.transport import ServerTransport
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy.thresholds import ThresholdDecision
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import (
     Answer,
@@ -174,12 +175,13 @@ class InferenceServer:
         now = self.clock.now()
         loop = asyncio.get_running_loop()
         out = []
-        for payload, gear, queue_s, compute_s, best, remaining, trail, audit in items:
+        for it in items:
             self.admission.add(1)
-            req = Request(self._rid, payload, now, gen, gear, loop.create_future(), now + remaining)
+            remaining = it.remaining_s
+            req = Request(self._rid, it.payload, now, gen, it.gear, loop.create_future(), now + remaining)
             self._rid += 1
-            req.queue_s, req.compute_s, req.best = queue_s, compute_s, best
-            req.trail, req.audit = (None if trail is None else list(trail)), audit
+            req.queue_s, req.compute_s, req.best = it.queue_s, it.compute_s, it.best
+            req.trail, req.audit = (None if it.trail is None else list(it.trail)), it.audit
             gen.admit(req, now, replica)
             if remaining != math.inf:
                 arm_deadline(req, self.clock, max(0.0, remaining))
@@ -214,11 +216,11 @@ class InferenceServer:
         if gen is not None:
             gen.set_gear(gear)
 
-    async def set_thresholds(self, number: int, gear: int, thresholds: Sequence[float]) -> None:
-        """Online tuning re-tuned ``gear`` of generation ``number``: exits decided here use ``thresholds`` from now."""
+    async def set_thresholds(self, number: int, d: ThresholdDecision) -> None:
+        """Online tuning re-tuned ``d.gear`` of generation ``number``: exits decided here use ``d.new`` from now."""
         gen = self.gens.get(number)
         if gen is not None:
-            gen.tables.set_thresholds(gear, tuple(thresholds))
+            gen.tables.apply_thresholds(d)
 
     async def thresholds(self, number: int) -> list[tuple[float, ...]]:
         """The thresholds in force here for every gear of generation ``number`` (what the front end last sent)."""

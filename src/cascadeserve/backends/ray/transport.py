@@ -23,6 +23,7 @@ from cascadeserve.backends.ray.fleet import Fleet
 from cascadeserve.backends.ray.options import RayOptions
 from cascadeserve.backends.ray.outbox import Outbox
 from cascadeserve.plan import GearPlan
+from cascadeserve.policy.thresholds import ThresholdDecision
 from cascadeserve.runtime import Request
 from cascadeserve.runtime.transport import LocalTransport
 
@@ -80,6 +81,6 @@ class FrontTransport:
     def on_drain(self) -> None:
         self.fleet.broadcast(self.plan, "drain", self.number)
 
-    def on_thresholds(self, gear: int, thresholds: tuple[float, ...]) -> None:
-        # online tuning: every server decides exits with its own tables, so each one gets the change (as a gear)
-        self.fleet.broadcast(self.plan, "set_thresholds", self.number, gear, thresholds)
+    def on_thresholds(self, d: ThresholdDecision) -> None:
+        # online tuning: every server decides exits with its own tables, so each one gets the decision (as a gear)
+        self.fleet.broadcast(self.plan, "set_thresholds", self.number, d)
