@@ -31,8 +31,8 @@ ENGINES = ("simulate", "runtime", "backends")
 # The rules themselves: the compiled loop's kernels, the exit rule and the round-robin. No engine imports them
 # (the compiled loop binds the kernels as compiled twins; it is listed on its own below).
 _KERNELS = frozenset({
-    "admitted", "aimd_next", "capped_min_queue", "compile_calling_kernels", "fire_time", "prefer", "qps_rate",
-    "scheduled_gear", "select_gear", "stage_exits", "swrr_pick", "take_count", "takes_forwarded",
+    "admitted", "aimd_next", "capped_min_queue", "compile_calling_kernels", "fire_time", "prefer",
+    "scheduled_gear", "select_gear", "stage_exits", "swrr_pick", "take_count", "takes_forwarded", "windowed_qps",
 })  # fmt: skip
 
 CONTRACT: dict[str, dict[str, frozenset[str]]] = {
@@ -44,6 +44,7 @@ CONTRACT: dict[str, dict[str, frozenset[str]]] = {
         "cascadeserve.policy.adaptive": frozenset({"BatchLimit", "batch_limit_for", "capped_trigger"}),
         "cascadeserve.policy.cache": frozenset({"PredictionCache"}),
         "cascadeserve.policy.drift": frozenset({"DriftDecision"}),
+        "cascadeserve.policy.qps": frozenset({"max_window_ticks"}),
         "cascadeserve.policy.replan": frozenset({"DriftSettings", "LoadDrift", "ReplanVerdict", "plan_in_force"}),
         "cascadeserve.policy.tuning": frozenset({"OnlineTuning", "ThresholdDecision"}),
     },
@@ -60,6 +61,7 @@ CONTRACT: dict[str, dict[str, frozenset[str]]] = {
             {"CostDrift", "CostSettings", "CostWatch", "calibrated_factors", "trimmed_mean"}
         ),
         "cascadeserve.policy.drift": frozenset({"DriftDecision"}),
+        "cascadeserve.policy.failure": frozenset({"FailureKind", "StageFailureDecision", "on_stage_failure"}),
         "cascadeserve.policy.replan": frozenset({"DriftSettings", "LoadDrift", "ReplanVerdict", "planned_weights"}),
         "cascadeserve.policy.thresholds": frozenset({"ThresholdDecision"}),
         "cascadeserve.policy.tuning": frozenset({"OnlineTuning", "ThresholdDecision"}),
