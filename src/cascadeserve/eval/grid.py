@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from multiprocessing import Manager
 from typing import Any
 
-from cascadeserve.baselines import BASELINES, OURS, Outcome, System, Workload
+from cascadeserve.baselines import ACCURACY_TOL, BASELINES, OURS, Outcome, System, Workload
 from cascadeserve.eval.search import Settings, search_cells
+from cascadeserve.planner import search_cascades
+from cascadeserve.planner.static import replay_accuracy
 from cascadeserve.simulate.memo import Entry, remembering
 
 __all__ = ["CompareResult", "SystemGrid", "compare", "evaluate_system", "min_devices"]
@@ -143,15 +145,28 @@ class CompareResult:
             return None
         return min(reach) / ours
 
+    def cascade_reaches(self) -> dict[tuple[float, float], bool]:
+        """Per cell, whether some cascade of two or more models on the planner's frontier (SP1: accuracy against
+        work per request) reaches the cell's accuracy target on the replayed requests. Where none does, only the
+        most accurate single models reach the target: no cascade can beat the best single model there, and
+        savings can come only from switching."""
+        w = self.workload
+        n = len(w.trace)
+        front = search_cascades(w.profile, seed=w.seed).candidates
+        top = max((replay_accuracy(w.profile, c.cascade, n) for c in front if len(c.models) > 1), default=-1.0)
+        return {cell: top >= cell[1] - ACCURACY_TOL for cell in self.cells}
+
     def to_dict(self) -> dict[str, Any]:
         cells: list[dict[str, Any]] = []
         high = self.high_accuracy()
+        reach = self.cascade_reaches()
         for cell in self.cells:
             cells.append(
                 {
                     "p95_ms": cell[0],
                     "accuracy": cell[1],
                     "high_accuracy": cell[1] in high,
+                    "cascade_reaches": reach[cell],
                     "devices": {name: g.devices[cell] for name, g in self.grids.items()},
                     "savings": self.savings(cell),
                     "best_config": {name: g.best_config(cell) for name, g in self.grids.items()},
