@@ -53,7 +53,7 @@ from cascadeserve.planner.static import best_static
 from cascadeserve.planner.tracecheck import SloSearch, TraceCheck, rank, shortfall
 from cascadeserve.planner.workload import QpsDistribution, qps_scale_for
 from cascadeserve.profile import Profile, costs_note
-from cascadeserve.simulate.memo import replay
+from cascadeserve.simulate.memo import late_on_prefix, replay
 
 __all__ = ["SUBMODULES", "Planner", "PlannerReport", "qps_scale_for"]
 
@@ -330,6 +330,9 @@ class Planner:
         def judge(plan: GearPlan, acc: float) -> TraceCheck:
             plan = plan.model_copy(update={"backend": self.backend})  # a Ray plan pays its hops here too
             if arrivals is not None:
+                if latency is not None and late_on_prefix(profile, plan, arrivals, latency):
+                    # the full replay would miss the latency SLO: a miss is all a judgment needs to know
+                    return TraceCheck(False, math.inf, acc, len(arrivals), 0, slo.value)
                 p95, got = replay(profile, plan, arrivals)
                 return TraceCheck(shortfall(slo, p95, got) <= 0, p95, got, len(arrivals), 0, slo.value)
             dur = self.check_duration_s or sim_duration(
