@@ -235,7 +235,7 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "cascadeserve.eval.grid": ["CompareResult", "SystemGrid", "compare", "evaluate_system", "min_devices"],
     "cascadeserve.eval.plots": ["plot_ablation", "plot_curves", "plot_heatmaps", "plot_timeline", "plot_tuning"],
-    "cascadeserve.eval.report": ["family_max_qps", "grid_table", "run_all", "versions", "write_report"],
+    "cascadeserve.eval.report": ["claims_table", "family_max_qps", "grid_table", "run_all", "versions", "write_report"],
     "cascadeserve.eval.timeline": ["degradation", "pareto", "sliding", "trade_off_curves"],
     "cascadeserve.eval.fidelity": [
         "CALIBRATION_REQUESTS",

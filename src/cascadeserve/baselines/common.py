@@ -34,7 +34,8 @@ from cascadeserve.planner import Planner, QpsDistribution
 from cascadeserve.policy import AimdBatchLimit, GearSchedule
 from cascadeserve.profile import ModelProfile, Profile
 from cascadeserve.runtime import Clock, Observer, Runtime, RuntimeOptions, emulated_runtime
-from cascadeserve.simulate import SimResult, simulate
+from cascadeserve.simulate import SimResult, memo, simulate
+from cascadeserve.simulate.memo import replay
 from cascadeserve.traces import Trace
 
 __all__ = [
@@ -46,6 +47,8 @@ __all__ = [
     "Workload",
     "batch_for_latency",
     "batch_ms",
+    "fit_plan",
+    "oracle_accuracy",
     "pareto_models",
     "planned_single_model",
     "sub_profile",
@@ -168,7 +171,23 @@ class Deployment:
             self.profile, self.plan, clock=clock, observer=observer, options=self.runtime_options(options)
         )
 
+    @property
+    def hook_free(self) -> bool:
+        """No policy hook and no provisioning schedule: a plain replay that :mod:`~cascadeserve.simulate.memo` may
+        remember."""
+        return self.aimd_target_s is None and self.schedule is None and self.provisioned is None
+
+    def evaluate(self, arrivals: np.ndarray) -> Outcome:
+        """The outcome of one run on ``arrivals`` (a hook-free run is answered from memory when a cost grid
+        opened one and replayed it before)."""
+        if self.hook_free:
+            return self._outcome(*replay(self.profile, self.plan, arrivals))
+        return self.outcome(self.simulate(arrivals))
+
     def outcome(self, res: SimResult) -> Outcome:
+        return self._outcome(res.percentile_ms(95), res.accuracy)
+
+    def _outcome(self, p95_ms: float, accuracy: float) -> Outcome:
         if self.provisioned is not None and len(self.provisioned):
             mean = float(np.mean(self.provisioned))
             peak = int(np.max(self.provisioned))
@@ -176,7 +195,7 @@ class Deployment:
         else:
             cost = peak = len(self.plan.devices)
             mean = float(cost)
-        return Outcome(self.system, self.config, cost, res.percentile_ms(95), res.accuracy, mean, peak)
+        return Outcome(self.system, self.config, cost, p95_ms, accuracy, mean, peak)
 
 
 class System(ABC):
@@ -193,14 +212,21 @@ class System(ABC):
     def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
         """The deployment for one setting, or ``None`` when it cannot be built (e.g. the planner says infeasible)."""
 
+    def accuracy_bound(self, w: Workload, config: Config) -> float | None:
+        """An upper bound on the accuracy of any run of ``config`` on the workload's trace (at any device count),
+        or ``None`` when the system knows none. The cost grid skips a setting whose bound is below a cell's
+        target: it could not meet the cell."""
+        return None
+
+    def evaluate(self, w: Workload, devices: int, config: Config) -> Outcome | None:
+        """One setting's outcome on the workload's trace, or ``None`` when it cannot be deployed."""
+        dep = self.deploy(w, devices, config)
+        return None if dep is None else dep.evaluate(w.trace.arrivals)
+
     def run(self, w: Workload, devices: int) -> list[Outcome]:
         """Every setting's outcome on the workload's trace."""
-        out = []
-        for cfg in self.configs(w, devices):
-            dep = self.deploy(w, devices, cfg)
-            if dep is not None:
-                out.append(dep.outcome(dep.simulate(w.trace.arrivals)))
-        return out
+        outs = (self.evaluate(w, devices, cfg) for cfg in self.configs(w, devices))
+        return [o for o in outs if o is not None]
 
 
 def sub_profile(profile: Profile, models: Sequence[str], *, name: str | None = None) -> Profile:
@@ -233,6 +259,18 @@ def pareto_models(profile: Profile, batch: int = 32) -> list[str]:
     return sorted(keep, key=lambda n: -float(profile.accuracies[profile.index(n)]))
 
 
+def oracle_accuracy(profile: Profile, models: Sequence[str], n_requests: int) -> float:
+    """The accuracy of ``n_requests`` requests (request ``i`` on sample ``i mod n``) if each were answered by
+    whichever of ``models`` is right on its sample: a bound on any system that answers every request by one of
+    them."""
+    rows = [profile.index(m) for m in models]
+    right = np.any(profile.predictions[rows] == profile.labels, axis=0)
+    full, rest = divmod(max(n_requests, 0), profile.n_samples)
+    if full == 0 and rest == 0:
+        return float(right.mean())
+    return float((full * right.sum() + right[:rest].sum()) / (full * profile.n_samples + rest))
+
+
 def batch_ms(model: ModelProfile, batch: int, overhead_ms: float = 0.0) -> float:
     """Milliseconds one batch of ``batch`` takes: the profiled runtime plus the per-batch overhead."""
     return float(model.runtime.ms_at(batch)) + overhead_ms
@@ -246,21 +284,40 @@ def batch_for_latency(model: ModelProfile, budget_ms: float, cap: int | None = N
     return int(sizes[ok[-1]]) if len(ok) else 1
 
 
+def fit_plan(planner: Planner, profile: Profile, w: Workload, devices: int, slo: SLO) -> GearPlan | None:
+    """``planner``'s plan for ``profile`` on ``devices`` of the workload's hardware under ``slo``, replayed on the
+    workload's trace (its trace check), or ``None`` when it finds none. While a cost grid runs the fit is remembered
+    by its inputs (:mod:`cascadeserve.simulate.memo`): DynBa and the no-switching ablation plan the same single
+    models, and a fit is deterministic."""
+    arrivals = w.trace.arrivals
+    settings = (planner.n_ranges, planner.alpha, planner.seed, planner.batch_overhead_ms, planner.qps_dist)
+    parts = (
+        "planner-fit",
+        memo.fingerprint(profile),
+        repr(settings),
+        f"{devices}x{w.device_memory_mb!r}",
+        slo.model_dump_json(),
+        repr(w.max_qps),
+        memo.fingerprint(arrivals),
+    )
+    hit = memo.recall(*parts)
+    if hit is not None:
+        return GearPlan.model_validate_json(hit) if hit else None
+    try:
+        planner.fit(profile, w.devices(devices), slo, w.max_qps, check_arrivals=arrivals)
+    except InfeasibleError:
+        memo.remember("", *parts)
+        return None
+    assert planner.plan_ is not None
+    memo.remember(planner.plan_.model_dump_json(), *parts)
+    return planner.plan_
+
+
 def planned_single_model(name: str, w: Workload, devices: int, config: Config, model: str) -> Deployment | None:
     """One model, statically on every device, batched by the planner for the latency SLO ``config["slo_ms"]``
     (DynBa's setting, also tried by no-switching); ``None`` when the planner finds no feasible plan."""
     one = sub_profile(w.profile, [model])
     planner = Planner(n_ranges=10, qps_dist=w.qps_dist, seed=w.seed, batch_overhead_ms=w.batch_overhead_ms)
-    try:
-        planner.fit(
-            one,
-            w.devices(devices),
-            SLO(kind="p95_ms", value=float(config["slo_ms"])),
-            w.max_qps,
-            check_arrivals=w.trace.arrivals,
-        )
-    except InfeasibleError:
-        return None
-    assert planner.plan_ is not None
-    return Deployment(name, dict(config), one, planner.plan_)
+    plan = fit_plan(planner, one, w, devices, SLO(kind="p95_ms", value=float(config["slo_ms"])))
+    return None if plan is None else Deployment(name, dict(config), one, plan)
 

@@ -17,6 +17,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.errors import PlanError
 from cascadeserve.plan import fixed_plan
 from cascadeserve.planner import default_batch_caps
+from cascadeserve.planner.static import replay_accuracy
 
 __all__ = ["DynBa"]
 
@@ -33,6 +34,10 @@ class DynBa(System):
             out.append({"model": m.name, "batching": "min_queue=1"})
             out.extend({"model": m.name, "batching": "planner", "slo_ms": v} for v in w.latency_slos_ms)
         return out
+
+    def accuracy_bound(self, w: Workload, config: Config) -> float:
+        # one model answers every request: its accuracy on the replayed samples, or less when some go unanswered
+        return replay_accuracy(w.profile, Cascade((str(config["model"]),), ()), len(w.trace))
 
     def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
         model = str(config["model"])

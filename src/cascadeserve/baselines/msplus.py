@@ -23,6 +23,7 @@ from cascadeserve.baselines.common import (
     Workload,
     batch_for_latency,
     batch_ms,
+    oracle_accuracy,
     pareto_models,
 )
 from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica
@@ -60,6 +61,10 @@ class MSPlus(System):
             for h in HEADROOMS
             for f in TARGET_FRACTIONS
         ]
+
+    def accuracy_bound(self, w: Workload, config: Config) -> float:
+        # each request is answered by one of the Pareto models (which one depends on the time, not the sample)
+        return oracle_accuracy(w.profile, pareto_models(w.profile), len(w.trace))
 
     def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
         prof = w.profile

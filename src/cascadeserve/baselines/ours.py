@@ -36,12 +36,13 @@ from cascadeserve.baselines.common import (
     Deployment,
     System,
     Workload,
+    fit_plan,
     planned_single_model,
 )
 from cascadeserve.cascade import Cascade
-from cascadeserve.errors import InfeasibleError
 from cascadeserve.plan import SLO
 from cascadeserve.planner import STATIC_CANDIDATES, Planner, search_cascades, static_cascades, static_plan
+from cascadeserve.planner.static import replay_accuracy
 from cascadeserve.profile import Profile
 
 __all__ = ["STATIC_CANDIDATES", "CascadeServe", "NoCascade", "NoSwitching", "without_cascades"]
@@ -88,12 +89,8 @@ class CascadeServe(System):
             seed=w.seed,
             batch_overhead_ms=w.batch_overhead_ms,
         )
-        try:
-            planner.fit(prof, w.devices(devices), slo, w.max_qps, check_arrivals=w.trace.arrivals)
-        except InfeasibleError:
-            return None
-        assert planner.plan_ is not None
-        return Deployment(self.name, dict(config), prof, planner.plan_)
+        plan = fit_plan(planner, prof, w, devices, slo)
+        return None if plan is None else Deployment(self.name, dict(config), prof, plan)
 
 
 class NoSwitching(System):
@@ -119,6 +116,10 @@ class NoSwitching(System):
                     for v in w.latency_slos_ms
                 )
         return out
+
+    def accuracy_bound(self, w: Workload, config: Config) -> float:
+        # one cascade with fixed thresholds answers every request (or fewer, when some go unanswered)
+        return replay_accuracy(w.profile, Cascade(tuple(config["models"]), tuple(config["thresholds"])), len(w.trace))
 
     def deploy(self, w: Workload, devices: int, config: Config) -> Deployment | None:
         c = Cascade(tuple(config["models"]), tuple(config["thresholds"]))

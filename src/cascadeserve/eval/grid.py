@@ -1,11 +1,15 @@
 """The cost grid (paper Fig. 7): the fewest devices with which each system meets each (p95, accuracy) cell.
 
 For a fixed-device system, a device count ``d`` *meets* cell ``(L, A)`` when some hyper-parameter setting of the
-system, deployed on ``d`` devices and simulated on the workload's trace, has p95 ≤ L and accuracy ≥ A. Every
-setting's outcome at ``d`` is computed once and cached, so all cells share the simulations. The minimum ``d`` is
-found by galloping (1, 2, 4, … until a count meets the cell) and then binary search between the last count that
-failed and the first that met; this assumes more devices never hurt, which holds for every system here (a plan
-for more devices can always leave the extra ones idle). A cell no count up to ``max_devices`` meets is ``None``.
+system, deployed on ``d`` devices and simulated on the workload's trace, has p95 ≤ L and accuracy ≥ A. The fewest
+such ``d`` per cell is searched, not scanned (:mod:`cascadeserve.eval.search`): each (setting, devices) runs at
+most once, a cell stops at the first setting that meets it, settings that cannot reach a cell's accuracy are not
+run for it, and cells bound each other's answers. This assumes more devices never hurt, which holds for every
+system here (a plan for more devices can always leave the extra ones idle). A cell no count up to
+``max_devices`` meets is ``None``. While a grid runs, replays of the same plan on the trace are remembered across
+settings, cells and systems (:mod:`cascadeserve.simulate.memo`; worker processes share one store), so the planner's
+repeated judgments of the same static cascades, and the settings DynBa and the no-switching ablation share, are
+simulated once. A cell's ``best_config`` is the best of the settings that ran at its device count.
 
 An autoscaled system (Cocktail+) runs each setting once with the whole budget; its cost for a cell is the smallest
 time-mean provisioned device count (rounded up) among the settings that meet the cell. The unrounded mean of the
@@ -20,12 +24,18 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing import Manager
 from typing import Any
 
-from cascadeserve.baselines import BASELINES, OURS, Outcome, System, Workload
+from cascadeserve.baselines import ACCURACY_TOL, BASELINES, OURS, Outcome, System, Workload
+from cascadeserve.eval.search import Settings, search_cells
+from cascadeserve.planner import search_cascades
+from cascadeserve.planner.static import replay_accuracy
+from cascadeserve.simulate.memo import Entry, remembering
 
 __all__ = ["CompareResult", "SystemGrid", "compare", "evaluate_system", "min_devices"]
 
@@ -82,41 +92,32 @@ def evaluate_system(
     *,
     curve_devices: Sequence[int] = (),
 ) -> SystemGrid:
-    """Fill one system's column of the grid (and evaluate it at ``curve_devices`` for the trade-off curves)."""
+    """Fill one system's column of the grid (and evaluate it at ``curve_devices`` for the trade-off curves): the
+    search of :mod:`cascadeserve.eval.search`."""
     t0 = time.perf_counter()
-    cache: dict[int, list[Outcome]] = {}
-    sims = 0
-
-    def outcomes(d: int) -> list[Outcome]:
-        nonlocal sims
-        hit = cache.get(d)
-        if hit is None:
-            hit = cache[d] = system.run(w, d)
-            sims += len(hit)
-        return hit
-
+    runs = Settings(system, w)
     cells = [(lat, acc) for lat in w.latency_slos_ms for acc in w.accuracy_targets]
     devices: dict[tuple[float, float], int | None] = {}
     if system.autoscaled:
-        outs = outcomes(max_devices)
+        outs = runs.run_all(max_devices)
         for cell in cells:
             ok = [o.devices for o in outs if o.meets(*cell) and o.peak_devices <= max_devices]
             devices[cell] = min(ok) if ok else None
     else:
-        for cell in cells:
-
-            def meets(d: int, c: tuple[float, float] = cell) -> bool:
-                return any(o.meets(*c) for o in outcomes(d))
-
-            devices[cell] = min_devices(meets, max_devices)
+        devices = search_cells(cells, runs.meets, max_devices)
         for d in curve_devices:
-            outcomes(d)
-    return SystemGrid(system.name, system.autoscaled, devices, cache, time.perf_counter() - t0, sims)
+            runs.run_all(d)
+    wall = time.perf_counter() - t0
+    return SystemGrid(system.name, system.autoscaled, devices, runs.by_devices, wall, runs.simulations)
 
 
-def _job(args: tuple[System, Workload, int, tuple[int, ...]]) -> SystemGrid:
-    system, w, max_devices, curve = args
-    return evaluate_system(system, w, max_devices, curve_devices=curve)
+_Job = tuple[System, Workload, int, tuple[int, ...], MutableMapping[str, Entry]]
+
+
+def _job(args: _Job) -> SystemGrid:
+    system, w, max_devices, curve, store = args
+    with remembering(store):
+        return evaluate_system(system, w, max_devices, curve_devices=curve)
 
 
 @dataclass
@@ -144,15 +145,28 @@ class CompareResult:
             return None
         return min(reach) / ours
 
+    def cascade_reaches(self) -> dict[tuple[float, float], bool]:
+        """Per cell, whether some cascade of two or more models on the planner's frontier (SP1: accuracy against
+        work per request) reaches the cell's accuracy target on the replayed requests. Where none does, only the
+        most accurate single models reach the target: no cascade can beat the best single model there, and
+        savings can come only from switching."""
+        w = self.workload
+        n = len(w.trace)
+        front = search_cascades(w.profile, seed=w.seed).candidates
+        top = max((replay_accuracy(w.profile, c.cascade, n) for c in front if len(c.models) > 1), default=-1.0)
+        return {cell: top >= cell[1] - ACCURACY_TOL for cell in self.cells}
+
     def to_dict(self) -> dict[str, Any]:
         cells: list[dict[str, Any]] = []
         high = self.high_accuracy()
+        reach = self.cascade_reaches()
         for cell in self.cells:
             cells.append(
                 {
                     "p95_ms": cell[0],
                     "accuracy": cell[1],
                     "high_accuracy": cell[1] in high,
+                    "cascade_reaches": reach[cell],
                     "devices": {name: g.devices[cell] for name, g in self.grids.items()},
                     "savings": self.savings(cell),
                     "best_config": {name: g.best_config(cell) for name, g in self.grids.items()},
@@ -205,7 +219,24 @@ def compare(
     """Every system's column of the cost grid; ``jobs`` > 1 runs systems in parallel processes. ``progress``
     hears one line per finished system (a full grid takes minutes)."""
     t0 = time.perf_counter()
-    args = [(s, w, max_devices, tuple(curve_devices)) for s in systems]
+    with _store(jobs) as store:
+        args: list[_Job] = [(s, w, max_devices, tuple(curve_devices), store) for s in systems]
+        done = _run(args, jobs, progress)
+    grids = {s.name: done[s.name] for s in systems}  # in the caller's order, whatever order they finished in
+    return CompareResult(w, max_devices, grids, time.perf_counter() - t0)
+
+
+@contextmanager
+def _store(jobs: int) -> Iterator[MutableMapping[str, Entry]]:
+    """Where replays are remembered: a dict, or one that worker processes share."""
+    if jobs <= 1:
+        yield {}
+        return
+    with Manager() as manager:
+        yield manager.dict()
+
+
+def _run(args: list[_Job], jobs: int, progress: Callable[[str], None] | None) -> dict[str, SystemGrid]:
     done: dict[str, SystemGrid] = {}
 
     def finished(g: SystemGrid) -> None:
@@ -222,5 +253,4 @@ def compare(
     else:
         for a in args:
             finished(_job(a))
-    grids = {s.name: done[s.name] for s in systems}  # in the caller's order, whatever order they finished in
-    return CompareResult(w, max_devices, grids, time.perf_counter() - t0)
+    return done

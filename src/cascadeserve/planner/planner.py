@@ -53,7 +53,7 @@ from cascadeserve.planner.static import best_static
 from cascadeserve.planner.tracecheck import SloSearch, TraceCheck, rank, shortfall
 from cascadeserve.planner.workload import QpsDistribution, qps_scale_for
 from cascadeserve.profile import Profile, costs_note
-from cascadeserve.simulate import simulate
+from cascadeserve.simulate.memo import late_on_prefix, replay
 
 QPS_MIN_ARRIVALS = 20
 """The QPS meter window of the plans the planner makes (GearPlan.qps_min_arrivals): the last tick, stretched back
@@ -293,8 +293,7 @@ class Planner:
                     raise
                 break  # a retargeted SLO is infeasible: keep the best plan so far
             assert self.plan_ is not None and self.report_ is not None
-            res = simulate(profile, self.plan_, arrivals)
-            p95, acc = res.percentile_ms(95), res.accuracy
+            p95, acc = replay(profile, self.plan_, arrivals)  # remembered while a cost grid runs
             check = TraceCheck(shortfall(slo, p95, acc) <= 0, p95, acc, len(arrivals), rounds, internal.value)
             key = rank(slo, check)
             if best is None or key < best[0]:
@@ -340,8 +339,10 @@ class Planner:
         def judge(plan: GearPlan, acc: float) -> TraceCheck:
             plan = plan.model_copy(update={"backend": self.backend})  # a Ray plan pays its hops here too
             if arrivals is not None:
-                res = simulate(profile, plan, arrivals)
-                p95, got = res.percentile_ms(95), res.accuracy
+                if latency is not None and late_on_prefix(profile, plan, arrivals, latency):
+                    # the full replay would miss the latency SLO: a miss is all a judgment needs to know
+                    return TraceCheck(False, math.inf, acc, len(arrivals), 0, slo.value)
+                p95, got = replay(profile, plan, arrivals)
                 return TraceCheck(shortfall(slo, p95, got) <= 0, p95, got, len(arrivals), 0, slo.value)
             dur = self.check_duration_s or sim_duration(
                 max_qps, latency, self.sim_requests, n_samples=profile.n_samples
