@@ -38,7 +38,7 @@ import numpy as np
 from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import Generated, ModelLoadError, TextOutput, TokenLogprobs
 from cascadeserve.models.llm import Generation, LocalLLM
-from cascadeserve.models.llm_prompts import GENERATION_STOP, LLMItem, decode_item
+from cascadeserve.models.llm_prompts import GENERATION_STOP, LLMItem, decode_batch
 from cascadeserve.profile.llm_certainty import GENERATION_SIGNALS, generation_signals
 
 __all__ = ["LLMAdapter", "option_probabilities"]
@@ -164,13 +164,7 @@ class LLMAdapter(Adapter):
 
     def items(self, batch: Any) -> list[LLMItem]:
         """The batch's rows as items; a malformed row is a ``ValueError`` naming its index."""
-        out: list[LLMItem] = []
-        for i, raw in enumerate(batch):
-            try:
-                out.append(decode_item(raw))
-            except ValueError as e:
-                raise ValueError(f"model {self.name!r}: row {i}: {e}") from None
-        return out
+        return decode_batch(self.name, batch)
 
     def loglik(self, batch: Any) -> list[np.ndarray]:
         """Each scoring item's option log-likelihoods (length-normalised)."""

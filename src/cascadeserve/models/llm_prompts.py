@@ -48,6 +48,7 @@ from cascadeserve.models.dataset import ValidationDataError, ValidationSet
 __all__ = [
     "GENERATION_STOP",
     "LLMItem",
+    "decode_batch",
     "decode_item",
     "encode_item",
     "is_correct",
@@ -85,6 +86,18 @@ def encode_item(item: LLMItem) -> str:
     if item.answers:
         doc["answers"] = list(item.answers)
     return json.dumps(doc, ensure_ascii=False)
+
+
+def decode_batch(model: str, batch: Any) -> list[LLMItem]:
+    """A batch's rows as items (every LLM stage, local or upstream, reads its batch so); a malformed row is a
+    ``ValueError`` naming the model and the row's index."""
+    out: list[LLMItem] = []
+    for i, raw in enumerate(batch):
+        try:
+            out.append(decode_item(raw))
+        except ValueError as e:
+            raise ValueError(f"model {model!r}: row {i}: {e}") from None
+    return out
 
 
 def decode_item(raw: Any) -> LLMItem:

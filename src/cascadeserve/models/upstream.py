@@ -64,7 +64,7 @@ from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import Generated, ModelLoadError, TextOutput
 from cascadeserve.models.llm import Generation
 from cascadeserve.models.llm_adapter import _calibration, _echo_rows, _requested_cap, option_probabilities
-from cascadeserve.models.llm_prompts import LLMItem, decode_item
+from cascadeserve.models.llm_prompts import LLMItem, decode_batch
 from cascadeserve.profile.llm_certainty import GENERATION_SIGNALS, generation_signals
 
 __all__ = ["RETRY_STATUSES", "UpstreamAdapter", "UpstreamOptions"]
@@ -270,13 +270,8 @@ class UpstreamAdapter(Adapter):
         return sum(picked) / len(picked)
 
     def items(self, batch: Any) -> list[LLMItem]:
-        out: list[LLMItem] = []
-        for i, raw in enumerate(batch):
-            try:
-                out.append(decode_item(raw))
-            except ValueError as e:
-                raise ValueError(f"model {self.name!r}: row {i}: {e}") from None
-        return out
+        """The batch's rows as items; a malformed row is a ``ValueError`` naming its index."""
+        return decode_batch(self.name, batch)
 
     def loglik(self, batch: Any) -> list[np.ndarray]:
         """Each scoring item's option log-likelihoods (length-normalised), one request per option."""
