@@ -27,13 +27,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
+from cascadeserve.eval.fidelity import wait_ready
 from cascadeserve.eval.loadgen import run_load
 from cascadeserve.models import load_validation
 from cascadeserve.plan import SLO, Device, GearPlan
@@ -92,16 +91,7 @@ def served(plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse
     err = (args.log_dir / f"serve-{plan_path.stem}.err").open("w")
     proc = subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        started = time.monotonic()
-        while True:
-            if proc.poll() is not None or time.monotonic() - started > 900:
-                raise RuntimeError(f"serve did not become ready: see {err.name}")
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        wait_ready(url, proc, timeout_s=900.0)  # real LLMs load (and convert, the first time) for minutes
         load = os.getloadavg()[0]
         prof = load_profile(prof_dir)
         if args.models:

@@ -244,6 +244,7 @@ EXPECTED: dict[str, list[str]] = {
         "calibrate",
         "fidelity",
         "mean_qps",
+        "wait_ready",
     ],
     "cascadeserve.eval.loadgen": ["LoadReport", "run_load"],
     "cascadeserve.cli": ["app", "main", "run"],

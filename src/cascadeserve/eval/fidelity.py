@@ -44,7 +44,7 @@ from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import SimResult, simulate
 from cascadeserve.traces import poisson
 
-__all__ = ["CALIBRATION_REQUESTS", "FidelityRow", "Overheads", "calibrate", "fidelity", "mean_qps"]
+__all__ = ["CALIBRATION_REQUESTS", "FidelityRow", "Overheads", "calibrate", "fidelity", "mean_qps", "wait_ready"]
 
 CALIBRATION_QPS = 20.0
 CALIBRATION_S = 10.0  # at least this long ...
@@ -147,7 +147,9 @@ def _serve(profile: Path, plan: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Wait until the server ``proc`` started at ``url`` answers its readiness probe; raise when it exits first
+    (with its stderr, when piped) or ``timeout_s`` passes."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         if proc.poll() is not None:
@@ -167,7 +169,7 @@ def _run(profile_dir: Path, plan_path: Path, prof: Profile, arrivals: np.ndarray
     proc = _serve(profile_dir, plan_path, port)
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_ready(url, proc)
+        wait_ready(url, proc)
         return asyncio.run(run_load(url, "fidelity", arrivals, sample_ids=prof.sample_ids, labels=prof.labels))
     finally:
         proc.terminate()
