@@ -49,7 +49,7 @@ def test_simulate_replan_auto_swaps_after_a_step_and_gains_accuracy(
         (["--replan", "sometimes"], "--replan: 'sometimes' is not one of auto, notify, off"),
         (["--qps-scaling", "maybe"], "--qps-scaling: 'maybe'"),
         (["--replan", "auto", "--replan-threshold", "1.5"], "--replan-threshold: 1.5 must be in (0, 1]"),
-        (["--replan", "auto", "--replan-min-s", "30", "--replan-window-s", "10"], "--replan-min-s: 30.0 is longer"),
+        (["--replan", "auto", "--replan-window-s", "0"], "--replan-window-s: 0.0 must be a positive number"),
     ],
 )
 def test_bad_replan_options_are_one_line_and_exit_2(

@@ -12,10 +12,10 @@ from cascadeserve.planner.batching import (
     MAX_S,
     MIN_S,
     check_load,
-    check_qps,
     keeps_up,
     sim_duration,
 )
+from cascadeserve.policy.qps import check_qps
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 
 

@@ -9,8 +9,9 @@ import pytest
 from cascadeserve.errors import InfeasibleError
 from cascadeserve.plan import SLO, Device, Gear, GearPlan
 from cascadeserve.planner import Planner
-from cascadeserve.planner.batching import check_load, check_qps
+from cascadeserve.planner.batching import check_load
 from cascadeserve.planner.replan import replan
+from cascadeserve.policy.qps import check_qps
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 
 SLO_50 = SLO(kind="p95_ms", value=50.0)

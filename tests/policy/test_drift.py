@@ -55,3 +55,20 @@ def test_detector_stays_quiet_on_the_planned_load_and_when_off() -> None:
     assert off.decide(0.0) is None
     with pytest.raises(ValueError, match="replan mode"):
         LoadDriftDetector(planned, 30.0, mode="sometimes")  # type: ignore[arg-type]
+
+
+def test_min_ticks_counts_ticks_since_the_start_so_a_shorter_window_skips_the_start() -> None:
+    # a uniform plan over 3 ranges of 10 QPS; the load starts at 0 (the start's transient), then holds 25 QPS
+    planned = np.array([1 / 3, 1 / 3, 1 / 3])
+    det = LoadDriftDetector(planned, 30.0, mode="auto", window_ticks=10, min_ticks=20, threshold=0.3)
+    for _ in range(10):
+        det.observe(0.0)
+    for _ in range(9):
+        det.observe(25.0)
+    assert det.decide(1.9) is None  # 19 ticks seen: too early, even though the window is full
+    det.observe(25.0)
+    d = det.decide(2.0)
+    # the window holds the last 10 ticks only: the zeros of the start are out of the weights re-planned for
+    assert d is not None and d.measured == pytest.approx((0.0, 0.0, 1.0))
+    with pytest.raises(ValueError, match="window_ticks >= 1"):
+        LoadDriftDetector(planned, 30.0, window_ticks=0, min_ticks=1)

@@ -95,8 +95,14 @@ def test_plan_score_looks_gears_up_with_the_scale_and_counts_overload(toy_profil
     plan = _plan(toy_profile, [0.9, 0.8, 0.7], slo=None)
     s = plan_score(plan, np.array([5.0, 15.0, 25.0, 35.0]))
     assert s.accuracy == pytest.approx((0.9 + 0.8 + 0.7 + 0.7) / 4) and s.overload == 0.25  # 35 > the top
+    # ranges 0-10, 10-20, 20-30 at the one-tick meter: SP4 held the first at 10 + sqrt(10 / 0.1) = 20 QPS and the
+    # second at 20 + sqrt(200) = 34.1 QPS; only a reading past that is overloaded
     half = plan_score(plan, np.array([15.0, 25.0]), 0.5)  # looked up as 7.5 and 12.5: gears 0 and 1
-    assert half.accuracy == pytest.approx(0.85) and half.overload == 1.0
+    assert half.accuracy == pytest.approx(0.85) and half.overload == 0.0  # within the meter's noise of the tops
+    third = plan_score(plan, np.array([21.0, 35.0, 30.0]), 1 / 3)  # looked up as 7, 11.7 and 10: gears 0, 1, 1
+    assert third.overload == pytest.approx(2 / 3)  # 21 > 20 on gear 0 and 35 > 34.1 on gear 1; 30 < 34.1 is held
+    stretched = plan.model_copy(update={"qps_min_arrivals": 20})  # a 2 s window at 10 QPS: sd sqrt(5) = 2.2
+    assert plan_score(stretched, np.array([15.0]), 0.5).overload == 1.0  # 15 > 12.2 on gear 0
 
 
 def test_judge_replan_prefers_what_the_slo_asks_for(toy_profile: Profile) -> None:

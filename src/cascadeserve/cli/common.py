@@ -143,8 +143,6 @@ def drift_settings_from(
     for opt, v in (("--replan-window-s", window_s), ("--replan-min-s", min_s)):
         if not (v > 0 and v < float("inf")):
             raise CascadeServeError(f"{opt}: {v} must be a positive number")
-    if min_s > window_s:
-        raise CascadeServeError(f"--replan-min-s: {min_s} is longer than --replan-window-s ({window_s})")
     if not cooldown_s >= 0:
         raise CascadeServeError(f"--replan-cooldown-s: {cooldown_s} must not be negative")
     on = None if scaling == "auto" else scaling == "on"

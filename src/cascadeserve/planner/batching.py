@@ -1,9 +1,9 @@
 """SP4's measuring stick: simulate one gear under sustained load and say whether it holds, or runs away.
 
 A range ``[qps_low, qps_high)`` holds when, simulated with Poisson arrivals at its *check load*
-(:func:`check_qps`) for long enough to see a backlog build (:func:`sim_duration`), the system keeps up and (under
-a latency SLO) p95 ≤ L; and, when a first-stage minimum queue length above 1 makes requests wait for a batch to
-fill, the same gear also meets the SLO at ``qps_low``, where batches fill slowest.
+(:func:`~cascadeserve.policy.qps.check_qps`) for long enough to see a backlog build (:func:`sim_duration`), the
+system keeps up and (under a latency SLO) p95 ≤ L; and, when a first-stage minimum queue length above 1 makes
+requests wait for a batch to fill, the same gear also meets the SLO at ``qps_low``, where batches fill slowest.
 
 **Why long, and why above the top.** An earlier check simulated 0.5-2 s and allowed the late requests' mean latency
 to exceed 1.5× the early ones' *plus one producer tick*. On a family whose per-sample cost grows with batch size,
@@ -55,7 +55,6 @@ import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import PlanTables
-from cascadeserve.policy.qps import measurement_sd
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
@@ -72,7 +71,6 @@ __all__ = [
     "TREND_NOISE",
     "LoadCheck",
     "check_load",
-    "check_qps",
     "check_seed",
     "keeps_up",
     "sim_duration",
@@ -95,15 +93,6 @@ class LoadCheck:
     p95_ms: float
     busy_max: float
     requests: int
-
-
-def check_qps(qps_high: float, tick_s: float, *, top: bool = False, min_arrivals: int = 0) -> float:
-    """The load a range is checked at: its top QPS plus the standard deviation of the QPS meter's reading there
-    (:func:`~cascadeserve.policy.qps.measurement_sd`: one 100 ms tick, or the window the plan's meter stretches to
-    for ``min_arrivals``); the top range: its top QPS."""
-    if top or qps_high <= 0:
-        return qps_high
-    return qps_high + measurement_sd(qps_high, tick_s, min_arrivals)
 
 
 def sim_duration(

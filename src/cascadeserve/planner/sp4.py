@@ -29,11 +29,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from cascadeserve.planner.batching import SAFE_UTIL, check_load, check_qps, check_seed, sim_duration
+from cascadeserve.planner.batching import SAFE_UTIL, check_load, check_seed, sim_duration
 from cascadeserve.planner.build import check_plan
 from cascadeserve.planner.loop import Step
 from cascadeserve.planner.problem import Problem, RepKey
 from cascadeserve.planner.solution import Issue, Solution
+from cascadeserve.policy.qps import check_qps
 
 __all__ = ["bottleneck", "sp4"]
 

@@ -84,6 +84,7 @@ class LoadDriftDetector:
     __slots__ = (
         "_last",
         "_qps",
+        "_seen",
         "cooldown_s",
         "max_qps",
         "min_ticks",
@@ -107,8 +108,8 @@ class LoadDriftDetector:
             raise ValueError(f"replan mode {mode!r}: use auto, notify or off")
         if not 0.0 < threshold <= 1.0:
             raise ValueError("the drift threshold is a KS distance in (0, 1]")
-        if min_ticks < 1 or window_ticks < min_ticks:
-            raise ValueError("need 1 <= min_ticks <= window_ticks")
+        if min_ticks < 1 or window_ticks < 1:
+            raise ValueError("need min_ticks >= 1 and window_ticks >= 1")
         self.planned = np.asarray(planned, dtype=np.float64)
         self.max_qps = max_qps
         self.mode = mode
@@ -117,10 +118,12 @@ class LoadDriftDetector:
         self.cooldown_s = cooldown_s
         self._qps: deque[float] = deque(maxlen=window_ticks)
         self._last = -np.inf
+        self._seen = 0  # ticks observed since the start: the first decision waits min_ticks of them
 
     def observe(self, qps: float) -> None:
         """One tick's measured QPS."""
         self._qps.append(qps)
+        self._seen += 1
 
     def samples(self) -> np.ndarray:
         """The per-tick QPS in the window, oldest first."""
@@ -131,7 +134,9 @@ class LoadDriftDetector:
 
     def decide(self, now: float) -> DriftDecision | None:
         """Re-plan or notify now? ``None`` while off, too early, cooling down, or close enough to the plan."""
-        if self.mode == "off" or len(self._qps) < self.min_ticks or now - self._last < self.cooldown_s:
+        # min_ticks counts ticks since the start, not the window's length: a window shorter than min_ticks judges
+        # only the load after the start's transient (the QPS meter fills its window, clients connect)
+        if self.mode == "off" or self._seen < self.min_ticks or now - self._last < self.cooldown_s:
             return None
         measured = self.measured()
         d = ks_distance(measured, self.planned)

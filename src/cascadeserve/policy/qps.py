@@ -15,7 +15,7 @@ import math
 
 from cascadeserve.policy.kernels import windowed_qps
 
-__all__ = ["MAX_QPS_WINDOW_S", "QpsMeter", "max_window_ticks", "measurement_sd"]
+__all__ = ["MAX_QPS_WINDOW_S", "QpsMeter", "check_qps", "max_window_ticks", "measurement_sd"]
 
 MAX_QPS_WINDOW_S = 5.0
 """The longest window the meter stretches to: a load that changes is seen within this long at any rate."""
@@ -33,6 +33,16 @@ def measurement_sd(qps: float, tick_s: float, min_arrivals: int) -> float:
         return 0.0
     window = min(max(tick_s, min_arrivals / qps), max_window_ticks(tick_s) * tick_s)
     return math.sqrt(qps / window)
+
+
+def check_qps(qps_high: float, tick_s: float, *, top: bool = False, min_arrivals: int = 0) -> float:
+    """The load a gear range is held to: its top QPS plus the standard deviation of the meter's reading there
+    (:func:`measurement_sd`); the top range: its top QPS. The planner's SP4 checks each range at this load, and a
+    re-plan's verdict counts a tick as overloaded only past it (a reading within the meter's noise of the range's
+    top is what SP4 already simulated)."""
+    if top or qps_high <= 0:
+        return qps_high
+    return qps_high + measurement_sd(qps_high, tick_s, min_arrivals)
 
 
 class QpsMeter:

@@ -32,6 +32,7 @@ import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.drift import DriftDecision, LoadDriftDetector, scale_factor
+from cascadeserve.policy.qps import check_qps
 
 __all__ = [
     "REPLAN_MODES",
@@ -208,7 +209,7 @@ class PlanScore:
 
     accuracy: float  # mean predicted accuracy of the gears the samples select
     p95_ms: float  # mean predicted p95 of those gears
-    overload: float  # fraction of samples whose gear was planned for less QPS than they measure (p95 not held)
+    overload: float  # fraction of samples past the load their gear was checked at (policy.qps.check_qps)
     scale: float  # the QPS scale the samples were looked up with
 
     def describe(self) -> str:
@@ -216,15 +217,22 @@ class PlanScore:
 
 
 def plan_score(plan: GearPlan, qps: np.ndarray, scale: float = 1.0) -> PlanScore:
-    """Score ``plan`` on measured ``qps`` samples looked up with ``scale`` (the gear selector's lookup)."""
+    """Score ``plan`` on measured ``qps`` samples looked up with ``scale`` (the gear selector's lookup).
+
+    A sample is overloaded when it measures more than the load its gear was checked at: the range's top plus the
+    meter's noise there (:func:`~cascadeserve.policy.qps.check_qps`, what SP4 simulated). Without the noise
+    allowance a scale a little under 1 (appendix C.2) counted every reading near a range's top, and a steady load
+    read as 100 % overloaded under any plan, which left the verdict to chance."""
     q = np.asarray(qps, dtype=np.float64)
     if q.size == 0:
         q = np.zeros(1)
     highs = np.array([g.qps_high for g in plan.gears])
-    idx = np.minimum(np.searchsorted(highs, q * scale, side="right"), len(highs) - 1)
+    tick_s, k, last = plan.tick_ms / 1000.0, plan.qps_min_arrivals, len(highs) - 1
+    held = np.array([check_qps(h, tick_s, top=i == last, min_arrivals=k) for i, h in enumerate(highs)])
+    idx = np.minimum(np.searchsorted(highs, q * scale, side="right"), last)
     acc = np.array([math.nan if g.predicted_accuracy is None else g.predicted_accuracy for g in plan.gears])
     p95 = np.array([math.nan if g.predicted_p95_ms is None else g.predicted_p95_ms for g in plan.gears])
-    over = float(np.mean(q > highs[idx] + 1e-9))
+    over = float(np.mean(q > held[idx] + 1e-9))
     return PlanScore(float(acc[idx].mean()), float(p95[idx].mean()), over, scale)
 
 
