@@ -11,6 +11,7 @@ from tests.cli_json import stdout_json
 
 from cascadeserve.cli import run
 from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
+from cascadeserve.models.profiler import timed_mean
 from cascadeserve.profile import load_profile
 
 FACTORY = """
@@ -20,6 +21,16 @@ def linear(seed=0, classes=3):
     w = np.random.default_rng(seed).normal(size=(4, classes))
     def f(batch):
         return np.asarray(batch, dtype=float) @ w
+    return f
+
+
+def content_cost():
+    # like a text model: a batch costs what its longest sample costs; sample 0 is short, every other one long
+    import time
+    def f(batch):
+        if np.asarray(batch, dtype=float)[:, 0].max() > 0:
+            time.sleep(0.004)
+        return np.zeros((len(batch), 3)) + np.arange(3)
     return f
 
 
@@ -165,3 +176,24 @@ def test_pause_times_each_batch_after_the_device_went_idle(tmp_path: Path, monke
     assert run([*argv, "--out", str(out)]) == 0
     assert (out / "measured" / "m.json").stat().st_mtime_ns != before
     assert load_profile(out).model("m").runtime.ms_at(1) < 2.5
+
+
+def test_batches_are_timed_on_random_content_not_the_first_samples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cs_measure_factories.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text('models:\n  - {name: m, adapter: callable, ref: "cs_measure_factories:content_cost"}\n')
+    data = tmp_path / "val.csv"
+    data.write_text("sample_id,label,f0\n" + "".join(f"s{i},{i % 3},{-1 if i == 0 else 1}\n" for i in range(40)))
+    argv = ["profile", "measure", "--models", str(cfg), "--validation", str(data), "--batch-sizes", "1,2"]
+    assert run([*argv, "--repeats", "5", "--json", "--out", str(tmp_path / "p")]) == 0
+    rt = load_profile(tmp_path / "p").model("m").runtime
+    # the first sample alone costs nothing: timed on it, batch 1 read ~0 ms; drawn at random it is long 39 times in 40
+    assert rt.ms_at(1) >= 3.0 and rt.ms_at(2) >= 3.0
+
+
+def test_timed_mean_leaves_out_one_stall_from_five_runs() -> None:
+    assert timed_mean([1.0, 2.0, 3.0]) == 2.0  # too few runs to call one a stall
+    assert timed_mean([1.0, 1.0, 2.0, 2.0, 50.0]) == 1.5
