@@ -10,7 +10,7 @@ Two ways to measure, one result:
   seconds (:func:`cascadeserve.eval.hostcost.measure_host_costs`);
 * from a server under real load: serve a plan made from the profile (``serve --models``), load it (``bench``, or
   real traffic), then ``cascadeserve profile calibrate --profile PROFILE --url http://127.0.0.1:8000 --out NEW`` reads
-  ``GET /v2/cascade/costs`` (per model, the median measured / profiled batch time since the server started).
+  ``GET /v2/cascade/costs`` (per model, the mean measured / profiled batch time since the server started).
 
 Either way it writes a new profile whose runtimes are multiplied by those factors, with a ``calibration`` line
 saying by how much and where (:mod:`cascadeserve.profile.calibration`). Plan from the new profile: its plans say in

@@ -157,7 +157,9 @@ def measure_cmd(
     batch_sizes: Annotated[
         str, typer.Option("--batch-sizes", help="Batch sizes to time; '...' doubles.")
     ] = "1,2,4,...,256",
-    repeats: Annotated[int, typer.Option(help="Timed runs per batch size (median kept).", min=1)] = 7,
+    repeats: Annotated[
+        int, typer.Option(help="Timed runs per batch size, each on other random inputs (their mean kept).", min=1)
+    ] = 15,
     warmup: Annotated[int, typer.Option(help="Untimed runs per batch size first.", min=0)] = 2,
     threads: Annotated[int | None, typer.Option(help="Intra-op threads per model (default: config, else 1).")] = None,
     pause_ms: Annotated[

@@ -62,7 +62,7 @@ Progress = Callable[[str, str, int, int], None]
 @dataclass(frozen=True)
 class MeasureOptions:
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
-    repeats: int = 7
+    repeats: int = 15  # each on other random inputs: a text batch's cost varies with its content (CV ~35 %)
     warmup: int = 2
     budget_s: float = 3.0  # per batch size: stop repeating (after 3 runs) once this much time went by
     threads: int | None = None  # intra-op threads for every model (None: the config's value, else 1)
