@@ -163,7 +163,7 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "cascadeserve.policy.forwarding": ["LAST_STAGE", "is_sure", "sure_list", "sure_mask"],
     "cascadeserve.policy.gears": ["GearDecision", "GearPolicy", "GearSelector"],
-    "cascadeserve.policy.qps": ["MAX_QPS_WINDOW_S", "QpsMeter", "max_window_ticks", "measurement_sd"],
+    "cascadeserve.policy.qps": ["MAX_QPS_WINDOW_S", "QpsMeter", "check_qps", "max_window_ticks", "measurement_sd"],
     "cascadeserve.policy.routing": ["SmoothWeightedRoundRobin", "swrr_sequence"],
     "cascadeserve.policy.schedule": ["GearSchedule"],
     "cascadeserve.policy.tables": ["PlanTables", "Route", "Routers"],
