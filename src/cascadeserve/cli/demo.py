@@ -15,7 +15,7 @@ __all__ = ["demo"]
 
 @app.command("demo")
 def demo(
-    quick: Annotated[bool, typer.Option("--quick", help="CI size: 3 models, fewer epochs, a 30 s trace.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="CI size: 3 models, fewer epochs, a 15 s trace.")] = False,
     out: Annotated[Path, typer.Option(help="Where the plan, config and PNG figures go.")] = Path("reports/demo"),
     slo_p95_ms: Annotated[float, typer.Option(help="The p95 latency SLO in ms.")] = 150.0,
     max_qps: Annotated[

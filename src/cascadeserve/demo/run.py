@@ -68,7 +68,7 @@ class DemoOptions:
     @property
     def window(self) -> str:
         # the step up happens at second 135 of the excerpt; both windows show quiet seconds, then the burst
-        return "120:30" if self.quick else "80:90"
+        return "120:15" if self.quick else "80:90"
 
 
 @dataclass
