@@ -11,8 +11,9 @@ For every model, in the config's order:
    already taken ``budget_s``), each on a *different* batch drawn at random (seeded) from the validation set, and
    record their mean, the slowest run left out from five runs on (one stall of the OS). A served batch holds
    whatever requests arrived, and a text model's cost follows their lengths: timing the first ``b`` samples over
-   and over measured one batch's content (MiniLM at batch 4 on the sentences set: 49 ms for the first four,
-   84-90 ms for random ones), and a queue's wait follows the mean service time. Thread counts are fixed before
+   and over measured one batch's content (MiniLM-L6 on the sentences set: 63 ms for the first two sentences,
+   26 ms on average over random pairs; batches of four range 24-88 ms), and a queue's wait follows the mean
+   service time. Thread counts are fixed before
    timing and written into the profile's ``device`` line, because runtimes mean little without them.
 
 After each model, its predictions (``predictions/<model>.csv``) and facts (``measured/<model>.json``, with a
