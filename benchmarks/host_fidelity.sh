@@ -11,6 +11,8 @@
 # 3. at QPS_LOW and QPS_HIGH: RUNS times serve + bench (a fresh server each run), and simulate the same plan and
 #    trace once; print simulated p95, served p95 (client side and server side) and the error.
 # Each server runs in its own process (`cascadeserve serve`), the load generator in another (`cascadeserve bench`).
+# Before each served run a fixed single-thread workload is timed (the last column): on a shared host the machine's
+# own speed moves between runs, and that column says which runs ran on a slow machine.
 set -euo pipefail
 PROFILE=$1; MODELS=$2; VAL=$3; NAME=$4; SLO=$5; LOW=$6; HIGH=$7; RUNS=${8:-3}
 CS="${CS:-.venv/bin/cascadeserve}"
@@ -25,6 +27,12 @@ serve() {  # PLAN PROFILE -> starts a server in the background; SP holds its pid
   echo "server did not become ready" >&2; cat "$W/serve.err" >&2; exit 1
 }
 stop() { kill -TERM "$SP"; wait "$SP" || true; }
+probe() {  # OUT: the machine's speed just before a run (ms for a fixed single-thread workload; lower is faster)
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python -c "import time, numpy as np
+a = np.random.default_rng(0).random((256, 256)); t = time.perf_counter()
+for _ in range(300): a @ a
+print(round((time.perf_counter() - t) * 1000, 1))" > "$1"
+}
 bench() {  # QPS OUT
   $CS bench --url "http://127.0.0.1:$PORT" --model "$NAME" --validation "$VAL" --trace "$TRACE" --window "$WINDOW" \
       --max-qps "$1" --json > "$2"
@@ -43,13 +51,13 @@ for QPS in "$LOW" "$HIGH"; do
   $CS simulate --profile "$W/cal" --plan "$W/plan.json" --trace "$TRACE" --window "$WINDOW" --max-qps "$QPS" \
       --json > "$W/sim-$QPS.json"
   for r in $(seq "$RUNS"); do
-    serve "$W/plan.json" "$W/cal"; bench "$QPS" "$W/bench-$QPS-$r.json"; stop
+    probe "$W/probe-$QPS-$r.txt"; serve "$W/plan.json" "$W/cal"; bench "$QPS" "$W/bench-$QPS-$r.json"; stop
   done
 done
 python3 - "$W" "$LOW" "$HIGH" "$RUNS" "$NAME" <<'PY'
 import json, statistics, sys
 w, low, high, runs, name = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-print(f"{name}: qps | simulated p95 | served p95 (client, median of {runs}) | error | server-side p95 | shed")
+print(f"{name}: qps | simulated p95 | served p95 (client, median of {runs}) | error | server-side p95 | shed | speed probe ms")
 for q in (low, high):
     sim = json.load(open(f"{w}/sim-{q}.json"))
     b = [json.load(open(f"{w}/bench-{q}-{r}.json")) for r in range(1, runs + 1)]
@@ -58,5 +66,6 @@ for q in (low, high):
     sp = sim["p95_ms"]
     runs_s = ", ".join("%.1f" % x["p95_ms"] for x in b)
     shed = sum(x["shed"] for x in b)
-    print(f"{q:>6} | {sp:8.1f} | {served:8.1f} ({runs_s}) | {100 * (served - sp) / sp:+.1f}% | {server:.1f} | {shed}")
+    probes = ", ".join(open(f"{w}/probe-{q}-{r}.txt").read().strip() for r in range(1, runs + 1))
+    print(f"{q:>6} | {sp:8.1f} | {served:8.1f} ({runs_s}) | {100 * (served - sp) / sp:+.1f}% | {server:.1f} | {shed} | {probes}")
 PY
