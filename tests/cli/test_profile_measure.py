@@ -153,14 +153,19 @@ def test_bad_batch_sizes_and_missing_validation(setup: tuple[Path, Path], tmp_pa
     assert "no such file" in capsys.readouterr().err
 
 
-def test_pause_times_each_batch_after_the_device_went_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _one_model_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, factory: str, f0: list[int]) -> list[str]:
+    """``profile measure`` argv for one model ``m`` built by ``factory`` on rows whose feature is ``f0``."""
     (tmp_path / "cs_measure_factories.py").write_text(FACTORY)
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = tmp_path / "models.yaml"
-    cfg.write_text('models:\n  - {name: m, adapter: callable, ref: "cs_measure_factories:idle_sensitive"}\n')
+    cfg.write_text(f'models:\n  - {{name: m, adapter: callable, ref: "cs_measure_factories:{factory}"}}\n')
     data = tmp_path / "val.csv"
-    data.write_text("sample_id,label,f0\n" + "".join(f"s{i},{i % 3},{i}\n" for i in range(12)))
-    argv = ["profile", "measure", "--models", str(cfg), "--validation", str(data), "--batch-sizes", "1,2"]
+    data.write_text("sample_id,label,f0\n" + "".join(f"s{i},{i % 3},{v}\n" for i, v in enumerate(f0)))
+    return ["profile", "measure", "--models", str(cfg), "--validation", str(data), "--batch-sizes", "1,2"]
+
+
+def test_pause_times_each_batch_after_the_device_went_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = _one_model_argv(tmp_path, monkeypatch, "idle_sensitive", list(range(12)))
     argv += ["--repeats", "3", "--json"]
     assert run([*argv, "--out", str(tmp_path / "busy")]) == 0
     busy = load_profile(tmp_path / "busy").model("m").runtime
@@ -181,13 +186,7 @@ def test_pause_times_each_batch_after_the_device_went_idle(tmp_path: Path, monke
 def test_batches_are_timed_on_random_content_not_the_first_samples(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "cs_measure_factories.py").write_text(FACTORY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = tmp_path / "models.yaml"
-    cfg.write_text('models:\n  - {name: m, adapter: callable, ref: "cs_measure_factories:content_cost"}\n')
-    data = tmp_path / "val.csv"
-    data.write_text("sample_id,label,f0\n" + "".join(f"s{i},{i % 3},{-1 if i == 0 else 1}\n" for i in range(40)))
-    argv = ["profile", "measure", "--models", str(cfg), "--validation", str(data), "--batch-sizes", "1,2"]
+    argv = _one_model_argv(tmp_path, monkeypatch, "content_cost", [-1] + [1] * 39)
     assert run([*argv, "--repeats", "5", "--json", "--out", str(tmp_path / "p")]) == 0
     rt = load_profile(tmp_path / "p").model("m").runtime
     # the first sample alone costs nothing: timed on it, batch 1 read ~0 ms; drawn at random it is long 39 times in 40
