@@ -67,7 +67,10 @@ async def _stream(
     measured load sits inside the plan's range on a fast machine (past its max every plan overloads)."""
     ok = 0
     other: list[int] = []
-    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=64)) as client:
+    # no keep-alive: on a loaded machine a pooled connection the server had just closed (idle past uvicorn's 5 s)
+    # failed a request with ReadError; a fresh connection per request on loopback costs little at 30 QPS
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
 
         async def one(sample: int) -> None:
             nonlocal ok
