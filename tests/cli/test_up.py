@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 
 from cascadeserve.cli import run
 from cascadeserve.cli.up import first_request
+from cascadeserve.eval.fidelity import wait_ready
 from cascadeserve.workload import StateDir, load_workload
 
 
@@ -22,19 +22,6 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, bound_s: float) -> None:
-    deadline = time.monotonic() + bound_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "up exited before serving"
-        try:
-            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"up did not serve within {bound_s} s")
 
 
 def test_init_then_up_serves_the_example_and_a_second_up_skips_both(
@@ -54,7 +41,7 @@ def test_init_then_up_serves_the_example_and_a_second_up_skips_both(
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(proc, url, bound_s=400)  # profiling and planning on a busy 2-core machine
+        wait_ready(url, proc, timeout_s=400)  # profiling and planning on a busy 2-core machine
         request = first_request(load_workload(d))
         r = httpx.post(f"{url}/v2/models/digits/infer", json=request, timeout=60)
         assert r.status_code == 200, r.text

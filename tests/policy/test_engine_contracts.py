@@ -20,7 +20,7 @@ An import-linter contract in ``pyproject.toml`` states the module half of (1) fo
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -170,23 +170,21 @@ def test_no_engine_imports_a_rule_itself() -> None:
             assert not {"cascadeserve.policy.kernels", "cascadeserve.policy.forwarding"} & set(modules), scope
 
 
+def _offences(pkg: str, find: Callable[[ast.AST], Iterable[tuple[int, str]]]) -> list[str]:
+    """``file:line: expression`` for every place ``find`` reports in the package's files."""
+    trees = [(p, ast.parse(p.read_text(encoding="utf-8"))) for p in _files(pkg)]
+    return [f"{_where(p, line)}: {expr}" for p, tree in trees for line, expr in find(tree)]
+
+
 @pytest.mark.parametrize("pkg", [*ENGINES, "policy"])
 def test_nobody_reads_another_objects_private_fields(pkg: str) -> None:
-    bad = [
-        f"{_where(p, line)}: {expr}"
-        for p in _files(pkg)
-        for line, expr in private_reads(ast.parse(p.read_text(encoding="utf-8")))
-    ]
+    bad = _offences(pkg, private_reads)
     assert not bad, "private fields read from outside their object:\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("pkg", ENGINES)
 def test_no_engine_writes_through_another_object(pkg: str) -> None:
-    bad = [
-        f"{_where(p, line)}: {expr}"
-        for p in _files(pkg)
-        for line, expr in writes_through(ast.parse(p.read_text(encoding="utf-8")))
-    ]
+    bad = _offences(pkg, writes_through)
     assert not bad, "fields written through another object (call its method, or apply a decision):\n" + "\n".join(bad)
 
 
