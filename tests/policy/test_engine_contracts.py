@@ -36,12 +36,13 @@ _KERNELS = frozenset({
 })  # fmt: skip
 
 CONTRACT: dict[str, dict[str, frozenset[str]]] = {
+    # simulate/ applies no batch, routing or exit decision in Python at all: its reference engine is the runtime on a
+    # virtual clock, and its compiled loop binds the kernels (below); what it imports here only configures a run.
     "simulate": {
         "cascadeserve.policy": frozenset({
-            "AdmissionPolicy", "AimdBatchLimit", "BatchDecision", "BatchMembers", "BatchTrigger", "GearPolicy",
-            "GearSchedule", "PlanTables", "QpsMeter", "Routers", "batch_members", "batch_size", "next_batch",
+            "AdmissionPolicy", "AimdBatchLimit", "GearPolicy", "GearSchedule", "PlanTables", "QpsMeter",
         }),
-        "cascadeserve.policy.adaptive": frozenset({"BatchLimit", "batch_limit_for", "capped_trigger"}),
+        "cascadeserve.policy.adaptive": frozenset({"BatchLimit", "batch_limit_for"}),
         "cascadeserve.policy.cache": frozenset({"PredictionCache"}),
         "cascadeserve.policy.drift": frozenset({"DriftDecision"}),
         "cascadeserve.policy.qps": frozenset({"max_window_ticks"}),

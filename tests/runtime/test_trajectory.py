@@ -37,7 +37,7 @@ def _compare(
     # The simulator runs its compiled loop unless the batch limit overrides AIMD's hooks (a logging subclass); the
     # Python reference loop must agree with it.
     logged = batch_limit is not None and type(sim_limit) is not AimdBatchLimit
-    assert sim.engine == ("python" if logged else "compiled")
+    assert sim.engine == ("reference" if logged else "compiled")
     if sim.engine == "compiled":
         ref = simulate(
             profile,
@@ -46,7 +46,7 @@ def _compare(
             record_batches=True,
             batch_limit=None if batch_limit is None else batch_limit(),
             gear_schedule=gear_schedule,
-            engine="python",
+            engine="reference",
         )
         assert_same_result(sim, ref)
     options = RuntimeOptions(batch_limit=None if batch_limit is None else batch_limit(), gear_schedule=gear_schedule)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
@@ -31,5 +32,17 @@ def test_a_burst_past_the_bound_is_shed_and_the_rest_answered(toy_profile: Profi
 def test_admission_by_time_in_the_simulator(toy_profile: Profile) -> None:
     plan = fixed_plan(toy_profile, Cascade(("m0",), ()), (Device(name="d0", memory_mb=1000),), min_queue=1)
     policy = AdmissionPolicy(None, budget=WaitBudget(100.0, 0.05, 2.0))  # 10 may be in flight
-    res = simulate(toy_profile, plan, np.linspace(0.0, 0.05, 40), admission=policy)
+    res = simulate(toy_profile, plan, np.full(40, 0.01), admission=policy)
     assert res.n_shed == 30 and res.completed == 10
+
+
+@pytest.mark.parametrize("engine", ["compiled", "reference"])
+def test_each_arrival_is_admitted_against_the_answers_given_before_it(toy_profile: Profile, engine: str) -> None:
+    """One slot; m0 answers in 1 ms: an arrival while the first runs is shed, one after its answer is admitted, and
+    one at the very instant of an answer is shed (at one instant arrivals come before device events)."""
+    plan = fixed_plan(toy_profile, Cascade(("m0",), ()), (Device(name="d0", memory_mb=1000),), min_queue=1)
+    arrivals = np.array([0.0, 0.0005, 0.002, 0.003, 0.0035])
+    res = simulate(toy_profile, plan, arrivals, admission=AdmissionPolicy(1), engine=engine)  # type: ignore[arg-type]
+    assert res.shed is not None and res.shed.tolist() == [False, True, False, True, False]
+    assert res.finish[~res.shed].tolist() == pytest.approx([0.001, 0.003, 0.0045])
+    assert res.tick_qps.tolist() == [0.0]  # one tick: nothing measured yet

@@ -25,7 +25,6 @@ from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.policy.quantile import QuantileBatchLimit
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
-from cascadeserve.simulate.engine import Simulator
 
 PROFILE = make_toy_profile()
 
@@ -74,13 +73,15 @@ def _with_limit(hooks: dict[str, object]) -> tuple[dict[str, object], AimdBatchL
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
-def test_compiled_and_python_loops_agree_on_random_runs(run: tuple[GearPlan, np.ndarray, dict[str, object]]) -> None:
+def test_the_compiled_engine_and_the_reference_agree_on_random_runs(
+    run: tuple[GearPlan, np.ndarray, dict[str, object]],
+) -> None:
     plan, arrivals, hooks = run
     fast_hooks, fast_limit = _with_limit(hooks)
     ref_hooks, ref_limit = _with_limit(hooks)
     fast = simulate(PROFILE, plan, arrivals, record_batches=True, engine="auto", **fast_hooks)  # type: ignore[arg-type]
-    ref = simulate(PROFILE, plan, arrivals, record_batches=True, engine="python", **ref_hooks)  # type: ignore[arg-type]
-    assert fast.engine == "compiled" and ref.engine == "python"
+    ref = simulate(PROFILE, plan, arrivals, record_batches=True, engine="reference", **ref_hooks)  # type: ignore[arg-type]
+    assert fast.engine == "compiled" and ref.engine == "reference"
     assert_same_result(fast, ref)
     if fast_limit is not None and ref_limit is not None:  # both limiters end in the same state
         n_reps = len(plan.replicas)
@@ -95,8 +96,8 @@ def test_per_tick_qps_scales_agree(run: tuple[GearPlan, np.ndarray, dict[str, ob
     plan's one factor)."""
     plan, arrivals, _ = run
     factors = np.asarray(scales)
-    fast = Simulator(PROFILE, plan, record_batches=True, engine="compiled").run(arrivals, qps_scale=factors)
-    ref = Simulator(PROFILE, plan, record_batches=True, engine="python").run(arrivals, qps_scale=factors)
+    fast = simulate(PROFILE, plan, arrivals, record_batches=True, engine="compiled", qps_scale=factors)
+    ref = simulate(PROFILE, plan, arrivals, record_batches=True, engine="reference", qps_scale=factors)
     assert_same_result(fast, ref)
 
 
@@ -116,7 +117,7 @@ def test_a_busy_trace_with_capped_batches_agrees(toy_profile: Profile) -> None:
     arrivals = np.sort(np.round(rng.uniform(0.0, 3.0, 6000), 3))
     plan = _plan(toy_profile, min_queue=6, max_wait_ms=4.0, max_batch=9)
     fast = simulate(toy_profile, plan, arrivals, record_batches=True)
-    ref = simulate(toy_profile, plan, arrivals, record_batches=True, engine="python")
+    ref = simulate(toy_profile, plan, arrivals, record_batches=True, engine="reference")
     assert fast.engine == "compiled"
     assert_same_result(fast, ref)
     assert max(b.size for b in fast.batches) == 9 and fast.completed == len(arrivals)
@@ -127,20 +128,20 @@ def test_a_batch_past_the_runtime_table_agrees(toy_profile: Profile) -> None:
     arrivals = np.zeros(5000)
     plan = fixed_plan(toy_profile, Cascade(("m0",), ()), [Device(name="d0", memory_mb=10_000)], min_queue=5000)
     fast = simulate(toy_profile, plan, arrivals, record_batches=True)
-    ref = simulate(toy_profile, plan, arrivals, record_batches=True, engine="python")
+    ref = simulate(toy_profile, plan, arrivals, record_batches=True, engine="reference")
     assert fast.batches[0].size == 5000
     assert_same_result(fast, ref)
 
 
-def test_auto_takes_python_for_the_hooks_the_compiled_loop_lacks(toy_profile: Profile) -> None:
+def test_auto_takes_the_reference_for_the_hooks_the_compiled_loop_lacks(toy_profile: Profile) -> None:
     plan = _plan(toy_profile)
     arrivals = [0.0, 0.001, 0.05]
     assert simulate(toy_profile, plan, arrivals).engine == "compiled"
-    assert simulate(toy_profile, plan, arrivals, engine="python").engine == "python"
+    assert simulate(toy_profile, plan, arrivals, engine="reference").engine == "reference"
     cache: PredictionCache[int] = PredictionCache(16)
-    assert simulate(toy_profile, plan, arrivals, cache=cache).engine == "python"
+    assert simulate(toy_profile, plan, arrivals, cache=cache).engine == "reference"
     assert simulate(toy_profile, plan, arrivals, batch_limit=AimdBatchLimit(0.01)).engine == "compiled"
-    assert simulate(toy_profile, plan, arrivals, batch_limit=QuantileBatchLimit(0.01)).engine == "python"
+    assert simulate(toy_profile, plan, arrivals, batch_limit=QuantileBatchLimit(0.01)).engine == "reference"
     with pytest.raises(ValueError, match="compiled simulator does not apply a prediction cache"):
         simulate(toy_profile, plan, arrivals, cache=PredictionCache(16), engine="compiled")
     with pytest.raises(ValueError, match="engine: 'fast' is not one of"):

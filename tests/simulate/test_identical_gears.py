@@ -68,7 +68,7 @@ def test_the_selector_answers_the_first_gear_of_a_run() -> None:
     assert sel.decide(2, 50.0, q0=0).gear == 0
 
 
-@pytest.mark.parametrize("engine", ["auto", "python"])
+@pytest.mark.parametrize("engine", ["auto", "reference"])
 def test_four_identical_gears_switch_never(toy_profile: Profile, engine: str) -> None:
     # planned up to 100 QPS: the step's 400 QPS lies above every gear (the last run's first gear serves it)
     single = one_gear(two_gear_plan(toy_profile), 0, top=100.0)
@@ -81,7 +81,7 @@ def test_four_identical_gears_switch_never(toy_profile: Profile, engine: str) ->
     assert_same_result(res, simulate(toy_profile, single, STEP, record_batches=True, engine=engine))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("engine", ["auto", "python"])
+@pytest.mark.parametrize("engine", ["auto", "reference"])
 def test_gears_a_a_b_switch_only_at_the_a_b_boundary(toy_profile: Profile, engine: str) -> None:
     two = two_gear_plan(toy_profile)  # A below 100 QPS, B above
     aab = split(two, 0, [50.0])

@@ -6,8 +6,8 @@ forwards uncertain samples down each request's own cascade. The simulator's two 
 batch limit and a gear schedule, come in through :class:`RuntimeOptions` and act exactly as there. Devices are
 emulated (profiled runtimes and recorded answers) or local (real models on a worker thread per device); where they
 live is an injected :class:`Placement` (:class:`LocalPlacement`: this process), the seam other backends use. Time
-comes from an injected clock, so tests drive the runtime on a fake clock and compare its trajectory with the
-simulator's.
+comes from an injected clock: on a :class:`VirtualClock` (:func:`run_virtual`), which jumps from event to event,
+the runtime on emulated devices is the reference simulator (:mod:`cascadeserve.simulate.reference`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from cascadeserve.runtime.request import (
 )
 from cascadeserve.runtime.server import Runtime, RuntimeOptions, answer_early, arm_deadline
 from cascadeserve.runtime.transport import LocalTransport, Transport
+from cascadeserve.runtime.virtual import VirtualClock, run_virtual
 
 __all__ = [
     "Answer",
@@ -69,6 +70,7 @@ __all__ = [
     "TickEvent",
     "TooLarge",
     "Transport",
+    "VirtualClock",
     "answer_early",
     "arm_deadline",
     "call_later",
@@ -76,4 +78,5 @@ __all__ = [
     "load_model",
     "load_model_config",
     "local_runtime",
+    "run_virtual",
 ]

@@ -66,9 +66,19 @@ class EmulatedDevice:
     emulated = True
 
     def __init__(
-        self, name: str, profile: Profile, clock: Clock, *, order: int = 0, slowdowns: Slowdowns | None = None
+        self,
+        name: str,
+        profile: Profile,
+        clock: Clock,
+        *,
+        order: int = 0,
+        slowdowns: Slowdowns | None = None,
+        overhead_s: float = 0.0,
     ) -> None:
         self.name = name
+        # a fixed cost per batch on top of the profiled runtime (the plan's batch_overhead_ms, which the reference
+        # simulator charges; a served emulation leaves it at 0, its host pays its own)
+        self.overhead_s = overhead_s
         self.slowdowns = slowdowns or None  # fault hook: this device's runtime factor over time (as the simulator)
         self.order = order  # rank among devices: breaks ties between batches ending at one instant
         self.profile = profile
@@ -77,7 +87,7 @@ class EmulatedDevice:
 
     def seconds(self, row: int, size: int) -> float:
         tab = self._tables[row]
-        return tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)
+        return (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + self.overhead_s
 
     async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
         now = self.clock.now()

@@ -23,11 +23,12 @@ def emulated_runtime(
     observer: Observer | None = None,
     options: RuntimeOptions | None = None,
     slowdowns: Slowdowns | None = None,
+    batch_overhead_s: float = 0.0,
 ) -> Runtime:
     """A runtime whose devices wait the profiled runtimes and answer from the profile's records.
 
     Payloads are validation sample *indices* (rows of the profile), as in the simulator. ``slowdowns`` is the
-    emulated devices' fault hook (the simulator's ``slowdowns``).
+    emulated devices' fault hook (the simulator's ``slowdowns``); ``batch_overhead_s`` a fixed cost each batch adds.
     """
     plan.check_against(profile)
     clk = clock or MonotonicClock()
@@ -35,7 +36,7 @@ def emulated_runtime(
     slow = slowdowns if slowdowns is not None else (options.slowdowns if options is not None else None)
 
     def make(name: str, order: int) -> Device:
-        return EmulatedDevice(name, profile, clk, order=order, slowdowns=slow)
+        return EmulatedDevice(name, profile, clk, order=order, slowdowns=slow, overhead_s=batch_overhead_s)
 
     return Runtime(plan, profile.model_names, make, clock=clk, observer=observer, options=options)
 

@@ -111,6 +111,8 @@ class RuntimeOptions:
     deadline_slack_s: float = 0.0  # deadline timers fire this much late (a remote server answers at the deadline)
     batching: Batching | None = None  # overrides each served plan's batching field (serve --batching)
     cache_size: int | None = None  # prediction cache entries (serve --cache-size); None or 0: no cache
+    cache: PredictionCache[Any] | None = None  # the cache itself (the simulator's hook), in place of cache_size's
+    admission: AdmissionPolicy | None = None  # the admission policy itself (the simulator's), in place of the bounds
     # online threshold tuning (serve --tune): builds each served plan's OnlineTuning from its generation's tables
     tuning: TuningFactory | None = None
     # fault hook (serve --slowdown): device/model slowdowns from a time on, on emulated and real devices alike
@@ -146,8 +148,10 @@ class Runtime:
             PlanTables(plan, {m: i for i, m in enumerate(self.model_names)}).gear_policy(self.options.gear_schedule)
         self.admission_policy = self.admission_for(plan)
         self.admission = Admission()
-        size = self.options.cache_size
-        self.cache: PredictionCache[Answer] | None = PredictionCache(size) if size else None
+        size, cache = self.options.cache_size, self.options.cache
+        if cache is None and size:
+            cache = PredictionCache(size)
+        self.cache: PredictionCache[Answer] | None = cache
         self._full_since: float | None = None  # when admission was last seen full (readiness)
         self.drain_meter = DrainMeter()  # the measured drain rate, for admission by time
         self.generations: list[Generation] = []
@@ -171,6 +175,8 @@ class Runtime:
     def admission_for(self, plan: GearPlan) -> AdmissionPolicy:
         """The admission policy serving ``plan``: the count bound, and the bound by time when configured."""
         o = self.options
+        if o.admission is not None:
+            return o.admission
         budget = None
         if o.max_wait_slos is not None:
             slo = o.slo_ms

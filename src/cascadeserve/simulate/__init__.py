@@ -1,6 +1,6 @@
 """The event simulator: replays a trace against a gear plan using the shared policy core (:mod:`.engine`).
 
-Optional policy hooks of :func:`simulate` and :class:`Simulator` (Clipper's serving layer, the baselines of
+Optional policy hooks of :func:`simulate` (Clipper's serving layer, the baselines of
 :mod:`cascadeserve.baselines`, online tuning, load drift); all default to off and cost one ``is None`` test per batch
 or tick when off:
 
@@ -25,7 +25,7 @@ or tick when off:
 
 from __future__ import annotations
 
-from cascadeserve.simulate.engine import Simulator, simulate
+from cascadeserve.simulate.engine import simulate
 from cascadeserve.simulate.result import BatchRecord, SimResult
 
-__all__ = ["BatchRecord", "SimResult", "Simulator", "simulate"]
+__all__ = ["BatchRecord", "SimResult", "simulate"]

@@ -1,11 +1,12 @@
 """The simulator's compiled path: plan and profile as plain arrays, the compiled loop, a ``SimResult``.
 
-``simulate(..., engine="auto")`` takes this path when the run has no hook that only the Python reference loop
-applies: it supports the plan's gears (the selector with α·Q0 hysteresis), a ``gear_schedule``, an ``admission``
-policy (its bound in flight), ``samples`` and ``record_batches``; an AIMD batch limit (its per-replica caps as an
-array in the loop, updated by ``policy.kernels.aimd_next``); the p99-fit batch limit, a prediction cache, device
-slowdowns and online tuning keep the Python loop. ``engine="compiled"`` refuses such a run with a
-``ValueError`` naming the hook; ``engine="python"`` forces the reference loop (the equivalence tests run both).
+``simulate(..., engine="auto")`` takes this path when the run has no hook that only the reference engine applies
+(:mod:`cascadeserve.simulate.reference`, the runtime on a virtual clock): it supports the plan's gears (the
+selector with α·Q0 hysteresis), a ``gear_schedule``, an ``admission`` policy (its count bound, each arrival admitted
+against the answers given before it), ``samples`` and ``record_batches``; an AIMD batch limit (its per-replica
+caps as an array in the loop, updated by ``policy.kernels.aimd_next``); the p99-fit batch limit, a prediction
+cache, device slowdowns and online tuning keep the reference. ``engine="compiled"`` refuses such a run with a
+``ValueError`` naming the hook; ``engine="reference"`` forces the reference (the equivalence tests run both).
 
 The first compiled run in a process loads the loop from numba's on-disk cache (``__pycache__`` beside the package,
 else ``NUMBA_CACHE_DIR`` or the user's cache directory), or compiles it once when no cache is there yet
@@ -24,19 +25,19 @@ from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearPolicy, Pla
 from cascadeserve.policy.qps import max_window_ticks
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.loop import build_loop
-from cascadeserve.simulate.queues import tick_windows
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
+from cascadeserve.simulate.ticks import tick_windows
 
 __all__ = ["Engine", "Run", "run_compiled", "unsupported"]
 
-Engine = Literal["auto", "compiled", "python"]
+Engine = Literal["auto", "compiled", "reference", "python"]  # "python": the reference's old name
 
 _TABLE_BATCH = 4096
 
 
 class Run(Protocol):
-    """What the compiled path reads of a :class:`~cascadeserve.simulate.Simulator` (no import of the engine here:
-    the engine imports this module)."""
+    """What the compiled path reads of a :class:`~cascadeserve.simulate.engine.Scenario` (no import of the engine
+    here: the engine imports this module)."""
 
     @property
     def profile(self) -> Profile: ...
@@ -150,11 +151,11 @@ def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
 def run_compiled(
     sim: Run, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float, qps_scale: np.ndarray | None = None
 ) -> SimResult:
-    """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``Simulator.run``; ``qps_scale``
-    as in ``Simulator.run``: tick ``w``'s factor, the last one holding past its end; default the plan's own)."""
+    """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``simulate``; ``qps_scale`` as
+    there: tick ``w``'s factor, the last one holding past its end; default the plan's own)."""
     why = unsupported(sim)
     if why is not None:
-        raise ValueError(f"the compiled simulator does not apply {why}; use engine='auto' or 'python'")
+        raise ValueError(f"the compiled simulator does not apply {why}; use engine='auto' or 'reference'")
     tb, prof, plan = sim.tables, sim.profile, sim.plan
     n, n_samples = len(arr), prof.n_samples
     samp = np.zeros(0, dtype=np.int64) if sample_of is None else sample_of  # empty: request i takes i mod n

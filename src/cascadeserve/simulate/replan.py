@@ -38,9 +38,9 @@ from cascadeserve.policy.drift import DriftDecision
 from cascadeserve.policy.replan import DriftSettings, LoadDrift, ReplanVerdict, plan_in_force
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
-from cascadeserve.simulate.engine import Simulator
-from cascadeserve.simulate.queues import tick_windows
+from cascadeserve.simulate.engine import simulate
 from cascadeserve.simulate.result import SimResult
+from cascadeserve.simulate.ticks import tick_windows
 
 __all__ = ["ReplanEvent", "ReplanRun", "simulate_replanning"]
 
@@ -123,7 +123,7 @@ def simulate_replanning(
         t0 = swap_ticks[i] * tick
         seg_samples = (idx % n_samples) if samples is None else np.asarray(samples)[idx]
         tuning = None if tuning_for is None else tuning_for(p)
-        res = Simulator(profile, p, tuning=tuning).run(arr[idx] - t0, seg_samples, scale[swap_ticks[i] :])
+        res = simulate(profile, p, arr[idx] - t0, samples=seg_samples, tuning=tuning, qps_scale=scale[swap_ticks[i] :])
         parts.append((idx, res, t0, p.tick_ms / 1000.0))
     return ReplanRun(_merge(arr, parts, time.perf_counter() - wall0), plans, swap_times, events, scale, plan_of)
 

@@ -52,7 +52,8 @@ class SimResult:
         return 0 if self.shed is None else int(np.count_nonzero(self.shed))
 
     threshold_changes: list[ThresholdDecision] = field(default_factory=list)  # online tuning's swaps, in order
-    engine: str = "python"  # which loop ran: "compiled" or "python" (the same trajectory either way)
+    engine: str = "reference"  # which engine ran: "compiled" or "reference" (the same trajectory either way)
+    engine_note: str = ""  # why the reference ran ("" for the compiled engine)
 
     @property
     def latency_s(self) -> np.ndarray:
@@ -137,9 +138,7 @@ def build_result(
         assert samples is not None
         # An unanswered request (answer_row -1) is never correct; without the mask, -1 would index the last model.
         correct = (
-            (predictions[answer_row, samples] == labels[samples]) & (answer_row >= 0)
-            if n
-            else np.zeros(0, dtype=bool)
+            (predictions[answer_row, samples] == labels[samples]) & (answer_row >= 0) if n else np.zeros(0, dtype=bool)
         )
     if stage is None:
         stage = stage_table[gear, answer_row] if n else np.zeros(0, dtype=np.int64)

@@ -14,7 +14,7 @@ import numpy as np
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
-from cascadeserve.simulate.engine import Simulator
+from cascadeserve.simulate.engine import simulate
 
 __all__ = ["warm_up"]
 
@@ -27,5 +27,5 @@ def warm_up() -> float:
     scores = {m.name: np.eye(2)[labels] + 0.1 * i for i, m in enumerate(models)}
     prof = Profile.from_scores("warm", models, labels, scores, device="none")
     plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.5,)), [Device(name="d0", memory_mb=10.0)], min_queue=2)
-    Simulator(prof, plan, engine="compiled").run(np.array([0.0, 0.01, 0.2]))
+    simulate(prof, plan, np.array([0.0, 0.01, 0.2]), engine="compiled")
     return time.perf_counter() - t0
