@@ -18,7 +18,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "FakeClock", "MonotonicClock", "call_later"]
+__all__ = ["Cancellable", "Clock", "FakeClock", "MonotonicClock", "call_later", "timer_task"]
+
+
+class Cancellable(Protocol):
+    """A timer armed by :meth:`Clock.call_at`: cancel it to disarm (cancelling a fired timer does nothing)."""
+
+    def cancel(self) -> object: ...
 
 
 @runtime_checkable
@@ -31,6 +37,11 @@ class Clock(Protocol):
 
     async def sleep_until(self, when: float, *, order: int | None = None) -> None:
         """Wait until ``now() >= when``. Timers due at the same instant fire by ``order`` (a fake clock only)."""
+        ...
+
+    def call_at(self, when: float, callback: Callable[[], None], *, order: int | None = None) -> Cancellable:
+        """Call ``callback`` once ``now() >= when`` (a timer: a consumer's max wait); same order rules as
+        :meth:`sleep_until`."""
         ...
 
 
@@ -58,6 +69,9 @@ class MonotonicClock:
         remaining = when - time.monotonic()
         if remaining > 0:
             await asyncio.get_running_loop().run_in_executor(_precise_pool, time.sleep, remaining)
+
+    def call_at(self, when: float, callback: Callable[[], None], *, order: int | None = None) -> Cancellable:
+        return timer_task(self, when, callback, order)
 
 
 class FakeClock:
@@ -124,6 +138,9 @@ class FakeClock:
         self._now = max(self._now, t)
         await self.settle()
 
+    def call_at(self, when: float, callback: Callable[[], None], *, order: int | None = None) -> Cancellable:
+        return timer_task(self, when, callback, order)
+
     async def advance(self, seconds: float) -> None:
         await self.advance_to(self._now + seconds)
 
@@ -135,6 +152,16 @@ class FakeClock:
                 await self.settle()
                 return
             await self.advance_to(nxt)
+
+
+def timer_task(clock: Clock, when: float, callback: Callable[[], None], order: int | None) -> asyncio.Task[None]:
+    """A timer as a task that sleeps on ``clock`` until ``when`` (with ``order``) and then calls ``callback``."""
+
+    async def fire() -> None:
+        await clock.sleep_until(when, order=order)
+        callback()
+
+    return asyncio.get_running_loop().create_task(fire())
 
 
 def call_later(clock: Clock, delay: float, callback: Callable[[], None]) -> asyncio.Task[None]:

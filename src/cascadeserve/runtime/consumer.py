@@ -43,7 +43,7 @@ import numpy as np
 
 from cascadeserve.policy import batch_members, batch_size, next_batch
 from cascadeserve.policy.adaptive import capped_trigger
-from cascadeserve.runtime.clock import Clock
+from cascadeserve.runtime.clock import Cancellable, Clock
 from cascadeserve.runtime.device import BatchOutput, Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
@@ -66,7 +66,7 @@ class Consumer:
         self.busy = False
         self.busy_since = math.inf  # when the running batch started (readiness looks for a stalled device)
         self._scheduled = False
-        self._timer: asyncio.Task[None] | None = None
+        self._timer: Cancellable | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
         self._forwarded: set[Request] = set()  # of the batch being applied (so a failure cannot answer them)
@@ -129,14 +129,12 @@ class Consumer:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = wake
+        self._timer = self.clock.call_at(wake, self._fired, order=self.order)
 
-        async def fire() -> None:
-            await self.clock.sleep_until(wake, order=self.order)
-            self._timer = None
-            self._timer_at = math.inf
-            self.poke()
-
-        self._timer = asyncio.get_running_loop().create_task(fire())
+    def _fired(self) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        self.poke()
 
     # -- running -----------------------------------------------------------------------------------------------
     async def _run(self, gen: Generation, r: int, batch: list[Request], t0: float) -> None:
