@@ -136,10 +136,15 @@ def test_a_batch_past_the_runtime_table_agrees(toy_profile: Profile) -> None:
 def test_auto_takes_the_reference_for_the_hooks_the_compiled_loop_lacks(toy_profile: Profile) -> None:
     plan = _plan(toy_profile)
     arrivals = [0.0, 0.001, 0.05]
-    assert simulate(toy_profile, plan, arrivals).engine == "compiled"
-    assert simulate(toy_profile, plan, arrivals, engine="reference").engine == "reference"
+    fast = simulate(toy_profile, plan, arrivals)
+    assert (fast.engine, fast.engine_note) == ("compiled", "")
+    forced = simulate(toy_profile, plan, arrivals, engine="reference")
+    assert (forced.engine, forced.engine_note) == ("reference", "forced")
     cache: PredictionCache[int] = PredictionCache(16)
-    assert simulate(toy_profile, plan, arrivals, cache=cache).engine == "reference"
+    cached = simulate(toy_profile, plan, arrivals, cache=cache)
+    assert (cached.engine, cached.engine_note) == ("reference", "the compiled engine does not apply a prediction cache")
+    with pytest.warns(DeprecationWarning, match='engine="reference"'):  # the old name still runs the reference
+        assert simulate(toy_profile, plan, arrivals, engine="python").engine == "reference"
     assert simulate(toy_profile, plan, arrivals, batch_limit=AimdBatchLimit(0.01)).engine == "compiled"
     assert simulate(toy_profile, plan, arrivals, batch_limit=QuantileBatchLimit(0.01)).engine == "reference"
     with pytest.raises(ValueError, match="compiled simulator does not apply a prediction cache"):

@@ -167,6 +167,8 @@ def simulate(
         "backend": gear_plan.backend,
         "hop_ms": hop_ms,
         **res.summary(),
+        # which engine ran, and why the reference did when it did (the same trajectory either way)
+        "engine": res.engine if not res.engine_note else f"{res.engine} ({res.engine_note})",
     }
     if replanned is not None:
         summary["replan"] = replanned
@@ -196,6 +198,7 @@ def simulate(
     ):
         v = summary[key]
         table.add_row(key, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}")
+    table.add_row("engine", summary["engine"])
     if tune:
         table.add_row("threshold_changes", f"{len(res.threshold_changes):,}")
     if replanned is not None:

@@ -35,7 +35,7 @@ T = TypeVar("T")
 class _Timer:
     """A callback timer in the clock's heap: cheaper than a task that sleeps (no task, no future, no loop turn)."""
 
-    __slots__ = ("callback", "fired", "cancelled")
+    __slots__ = ("callback", "cancelled", "fired")
 
     def __init__(self, callback: Callable[[], None]) -> None:
         self.callback = callback
@@ -67,6 +67,7 @@ class VirtualClock:
         self._timers: list[tuple[float, float, int, asyncio.Future[None] | _Timer]] = []
         self._seq = itertools.count()
         self.events = 0  # timers fired: the replay's event count
+        self._quiet: list[asyncio.Future[None]] = []  # waiters for the moment no timer is left
 
     def now(self) -> float:
         return self._now
@@ -112,8 +113,19 @@ class VirtualClock:
             fut.set_result(None)  # a future's callbacks join the loop's ready queue and run on this same loop turn
         elif loop_timeout is not None:
             self._now += loop_timeout
+        elif self._quiet:
+            for waiter in self._quiet:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._quiet.clear()
         else:
             raise VirtualDeadlock("every task waits and no timer is left: the run would hang forever")
+
+    async def quiet(self) -> None:
+        """Wait until nothing can run and no timer is left: every event of a replay has happened."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._quiet.append(waiter)
+        await waiter
 
 
 class _Selector(selectors.BaseSelector):

@@ -163,11 +163,11 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
             dirty[:] = True
             rep_dirty[:] = True
 
-        while True:  # segments: up to the next arrival to admit (with admission), else to the next tick
-            if use_admission and w < n_ticks and nxt_arrival < bounds[w + 1]:
-                t_end = arr[nxt_arrival]
-            else:
-                t_end = (w + 1) * tick if w < n_ticks else inf
+        t_stop = (w + 1) * tick if w < n_ticks else inf
+        b_w = bounds[w + 1] if w < n_ticks else 0
+        if not use_admission:
+            nxt_arrival = b_w
+        while True:  # device events up to the next arrival to admit (with admission), else to the next tick
             if hi > lo:  # route arrivals [lo, hi) to first-stage replicas (queued in order)
                 k0 = route_of[gear, first_row[gear]]
                 s0 = seq_start[k0]
@@ -186,229 +186,228 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     rep_dirty[rr] = True
                     dirty[replica_device[rr]] = True
                 lo = hi
-            while True:  # run_until(t_end): device events, earliest first, the lowest device on a tie
-                best_t = t_end
-                best_d = -1
-                for d in range(d_count):
-                    if busy[d]:
-                        td = busy_until[d]
-                    else:
-                        if dirty[d]:
-                            now = clock if clock >= free_at[d] else free_at[d]
-                            best = (inf, inf, -1, -1)
-                            for jj in range(dev_start[d], dev_start[d + 1]):
-                                r = dev_reps[jj]
-                                if rep_dirty[r]:  # when this queue's trigger fires, ignoring "not before now"
-                                    rep_dirty[r] = False
-                                    fn = rq[r, F_N]
-                                    pn = rq[r, P_N]
-                                    if fn == 0 and pn == 0:
-                                        rep_t[r] = inf
+            t_end = arr[nxt_arrival] if nxt_arrival < b_w else t_stop
+            best_t = t_end
+            best_d = -1
+            for d in range(d_count):
+                if busy[d]:
+                    td = busy_until[d]
+                else:
+                    if dirty[d]:
+                        now = clock if clock >= free_at[d] else free_at[d]
+                        best = (inf, inf, -1, -1)
+                        for jj in range(dev_start[d], dev_start[d + 1]):
+                            r = dev_reps[jj]
+                            if rep_dirty[r]:  # when this queue's trigger fires, ignoring "not before now"
+                                rep_dirty[r] = False
+                                fn = rq[r, F_N]
+                                pn = rq[r, P_N]
+                                if fn == 0 and pn == 0:
+                                    rep_t[r] = inf
+                                else:
+                                    f_old = ftime[rq[r, F_HEAD]] if fn else inf
+                                    if pn:
+                                        p_old = arr[rq[r, P_HEAD]]
+                                        first = p_old if p_old < f_old else f_old
                                     else:
-                                        f_old = ftime[rq[r, F_HEAD]] if fn else inf
-                                        if pn:
-                                            p_old = arr[rq[r, P_HEAD]]
-                                            first = p_old if p_old < f_old else f_old
-                                        else:
-                                            first = f_old
-                                        need = capped_min_queue(cur_minq[r], lim[r]) - fn
-                                        if need <= 0:
-                                            mth = -inf
-                                        elif need <= pn:
-                                            node = rq[r, P_HEAD]
-                                            for _ in range(need - 1):
-                                                node = nxt[node]
-                                            mth = arr[node]
-                                        else:
-                                            mth = inf
-                                        rep_t[r] = fire_time(-inf, first, mth, cur_wait)
-                                        rep_first[r] = first
-                                tr = rep_t[r]
-                                if tr < inf:
-                                    best = prefer(best, (now if tr < now else tr, rep_first[r], 0, r))
-                            ready_t[d] = best[0]
-                            ready_r[d] = best[3]
-                            dirty[d] = False
-                        td = ready_t[d]
-                    if td < best_t:
-                        best_t = td
-                        best_d = d
-                if best_d < 0:
-                    break
-                d = best_d
-                t = best_t
-                clock = t
-                if not busy[d]:
-                    # start: replica ready_r[d] fires at t with the samples present (pending ones arrived by t)
-                    r = ready_r[d]
-                    rep_dirty[r] = True
-                    fn = rq[r, F_N]
-                    pn = rq[r, P_N]
-                    cap = cur_cap[r]
-                    most = take_count(fn + pn, cap, lim[r])  # the batch if every pending sample had arrived
-                    scan = min(pn, max(most - fn, 0) + 1)  # enough to tell whether the present ones exceed the cap
-                    kp = 0
-                    node = rq[r, P_HEAD]
-                    while kp < scan and arr[node] <= t:
-                        kp += 1
-                        node = nxt[node]
-                    present = fn + kp
-                    size = take_count(present, cap, lim[r])
-                    if fn == 0 or (kp == 0 and size < present):  # the front of one queue
-                        col = P_HEAD if fn == 0 else F_HEAD
-                        head = rq[r, col]
-                        last = head
-                        for _ in range(size - 1):
+                                        first = f_old
+                                    need = capped_min_queue(cur_minq[r], lim[r]) - fn
+                                    if need <= 0:
+                                        mth = -inf
+                                    elif need <= pn:
+                                        node = rq[r, P_HEAD]
+                                        for _ in range(need - 1):
+                                            node = nxt[node]
+                                        mth = arr[node]
+                                    else:
+                                        mth = inf
+                                    rep_t[r] = fire_time(-inf, first, mth, cur_wait)
+                                    rep_first[r] = first
+                            tr = rep_t[r]
+                            if tr < inf:
+                                best = prefer(best, (now if tr < now else tr, rep_first[r], 0, r))
+                        ready_t[d] = best[0]
+                        ready_r[d] = best[3]
+                        dirty[d] = False
+                    td = ready_t[d]
+                if td < best_t:
+                    best_t = td
+                    best_d = d
+            if best_d < 0:
+                if nxt_arrival < b_w:  # admit the next arrival, after every device event before it
+                    i = nxt_arrival
+                    nxt_arrival += 1
+                    clock = arr[i]
+                    if admitted(1, admitted_n - answered_n, adm_cap) == 1:
+                        admitted_n += 1
+                        lo = i
+                        hi = i + 1
+                    else:
+                        shed[i] = True
+                    continue
+                break
+            d = best_d
+            t = best_t
+            clock = t
+            if not busy[d]:
+                # start: replica ready_r[d] fires at t with the samples present (pending ones arrived by t)
+                r = ready_r[d]
+                rep_dirty[r] = True
+                fn = rq[r, F_N]
+                pn = rq[r, P_N]
+                cap = cur_cap[r]
+                most = take_count(fn + pn, cap, lim[r])  # the batch if every pending sample had arrived
+                scan = min(pn, max(most - fn, 0) + 1)  # enough to tell whether the present ones exceed the cap
+                kp = 0
+                node = rq[r, P_HEAD]
+                while kp < scan and arr[node] <= t:
+                    kp += 1
+                    node = nxt[node]
+                present = fn + kp
+                size = take_count(present, cap, lim[r])
+                if fn == 0 or (kp == 0 and size < present):  # the front of one queue
+                    col = P_HEAD if fn == 0 else F_HEAD
+                    head = rq[r, col]
+                    last = head
+                    for _ in range(size - 1):
+                        last = nxt[last]
+                    rq[r, col] = nxt[last]
+                    rq[r, col + 2] -= size
+                    if rq[r, col + 2] == 0:
+                        rq[r, col] = -1
+                        rq[r, col + 1] = -1
+                elif size == present:  # every forwarded sample, then the arrived ones
+                    head = rq[r, F_HEAD]
+                    last = rq[r, F_TAIL]
+                    if kp:
+                        nxt[last] = rq[r, P_HEAD]
+                        for _ in range(kp):
                             last = nxt[last]
-                        rq[r, col] = nxt[last]
-                        rq[r, col + 2] -= size
-                        if rq[r, col + 2] == 0:
-                            rq[r, col] = -1
-                            rq[r, col + 1] = -1
-                    elif size == present:  # every forwarded sample, then the arrived ones
-                        head = rq[r, F_HEAD]
-                        last = rq[r, F_TAIL]
-                        if kp:
-                            nxt[last] = rq[r, P_HEAD]
-                            for _ in range(kp):
-                                last = nxt[last]
-                            rq[r, P_HEAD] = nxt[last]
-                            rq[r, P_N] -= kp
-                            if rq[r, P_N] == 0:
-                                rq[r, P_HEAD] = -1
-                                rq[r, P_TAIL] = -1
-                        rq[r, F_HEAD] = -1
-                        rq[r, F_TAIL] = -1
-                        rq[r, F_N] = 0
-                    else:  # capped: the oldest first across both queues, slot by slot (policy.batch_members' rule)
-                        fh = rq[r, F_HEAD]
-                        ph = rq[r, P_HEAD]
-                        head = -1
-                        last = -1
-                        tf = 0
-                        tp = 0
-                        for _ in range(size):
-                            has_f = fh >= 0
-                            has_a = ph >= 0 and arr[ph] <= t
-                            tf_old = ftime[fh] if has_f else inf
-                            take_f = takes_forwarded(has_f, has_a, tf_old, arr[ph] if has_a else inf)
-                            node = fh if take_f else ph
-                            if take_f:
-                                fh = nxt[fh]
-                                tf += 1
-                            else:
-                                ph = nxt[ph]
-                                tp += 1
-                            if head < 0:
-                                head = node
-                            else:
-                                nxt[last] = node
-                            last = node
-                        rq[r, F_HEAD] = fh
-                        rq[r, F_N] -= tf
-                        if rq[r, F_N] == 0:
-                            rq[r, F_HEAD] = -1
-                            rq[r, F_TAIL] = -1
-                        rq[r, P_HEAD] = ph
-                        rq[r, P_N] -= tp
+                        rq[r, P_HEAD] = nxt[last]
+                        rq[r, P_N] -= kp
                         if rq[r, P_N] == 0:
                             rq[r, P_HEAD] = -1
                             rq[r, P_TAIL] = -1
-                    row = replica_row[r]
-                    if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
-                        return (size, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear,
-                                tick_q0, tick_busy, rec_f[:0], rec_i[:0])
-                    secs = rt[row, size] + overhead
-                    busy[d] = True
-                    busy_until[d] = t + secs
-                    b_head[d] = head
-                    b_n[d] = size
-                    b_r[d] = r
-                    b_t0[d] = t
-                    wb = (min(int(t // tick), n_ticks) if n_ticks else 0)
-                    tick_busy[wb, d] += busy_until[d] - t  # the batch's span as its end minus its start, as the runtime
-                else:
-                    # complete: the exit decision per sample; the unsure ones go to the next stage's routers
-                    r = b_r[d]
-                    size = b_n[d]
-                    busy[d] = False
-                    busy_until[d] = inf
-                    free_at[d] = t
-                    dirty[d] = True
-                    if lim[r] >= 0:  # the adaptive (AIMD) cap learns this batch's runtime; the trigger may move
-                        lim[r] = aimd_next(lim[r], t - b_t0[d], lim_target, lim_step, lim_backoff, lim_ceiling)
-                        rep_dirty[r] = True
-                    row = replica_row[r]
-                    if scratch.shape[0] < size:
-                        scratch = np.empty(2 * size, np.int64)
-                    node = b_head[d]
-                    n_un = 0
+                    rq[r, F_HEAD] = -1
+                    rq[r, F_TAIL] = -1
+                    rq[r, F_N] = 0
+                else:  # capped: the oldest first across both queues, slot by slot (policy.batch_members' rule)
+                    fh = rq[r, F_HEAD]
+                    ph = rq[r, P_HEAD]
+                    head = -1
+                    last = -1
+                    tf = 0
+                    tp = 0
                     for _ in range(size):
-                        i = node
-                        node = nxt[i]
-                        g = gear_of[i]
-                        s = i % n_samples if by_index else samp[i]
-                        if stage_exits(thr, g, row, cert[row, s]):
-                            finish[i] = t
-                            answer_row[i] = row
-                            correct[i] = right[row, s]
-                            stage[i] = stage_table[g, row]
+                        has_f = fh >= 0
+                        has_a = ph >= 0 and arr[ph] <= t
+                        tf_old = ftime[fh] if has_f else inf
+                        take_f = takes_forwarded(has_f, has_a, tf_old, arr[ph] if has_a else inf)
+                        node = fh if take_f else ph
+                        if take_f:
+                            fh = nxt[fh]
+                            tf += 1
                         else:
-                            scratch[n_un] = i
-                            n_un += 1
-                    answered_n += size - n_un
-                    if record:
-                        if n_rec == rec_f.shape[0]:
-                            rec_f2 = np.empty((2 * n_rec, 2))
-                            rec_i2 = np.empty((2 * n_rec, 5), np.int64)
-                            rec_f2[:n_rec] = rec_f
-                            rec_i2[:n_rec] = rec_i
-                            rec_f = rec_f2
-                            rec_i = rec_i2
-                        rec_f[n_rec, 0] = b_t0[d]
-                        rec_f[n_rec, 1] = t
-                        rec_i[n_rec, 0] = d
-                        rec_i[n_rec, 1] = r
-                        rec_i[n_rec, 2] = row
-                        rec_i[n_rec, 3] = size
-                        rec_i[n_rec, 4] = size - n_un
-                        n_rec += 1
-                    last_g = -1
-                    k0 = -1
-                    seq = seqs[:1]
-                    for u in range(n_un):  # forwarded in batch order, each by its own gear's router
-                        i = scratch[u]
-                        g = gear_of[i]
-                        if g != last_g:  # the router of this sample's gear (most batches hold one gear)
-                            last_g = g
-                            k0 = route_of[g, next_row[g, row]]
-                            s0 = seq_start[k0]
-                            seq = seqs[s0 : s0 + seq_len[k0]]
-                        j, p2 = swrr_pick(seq, rpos[k0])
-                        rpos[k0] = p2
-                        rr = route_reps[route_start[k0] + j]
-                        if rq[rr, F_N] == 0:
-                            rq[rr, F_HEAD] = i
+                            ph = nxt[ph]
+                            tp += 1
+                        if head < 0:
+                            head = node
                         else:
-                            nxt[rq[rr, F_TAIL]] = i
-                        nxt[i] = -1
-                        ftime[i] = t
-                        rq[rr, F_TAIL] = i
-                        rq[rr, F_N] += 1
-                        rep_dirty[rr] = True
-                        dirty[replica_device[rr]] = True
-            if use_admission and w < n_ticks and nxt_arrival < bounds[w + 1]:
-                i = nxt_arrival
-                nxt_arrival += 1
-                clock = arr[i]
-                if admitted(1, admitted_n - answered_n, adm_cap) == 1:
-                    admitted_n += 1
-                    lo = i
-                    hi = i + 1
-                else:
-                    shed[i] = True
-                continue
-            break
+                            nxt[last] = node
+                        last = node
+                    rq[r, F_HEAD] = fh
+                    rq[r, F_N] -= tf
+                    if rq[r, F_N] == 0:
+                        rq[r, F_HEAD] = -1
+                        rq[r, F_TAIL] = -1
+                    rq[r, P_HEAD] = ph
+                    rq[r, P_N] -= tp
+                    if rq[r, P_N] == 0:
+                        rq[r, P_HEAD] = -1
+                        rq[r, P_TAIL] = -1
+                row = replica_row[r]
+                if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
+                    return (size, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear,
+                            tick_q0, tick_busy, rec_f[:0], rec_i[:0])
+                secs = rt[row, size] + overhead
+                busy[d] = True
+                busy_until[d] = t + secs
+                b_head[d] = head
+                b_n[d] = size
+                b_r[d] = r
+                b_t0[d] = t
+                wb = (min(int(t // tick), n_ticks) if n_ticks else 0)
+                tick_busy[wb, d] += busy_until[d] - t  # the batch's span as its end minus its start, as the runtime
+            else:
+                # complete: the exit decision per sample; the unsure ones go to the next stage's routers
+                r = b_r[d]
+                size = b_n[d]
+                busy[d] = False
+                busy_until[d] = inf
+                free_at[d] = t
+                dirty[d] = True
+                if lim[r] >= 0:  # the adaptive (AIMD) cap learns this batch's runtime; the trigger may move
+                    lim[r] = aimd_next(lim[r], t - b_t0[d], lim_target, lim_step, lim_backoff, lim_ceiling)
+                    rep_dirty[r] = True
+                row = replica_row[r]
+                if scratch.shape[0] < size:
+                    scratch = np.empty(2 * size, np.int64)
+                node = b_head[d]
+                n_un = 0
+                for _ in range(size):
+                    i = node
+                    node = nxt[i]
+                    g = gear_of[i]
+                    s = i % n_samples if by_index else samp[i]
+                    if stage_exits(thr, g, row, cert[row, s]):
+                        finish[i] = t
+                        answer_row[i] = row
+                        correct[i] = right[row, s]
+                        stage[i] = stage_table[g, row]
+                    else:
+                        scratch[n_un] = i
+                        n_un += 1
+                answered_n += size - n_un
+                if record:
+                    if n_rec == rec_f.shape[0]:
+                        rec_f2 = np.empty((2 * n_rec, 2))
+                        rec_i2 = np.empty((2 * n_rec, 5), np.int64)
+                        rec_f2[:n_rec] = rec_f
+                        rec_i2[:n_rec] = rec_i
+                        rec_f = rec_f2
+                        rec_i = rec_i2
+                    rec_f[n_rec, 0] = b_t0[d]
+                    rec_f[n_rec, 1] = t
+                    rec_i[n_rec, 0] = d
+                    rec_i[n_rec, 1] = r
+                    rec_i[n_rec, 2] = row
+                    rec_i[n_rec, 3] = size
+                    rec_i[n_rec, 4] = size - n_un
+                    n_rec += 1
+                last_g = -1
+                k0 = -1
+                seq = seqs[:1]
+                for u in range(n_un):  # forwarded in batch order, each by its own gear's router
+                    i = scratch[u]
+                    g = gear_of[i]
+                    if g != last_g:  # the router of this sample's gear (most batches hold one gear)
+                        last_g = g
+                        k0 = route_of[g, next_row[g, row]]
+                        s0 = seq_start[k0]
+                        seq = seqs[s0 : s0 + seq_len[k0]]
+                    j, p2 = swrr_pick(seq, rpos[k0])
+                    rpos[k0] = p2
+                    rr = route_reps[route_start[k0] + j]
+                    if rq[rr, F_N] == 0:
+                        rq[rr, F_HEAD] = i
+                    else:
+                        nxt[rq[rr, F_TAIL]] = i
+                    nxt[i] = -1
+                    ftime[i] = t
+                    rq[rr, F_TAIL] = i
+                    rq[rr, F_N] += 1
+                    rep_dirty[rr] = True
+                    dirty[replica_device[rr]] = True
     last_row = stage_table.shape[1] - 1
     for i in range(n):
         if answer_row[i] < 0:  # as SimResult has always reported an unanswered request: the last row's stage

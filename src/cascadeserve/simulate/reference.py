@@ -20,7 +20,6 @@ predicts; :mod:`cascadeserve.simulate.compiled` is the fast path checked against
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -43,8 +42,7 @@ __all__ = ["run_reference"]
 
 # Orders at one instant (lowest first): the drain, the producer's tick and the arrivals come before every device
 # event (devices wait with their rank, 0 and up). The drain goes first: the last window's end takes no tick.
-_DRAIN, _ARRIVALS = -2.0, -0.5
-_LAST = math.inf  # the replay's own wait for the end: after every other event of an instant
+_DRAIN, _TICK, _ARRIVALS = -2.0, -1.0, -0.5
 
 
 class Scenario(Protocol):
@@ -131,32 +129,39 @@ async def _replay(
     shed = np.zeros(n, dtype=bool) if scn.admission is not None else None
     reqs: list[Request | None] = [None] * n
     times, sample_list = arr.tolist(), samples.tolist()
-    i = 0
-    for w in range(n_ticks):
-        t_w = w * tick
-        if w > 0:
-            await clock.sleep_until(t_w, order=_ARRIVALS)
+
+    def tick_at(w: int) -> Callable[[], None]:
+        def producer_tick() -> None:  # after setting the tick's QPS scale (re-planning's load drift), if any
             if qps_scale is not None and len(qps_scale):
                 rt.current.gear_policy.rescale(float(qps_scale[min(w, len(qps_scale) - 1)]))
-            rt.producer.tick(t_w)
-        t_next = (w + 1) * tick
-        while i < n and times[i] < t_next:
-            t = times[i]
-            if t > clock.now():
-                await clock.sleep_until(t, order=_ARRIVALS)
-            gear_of[i] = rt.gear
-            try:
-                (reqs[i],) = rt.submit([sample_list[i]])
-            except Overloaded:
-                assert shed is not None  # only an admission policy sheds
-                shed[i] = True
-            i += 1
-    await clock.sleep_until(n_ticks * tick, order=_DRAIN)
-    rt.drain()
-    while clock.next_deadline() is not None:  # until no event is left (a request never answered stays so)
-        nxt = clock.next_deadline()
-        assert nxt is not None
-        await clock.sleep_until(nxt, order=_LAST)
+            rt.producer.tick(w * tick)
+
+        return producer_tick
+
+    def arrive(a: int, b: int) -> Callable[[], None]:
+        def submit() -> None:  # the requests of one instant, one call each, in arrival order
+            for i in range(a, b):
+                gear_of[i] = rt.gear
+                try:
+                    (reqs[i],) = rt.submit([sample_list[i]])
+                except Overloaded:
+                    assert shed is not None  # only an admission policy sheds
+                    shed[i] = True
+
+        return submit
+
+    # The whole timeline, as timers: ticks (order -1), each arrival instant (order -0.5), the drain (order -2).
+    for w in range(1, n_ticks):
+        clock.call_at(w * tick, tick_at(w), order=_TICK)
+    a = 0
+    while a < n:
+        b = a + 1
+        while b < n and times[b] == times[a]:
+            b += 1
+        clock.call_at(times[a], arrive(a, b), order=_ARRIVALS)
+        a = b
+    clock.call_at(n_ticks * tick, rt.drain, order=_DRAIN)
+    await clock.quiet()  # every event has happened (a request never answered stays so)
     result = _result(scn, rec, reqs, arr, samples, gear_of, shed, n_ticks, wall0)
     await rt.stop(grace_s=0.0)
     return result

@@ -166,4 +166,7 @@ def _merge(arr: np.ndarray, parts: list[tuple[np.ndarray, SimResult, float, floa
         tick_busy=tick_busy,
         wall_s=wall_s,
         threshold_changes=changes,
+        # the segments' engines (each plan in force is one run; a hook makes them all take the reference)
+        engine="/".join(sorted({res.engine for _, res, _, _ in parts})) or "compiled",
+        engine_note="; ".join(sorted({res.engine_note for _, res, _, _ in parts} - {""})),
     )
