@@ -29,7 +29,7 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -219,22 +219,27 @@ def compiled() -> dict[str, Any]:
     return _TWINS
 
 
-def compile_calling_kernels(fn: Callable[..., Any]) -> Any:
-    """``numba.njit(cache=True)`` of ``fn``, whose calls of this module's functions call their compiled twins."""
-    return _njit(bind_kernels(fn, compiled()))
+def compile_calling_kernels(
+    fn: Callable[..., Any], helpers: dict[str, Any] | None = None, *, inline: bool = False
+) -> Any:
+    """``numba.njit(cache=True)`` of ``fn``, whose calls of this module's functions call their compiled twins (and
+    whose calls of ``helpers``, compiled functions by name, call those). ``inline``: numba copies ``fn`` into each
+    caller (a helper split out of a hot loop for reading costs no call there)."""
+    return _njit(bind_kernels(fn, {**compiled(), **(helpers or {})}), inline=inline)
 
 
-def _njit(fn: Callable[..., Any]) -> Any:
+def _njit(fn: Callable[..., Any], *, inline: bool = False) -> Any:
     """``numba.njit(cache=True)(fn)``; without a writable cache (neither ``__pycache__`` beside the package, nor
     ``NUMBA_CACHE_DIR``, nor the user's cache directory) it compiles once per process instead of failing."""
     import numba
     from numba.core.caching import FunctionCache
 
+    how: Literal["always", "never"] = "always" if inline else "never"
     try:  # numba's own look-up of a cache location, which would otherwise raise only at the first call
         FunctionCache(fn)  # type: ignore[no-untyped-call]
     except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
-        return numba.njit(fn)
-    return numba.njit(cache=True)(fn)
+        return numba.njit(inline=how)(fn)
+    return numba.njit(cache=True, inline=how)(fn)
 
 
 @functools.cache

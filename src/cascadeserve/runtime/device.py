@@ -2,7 +2,8 @@
 
 * :class:`EmulatedDevice` waits the profiled runtime of the model at the batch's size on the injected clock,
   then answers with the recorded prediction and certainty of each validation sample sent. It is how a 16-device
-  plan runs on a 2-core machine, and, with a fake clock, how tests replay the simulator's trajectory exactly.
+  plan runs on a 2-core machine and, on a virtual clock, the reference simulator
+  (:mod:`cascadeserve.simulate.reference`).
   Its answers are marked ``emulated``.
 * :class:`ThreadDevice` runs real models on one worker thread per device. Threads, not processes, because the
   heavy work of the frameworks we target (numpy, torch, onnxruntime) runs in C with the GIL released, so a thread

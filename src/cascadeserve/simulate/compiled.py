@@ -74,7 +74,7 @@ class Run(Protocol):
 
 
 def unsupported(sim: Run) -> str | None:
-    """Why ``sim`` needs the Python loop (the first hook it has that the compiled loop does not apply), or None."""
+    """Why ``sim`` needs the reference engine (the first hook it has that the compiled loop does not apply), or None."""
     if sim.batch_limit is not None and _aimd(sim.batch_limit) is None:
         return "an adaptive batch limit other than a plain AIMD one (batch_limit, or the plan's batching)"
     if sim.cache is not None:
@@ -216,7 +216,7 @@ def run_compiled(
             break
         table = 2 * out.table_short  # a batch past the runtime table: rebuild it bigger and replay
     if aimd is not None:
-        aimd.set_caps(lim)  # the limiter ends where the Python loop's would
+        aimd.set_caps(lim)  # the limiter ends where the reference's would
     batches = [
         BatchRecord(float(f[0]), float(f[1]), int(i[0]), int(i[1]), int(i[2]), int(i[3]), int(i[4]))
         for f, i in zip(out.batch_times.tolist(), out.batch_ints.tolist(), strict=True)

@@ -1,24 +1,24 @@
 """The compiled event loop: the simulator of :mod:`cascadeserve.simulate.engine`, in numba, for runs without hooks.
 
-It replays exactly the trajectory of the Python reference loop (``Simulator.run`` with ``engine="python"``): the
-same order at one instant (the producer's tick, then the arrivals, then device events, the lowest device first on
-a tie), the same cached "ready" decisions per device, the same batch contents and order (the policy's
+It replays exactly the trajectory of the reference engine (the runtime on a virtual clock, ``engine="reference"``):
+the same order at one instant (the producer's tick, then the arrivals, then device events, the lowest device first
+on a tie), the same cached "ready" decisions per device, the same batch contents and order (the policy's
 :func:`~cascadeserve.policy.batch_members`: a capped batch takes the oldest first across forwarded and new samples,
 forwarded first on a tie, slot by slot with the kernel ``takes_forwarded``; the whole queue lists forwarded samples
-first), the same forwarding (unsure samples in batch order, each by its own gear's router, as the runtime does)
-and the same router positions. The decisions are the functions of :mod:`cascadeserve.policy.kernels`, called by
-name and compiled as their twins (``fire_time``, ``prefer``, ``take_count``, ``takes_forwarded``, ``stage_exits``,
-``swrr_pick``, ``select_gear``, ``scheduled_gear``, ``windowed_qps``, ``admitted``); this module only keeps queues and
-clocks.
+first), the same forwarding (unsure samples in batch order, each by its own gear's router, as the runtime does) and
+the same router positions. The decisions are the functions of :mod:`cascadeserve.policy.kernels`, called by name and
+compiled as their twins (``fire_time``, ``prefer``, ``take_count``, ``takes_forwarded``, ``stage_exits``,
+``swrr_pick``, ``select_gear``, ``scheduled_gear``, ``windowed_qps``, ``admitted``); this module only keeps queues
+and clocks.
 
-Queues are linked lists through one ``nxt`` array indexed by request (a request sits in at most one queue or
-batch at a time): per replica a queue of first-stage arrivals (some of them still in the future, known in
-advance as in the Python loop) and a queue of forwarded samples with the time each entered it, per device the
-batch it runs. Pushing and taking cost O(1) per sample, and no Python object is made per batch.
+Queues are linked lists through one ``nxt`` array indexed by request (a request sits in at most one queue or batch
+at a time): per replica a queue of first-stage arrivals (without admission, a tick's arrivals are queued at its
+start, some still in the future, and a trigger reads their times; with admission each is queued when it arrives and
+is admitted) and a queue of forwarded samples with the time each entered it, per device the batch it runs. Pushing
+and taking cost O(1) per sample, and no Python object is made per batch.
 
-The entry point, :func:`build_loop`, compiles on first use (or loads numba's on-disk cache) and returns the
-compiled function; :mod:`cascadeserve.simulate.compiled` prepares its arrays and turns its output into a
-``SimResult``.
+The entry point, :func:`build_loop`, compiles on first use (or loads numba's on-disk cache) and returns the compiled
+function; :mod:`cascadeserve.simulate.compiled` prepares its arrays and turns its output into a ``SimResult``.
 """
 
 from __future__ import annotations
@@ -33,23 +33,29 @@ import numpy as np
 from cascadeserve.policy.kernels import (
     admitted,
     aimd_next,
-    capped_min_queue,
     compile_calling_kernels,
-    fire_time,
-    prefer,
     scheduled_gear,
     select_gear,
-    stage_exits,
-    swrr_pick,
-    take_count,
-    takes_forwarded,
     windowed_qps,
+)
+from cascadeserve.simulate.loop_queues import (
+    F_HEAD,
+    F_N,
+    F_TAIL,
+    HELPERS,
+    P_HEAD,
+    P_N,
+    P_TAIL,
+    exits,
+    forward,
+    ready,
+    record_batch,
+    route,
+    take,
 )
 
 __all__ = ["LoopOutput", "build_loop"]
 
-# Columns of the per-replica queue table ``rq``.
-P_HEAD, P_TAIL, P_N, F_HEAD, F_TAIL, F_N = 0, 1, 2, 3, 4, 5
 
 
 def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plain arrays, no objects
@@ -76,23 +82,17 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     tick_gear = np.zeros(n_ticks, np.int64)
     tick_q0 = np.zeros(n_ticks, np.int64)
     tick_busy = np.zeros((n_ticks + 1, d_count))
-    rec_f = np.empty((1024 if record else 0, 2))
-    rec_i = np.empty((1024 if record else 0, 5), np.int64)
-    n_rec = 0
 
     nxt = np.full(n, -1, np.int64)
     ftime = np.empty(n)  # when a forwarded sample entered its queue
     rq = np.zeros((r_count, 6), np.int64)
-    rq[:, P_HEAD] = -1
-    rq[:, P_TAIL] = -1
-    rq[:, F_HEAD] = -1
-    rq[:, F_TAIL] = -1
+    for col in (P_HEAD, P_TAIL, F_HEAD, F_TAIL):
+        rq[:, col] = -1
     rep_t = np.full(r_count, inf)
     rep_first = np.full(r_count, inf)
     rep_dirty = np.ones(r_count, np.bool_)
     cur_minq = min_queue[gear0].copy()
     cur_cap = caps[gear0].copy()
-    cur_wait = max_wait
     busy = np.zeros(d_count, np.bool_)
     busy_until = np.full(d_count, inf)
     free_at = np.zeros(d_count)
@@ -104,8 +104,46 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     b_r = np.zeros(d_count, np.int64)
     b_t0 = np.zeros(d_count)
     rpos = np.zeros(route_start.shape[0], np.int64)  # each router's position in its period
-    scratch = np.empty(4096, np.int64)
 
+    short, rec_f, rec_i = _ticks(
+        adm_cap, alpha, answer_row, arr, b_head, b_n, b_r, b_t0, bounds, busy, busy_until, by_index, caps,
+        cert, correct, cur_cap, cur_minq, d_count, dev_reps, dev_start, dirty, finish, first_row, free_at,
+        ftime, gear0, gear_of, highs, lim, lim_backoff, lim_ceiling, lim_step, lim_target, max_wait, min_queue,
+        n_samples, n_ticks, next_row, nxt, overhead, qps_min, qps_scales, qps_ticks, ready_r, ready_t,
+        record, rep_dirty, rep_first, rep_t, replica_device, replica_row, right, route_len, route_of,
+        route_reps, route_start, rpos, rq, rt, samp, schedule, seq_len, seq_start, seqs, shed, stage,
+        stage_table, t_len, thr, tick, tick_busy, tick_gear, tick_q0, tick_qps, tick_times, use_admission,
+        use_schedule,
+    )  # fmt: skip
+    if short:  # a batch past the runtime table: the caller rebuilds it bigger and runs again
+        return (short, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
+                rec_f, rec_i)
+    last_row = stage_table.shape[1] - 1
+    for i in range(n):
+        if answer_row[i] < 0:  # as SimResult has always reported an unanswered request: the last row's stage
+            stage[i] = stage_table[gear_of[i], last_row]
+    return (0, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
+            rec_f, rec_i)
+
+
+def _ticks(  # type: ignore[no-untyped-def]
+    adm_cap, alpha, answer_row, arr, b_head, b_n, b_r, b_t0, bounds, busy, busy_until, by_index, caps, cert,
+    correct, cur_cap, cur_minq, d_count, dev_reps, dev_start, dirty, finish, first_row, free_at, ftime, gear0,
+    gear_of, highs, lim, lim_backoff, lim_ceiling, lim_step, lim_target, max_wait, min_queue, n_samples, n_ticks,
+    next_row, nxt, overhead, qps_min, qps_scales, qps_ticks, ready_r, ready_t, record, rep_dirty, rep_first,
+    rep_t, replica_device, replica_row, right, route_len, route_of, route_reps, route_start, rpos, rq, rt, samp,
+    schedule, seq_len, seq_start, seqs, shed, stage, stage_table, t_len, thr, tick, tick_busy, tick_gear,
+    tick_q0, tick_qps, tick_times, use_admission, use_schedule,
+):
+    """The event loop proper, tick by tick (the producer's tick, then the tick's arrivals and device events, then
+    the drain), over the state :func:`_loop` allocated; returns 0 (or the batch size that ran past the runtime
+    table) and the recorded batches."""
+    inf = math.inf
+    cur_wait = max_wait
+    rec_f = np.empty((1024 if record else 0, 2))
+    rec_i = np.empty((1024 if record else 0, 5), np.int64)
+    n_rec = 0
+    scratch = np.empty(4096, np.int64)
     gear = gear0
     clock = 0.0
     admitted_n = 0
@@ -123,22 +161,11 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
             if use_admission:
                 counted[w] = admitted_n
             if w > 0:
-                qps = (
-                    windowed_qps(counted, tick_times, w, qps_min, qps_ticks)
-                    if use_admission
-                    else windowed_qps(bounds, tick_times, w, qps_min, qps_ticks)
-                )
-                k0 = route_of[gear, first_row[gear]]
-                q0 = 0
-                for j in range(route_len[k0]):
-                    rr = route_reps[route_start[k0] + j]
-                    q0 += rq[rr, F_N] + rq[rr, P_N]
-                if use_schedule:
-                    new_gear = scheduled_gear(schedule, w)
-                else:
-                    # appendix C.2's factor of tick w (one per tick from re-planning; the last holds past its end)
-                    scale = qps_scales[w if w < qps_scales.shape[0] else qps_scales.shape[0] - 1]
-                    new_gear = select_gear(highs, scale, alpha, gear, qps, q0)[0]
+                qps, q0, new_gear = _gear_tick(
+                    w, counted if use_admission else bounds, tick_times, qps_min, qps_ticks,
+                    route_of[gear, first_row[gear]], route_len, route_reps, route_start, rq, use_schedule, schedule,
+                    qps_scales, highs, alpha, gear,
+                )  # fmt: skip
                 tick_qps[w] = qps
                 tick_q0[w] = q0
                 if new_gear != gear:
@@ -169,22 +196,8 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
             nxt_arrival = b_w
         while True:  # device events up to the next arrival to admit (with admission), else to the next tick
             if hi > lo:  # route arrivals [lo, hi) to first-stage replicas (queued in order)
-                k0 = route_of[gear, first_row[gear]]
-                s0 = seq_start[k0]
-                seq = seqs[s0 : s0 + seq_len[k0]]
-                for i in range(lo, hi):
-                    j, p2 = swrr_pick(seq, rpos[k0])
-                    rpos[k0] = p2
-                    rr = route_reps[route_start[k0] + j]
-                    if rq[rr, P_N] == 0:
-                        rq[rr, P_HEAD] = i
-                    else:
-                        nxt[rq[rr, P_TAIL]] = i
-                    nxt[i] = -1
-                    rq[rr, P_TAIL] = i
-                    rq[rr, P_N] += 1
-                    rep_dirty[rr] = True
-                    dirty[replica_device[rr]] = True
+                route(lo, hi, route_of[gear, first_row[gear]], seqs, seq_start, seq_len, rpos, route_reps,
+                       route_start, rq, nxt, P_HEAD, rep_dirty, dirty, replica_device)  # fmt: skip
                 lo = hi
             t_end = arr[nxt_arrival] if nxt_arrival < b_w else t_stop
             best_t = t_end
@@ -194,40 +207,9 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                     td = busy_until[d]
                 else:
                     if dirty[d]:
-                        now = clock if clock >= free_at[d] else free_at[d]
-                        best = (inf, inf, -1, -1)
-                        for jj in range(dev_start[d], dev_start[d + 1]):
-                            r = dev_reps[jj]
-                            if rep_dirty[r]:  # when this queue's trigger fires, ignoring "not before now"
-                                rep_dirty[r] = False
-                                fn = rq[r, F_N]
-                                pn = rq[r, P_N]
-                                if fn == 0 and pn == 0:
-                                    rep_t[r] = inf
-                                else:
-                                    f_old = ftime[rq[r, F_HEAD]] if fn else inf
-                                    if pn:
-                                        p_old = arr[rq[r, P_HEAD]]
-                                        first = p_old if p_old < f_old else f_old
-                                    else:
-                                        first = f_old
-                                    need = capped_min_queue(cur_minq[r], lim[r]) - fn
-                                    if need <= 0:
-                                        mth = -inf
-                                    elif need <= pn:
-                                        node = rq[r, P_HEAD]
-                                        for _ in range(need - 1):
-                                            node = nxt[node]
-                                        mth = arr[node]
-                                    else:
-                                        mth = inf
-                                    rep_t[r] = fire_time(-inf, first, mth, cur_wait)
-                                    rep_first[r] = first
-                            tr = rep_t[r]
-                            if tr < inf:
-                                best = prefer(best, (now if tr < now else tr, rep_first[r], 0, r))
-                        ready_t[d] = best[0]
-                        ready_r[d] = best[3]
+                        ready_t[d], ready_r[d] = ready(d, clock if clock >= free_at[d] else free_at[d], dev_start,
+                                                        dev_reps, rep_dirty, rep_t, rep_first, rq, ftime, arr, nxt,
+                                                        cur_minq, lim, cur_wait)  # fmt: skip
                         dirty[d] = False
                     td = ready_t[d]
                 if td < best_t:
@@ -253,82 +235,10 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                 # start: replica ready_r[d] fires at t with the samples present (pending ones arrived by t)
                 r = ready_r[d]
                 rep_dirty[r] = True
-                fn = rq[r, F_N]
-                pn = rq[r, P_N]
-                cap = cur_cap[r]
-                most = take_count(fn + pn, cap, lim[r])  # the batch if every pending sample had arrived
-                scan = min(pn, max(most - fn, 0) + 1)  # enough to tell whether the present ones exceed the cap
-                kp = 0
-                node = rq[r, P_HEAD]
-                while kp < scan and arr[node] <= t:
-                    kp += 1
-                    node = nxt[node]
-                present = fn + kp
-                size = take_count(present, cap, lim[r])
-                if fn == 0 or (kp == 0 and size < present):  # the front of one queue
-                    col = P_HEAD if fn == 0 else F_HEAD
-                    head = rq[r, col]
-                    last = head
-                    for _ in range(size - 1):
-                        last = nxt[last]
-                    rq[r, col] = nxt[last]
-                    rq[r, col + 2] -= size
-                    if rq[r, col + 2] == 0:
-                        rq[r, col] = -1
-                        rq[r, col + 1] = -1
-                elif size == present:  # every forwarded sample, then the arrived ones
-                    head = rq[r, F_HEAD]
-                    last = rq[r, F_TAIL]
-                    if kp:
-                        nxt[last] = rq[r, P_HEAD]
-                        for _ in range(kp):
-                            last = nxt[last]
-                        rq[r, P_HEAD] = nxt[last]
-                        rq[r, P_N] -= kp
-                        if rq[r, P_N] == 0:
-                            rq[r, P_HEAD] = -1
-                            rq[r, P_TAIL] = -1
-                    rq[r, F_HEAD] = -1
-                    rq[r, F_TAIL] = -1
-                    rq[r, F_N] = 0
-                else:  # capped: the oldest first across both queues, slot by slot (policy.batch_members' rule)
-                    fh = rq[r, F_HEAD]
-                    ph = rq[r, P_HEAD]
-                    head = -1
-                    last = -1
-                    tf = 0
-                    tp = 0
-                    for _ in range(size):
-                        has_f = fh >= 0
-                        has_a = ph >= 0 and arr[ph] <= t
-                        tf_old = ftime[fh] if has_f else inf
-                        take_f = takes_forwarded(has_f, has_a, tf_old, arr[ph] if has_a else inf)
-                        node = fh if take_f else ph
-                        if take_f:
-                            fh = nxt[fh]
-                            tf += 1
-                        else:
-                            ph = nxt[ph]
-                            tp += 1
-                        if head < 0:
-                            head = node
-                        else:
-                            nxt[last] = node
-                        last = node
-                    rq[r, F_HEAD] = fh
-                    rq[r, F_N] -= tf
-                    if rq[r, F_N] == 0:
-                        rq[r, F_HEAD] = -1
-                        rq[r, F_TAIL] = -1
-                    rq[r, P_HEAD] = ph
-                    rq[r, P_N] -= tp
-                    if rq[r, P_N] == 0:
-                        rq[r, P_HEAD] = -1
-                        rq[r, P_TAIL] = -1
+                head, size = take(r, t, cur_cap[r], lim[r], rq, nxt, arr, ftime)
                 row = replica_row[r]
                 if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
-                    return (size, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear,
-                            tick_q0, tick_busy, rec_f[:0], rec_i[:0])
+                    return size, rec_f[:0], rec_i[:0]
                 secs = rt[row, size] + overhead
                 busy[d] = True
                 busy_until[d] = t + secs
@@ -341,7 +251,6 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
             else:
                 # complete: the exit decision per sample; the unsure ones go to the next stage's routers
                 r = b_r[d]
-                size = b_n[d]
                 busy[d] = False
                 busy_until[d] = inf
                 free_at[d] = t
@@ -349,71 +258,42 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
                 if lim[r] >= 0:  # the adaptive (AIMD) cap learns this batch's runtime; the trigger may move
                     lim[r] = aimd_next(lim[r], t - b_t0[d], lim_target, lim_step, lim_backoff, lim_ceiling)
                     rep_dirty[r] = True
+                if scratch.shape[0] < b_n[d]:
+                    scratch = np.empty(2 * b_n[d], np.int64)
                 row = replica_row[r]
-                if scratch.shape[0] < size:
-                    scratch = np.empty(2 * size, np.int64)
-                node = b_head[d]
-                n_un = 0
-                for _ in range(size):
-                    i = node
-                    node = nxt[i]
-                    g = gear_of[i]
-                    s = i % n_samples if by_index else samp[i]
-                    if stage_exits(thr, g, row, cert[row, s]):
-                        finish[i] = t
-                        answer_row[i] = row
-                        correct[i] = right[row, s]
-                        stage[i] = stage_table[g, row]
-                    else:
-                        scratch[n_un] = i
-                        n_un += 1
-                answered_n += size - n_un
+                n_un = exits(b_head[d], b_n[d], t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right,
+                             stage_table, finish, answer_row, correct, stage, scratch)  # fmt: skip
+                answered_n += b_n[d] - n_un
                 if record:
-                    if n_rec == rec_f.shape[0]:
-                        rec_f2 = np.empty((2 * n_rec, 2))
-                        rec_i2 = np.empty((2 * n_rec, 5), np.int64)
-                        rec_f2[:n_rec] = rec_f
-                        rec_i2[:n_rec] = rec_i
-                        rec_f = rec_f2
-                        rec_i = rec_i2
-                    rec_f[n_rec, 0] = b_t0[d]
-                    rec_f[n_rec, 1] = t
-                    rec_i[n_rec, 0] = d
-                    rec_i[n_rec, 1] = r
-                    rec_i[n_rec, 2] = row
-                    rec_i[n_rec, 3] = size
-                    rec_i[n_rec, 4] = size - n_un
+                    rec_f, rec_i = record_batch(rec_f, rec_i, n_rec, b_t0[d], t, d, r, row, b_n[d], b_n[d] - n_un)
                     n_rec += 1
-                last_g = -1
-                k0 = -1
-                seq = seqs[:1]
-                for u in range(n_un):  # forwarded in batch order, each by its own gear's router
-                    i = scratch[u]
-                    g = gear_of[i]
-                    if g != last_g:  # the router of this sample's gear (most batches hold one gear)
-                        last_g = g
-                        k0 = route_of[g, next_row[g, row]]
-                        s0 = seq_start[k0]
-                        seq = seqs[s0 : s0 + seq_len[k0]]
-                    j, p2 = swrr_pick(seq, rpos[k0])
-                    rpos[k0] = p2
-                    rr = route_reps[route_start[k0] + j]
-                    if rq[rr, F_N] == 0:
-                        rq[rr, F_HEAD] = i
-                    else:
-                        nxt[rq[rr, F_TAIL]] = i
-                    nxt[i] = -1
-                    ftime[i] = t
-                    rq[rr, F_TAIL] = i
-                    rq[rr, F_N] += 1
-                    rep_dirty[rr] = True
-                    dirty[replica_device[rr]] = True
-    last_row = stage_table.shape[1] - 1
-    for i in range(n):
-        if answer_row[i] < 0:  # as SimResult has always reported an unanswered request: the last row's stage
-            stage[i] = stage_table[gear_of[i], last_row]
-    return (0, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
-            rec_f[:n_rec], rec_i[:n_rec])
+                forward(n_un, scratch, t, row, gear_of, route_of, next_row, seqs, seq_start, seq_len, rpos, route_reps,
+                        route_start, rq, nxt, ftime, rep_dirty, dirty, replica_device)  # fmt: skip
+    return 0, rec_f[:n_rec], rec_i[:n_rec]
+
+def _gear_tick(  # type: ignore[no-untyped-def]
+    w, cum, tick_times, qps_min, qps_ticks, k0, route_len, route_reps, route_start, rq, use_schedule, schedule,
+    qps_scales, highs, alpha, gear,
+):
+    """Tick ``w``: the metered QPS (``cum``: requests counted by each tick), Q0 (the first stage's queues, router
+    ``k0``'s replicas) and the gear the selector (or the schedule) picks."""
+    qps = windowed_qps(cum, tick_times, w, qps_min, qps_ticks)
+    q0 = 0
+    for j in range(route_len[k0]):
+        rr = route_reps[route_start[k0] + j]
+        q0 += rq[rr, F_N] + rq[rr, P_N]
+    if use_schedule:
+        return qps, q0, scheduled_gear(schedule, w)
+    # appendix C.2's factor of tick w (one per tick from re-planning; the last holds past its end)
+    scale = qps_scales[w if w < qps_scales.shape[0] else qps_scales.shape[0] - 1]
+    return qps, q0, select_gear(highs, scale, alpha, gear, qps, q0)[0]
+
+
+# Compiled in this order, each seeing the kernels and the helpers before it. Numba copies each helper into its
+# callers (a call per event would halve the loop's speed); ``_ticks``, called once per run, is not copied: numba
+# inlines only into a function that is not itself inlined.
+_HELPERS = (*HELPERS, _gear_tick, _ticks)
+_CALLED = ("_ticks",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,7 +322,10 @@ def build_loop() -> Callable[..., LoopOutput]:
     """The compiled loop (compiled, or loaded from numba's cache, on the first call in a process), returning a
     :class:`LoopOutput`."""
     if not _COMPILED:
-        _COMPILED.append(compile_calling_kernels(_loop))
+        helpers: dict[str, Any] = {}
+        for fn in _HELPERS:  # each sees the kernels and the helpers compiled before it
+            helpers[fn.__name__] = compile_calling_kernels(fn, helpers, inline=fn.__name__ not in _CALLED)
+        _COMPILED.append(compile_calling_kernels(_loop, helpers))
     compiled = _COMPILED[0]
 
     def run(*args: Any) -> LoopOutput:

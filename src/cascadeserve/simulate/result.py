@@ -132,7 +132,7 @@ def build_result(
     """The :class:`SimResult` of a run, from per-request outcomes and busy seconds per tick (both engines).
 
     ``correct`` and ``stage`` come precomputed from the compiled loop (which also takes ``samples=None``); the
-    Python loop leaves them to this function."""
+    reference leaves them to this function."""
     n = len(arrivals)
     if correct is None:
         assert samples is not None

@@ -1,0 +1,254 @@
+"""The compiled loop's queues and batches (:mod:`cascadeserve.simulate.loop`): linked lists over request indices.
+
+Each function is compiled by numba, as the loop is, with the policy's kernels bound to their compiled twins
+(:func:`~cascadeserve.policy.kernels.compile_calling_kernels`): which replica a device fires and when (``ready``:
+``fire_time`` and ``prefer``), which requests a batch takes (``take``: ``take_count`` and ``takes_forwarded``, the
+rule of :func:`~cascadeserve.policy.batch_members`), who exits (``exits``: ``stage_exits``) and where the others go
+(``forward``: ``swrr_pick`` by each request's gear). Nothing is decided here that the kernels do not decide.
+
+Queues are linked lists through one ``nxt`` array indexed by request (a request sits in at most one queue or batch
+at a time); ``rq`` holds per replica the head, tail and length of its queue of arrivals and of forwarded requests.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cascadeserve.policy.kernels import (
+    capped_min_queue,
+    fire_time,
+    prefer,
+    stage_exits,
+    swrr_pick,
+    take_count,
+    takes_forwarded,
+)
+
+__all__ = [
+    "F_HEAD", "F_N", "F_TAIL", "HELPERS", "P_HEAD", "P_N", "P_TAIL", "exits", "forward", "push", "ready",
+    "record_batch", "route", "take",
+]  # fmt: skip
+
+# Columns of the per-replica queue table ``rq``.
+P_HEAD, P_TAIL, P_N, F_HEAD, F_TAIL, F_N = 0, 1, 2, 3, 4, 5
+
+
+def push(rq, nxt, head_col, rr, i):  # type: ignore[no-untyped-def]
+    """Append request ``i`` to replica ``rr``'s queue of arrivals (``head_col`` P_HEAD) or forwarded (F_HEAD)."""
+    if rq[rr, head_col + 2] == 0:
+        rq[rr, head_col] = i
+    else:
+        nxt[rq[rr, head_col + 1]] = i
+    nxt[i] = -1
+    rq[rr, head_col + 1] = i
+    rq[rr, head_col + 2] += 1
+
+
+def route(  # type: ignore[no-untyped-def]
+    lo, hi, k0, seqs, seq_start, seq_len, rpos, route_reps, route_start, rq, nxt, head_col, rep_dirty, dirty,
+    replica_device,
+):
+    """Requests ``lo..hi-1``, in order, to the replicas router ``k0`` picks (smooth weighted round-robin)."""
+    s0 = seq_start[k0]
+    seq = seqs[s0 : s0 + seq_len[k0]]
+    for i in range(lo, hi):
+        j, p2 = swrr_pick(seq, rpos[k0])
+        rpos[k0] = p2
+        rr = route_reps[route_start[k0] + j]
+        push(rq, nxt, head_col, rr, i)
+        rep_dirty[rr] = True
+        dirty[replica_device[rr]] = True
+
+
+def ready(  # type: ignore[no-untyped-def]
+    d, now, dev_start, dev_reps, rep_dirty, rep_t, rep_first, rq, ftime, arr, nxt, cur_minq, lim, cur_wait
+):
+    """When free device ``d`` fires next and which replica (inf, -1: none), as the policy's ``next_batch`` picks;
+    each replica's fire time is recomputed only when its queue or trigger changed."""
+    inf = math.inf
+    best = (inf, inf, -1, -1)
+    for jj in range(dev_start[d], dev_start[d + 1]):
+        r = dev_reps[jj]
+        if rep_dirty[r]:  # when this queue's trigger fires, ignoring "not before now"
+            rep_dirty[r] = False
+            fn = rq[r, F_N]
+            pn = rq[r, P_N]
+            if fn == 0 and pn == 0:
+                rep_t[r] = inf
+            else:
+                f_old = ftime[rq[r, F_HEAD]] if fn else inf
+                if pn:
+                    p_old = arr[rq[r, P_HEAD]]
+                    first = p_old if p_old < f_old else f_old
+                else:
+                    first = f_old
+                need = capped_min_queue(cur_minq[r], lim[r]) - fn
+                if need <= 0:
+                    mth = -inf
+                elif need <= pn:
+                    node = rq[r, P_HEAD]
+                    for _ in range(need - 1):
+                        node = nxt[node]
+                    mth = arr[node]
+                else:
+                    mth = inf
+                rep_t[r] = fire_time(-inf, first, mth, cur_wait)
+                rep_first[r] = first
+        tr = rep_t[r]
+        if tr < inf:
+            best = prefer(best, (now if tr < now else tr, rep_first[r], 0, r))
+    return best[0], best[3]
+
+
+def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
+    """Replica ``r``'s batch firing at ``t`` with the samples present (arrivals by ``t``): unlinked from its queues
+    and linked in batch order; returns its head and size."""
+    fn = rq[r, F_N]
+    pn = rq[r, P_N]
+    most = take_count(fn + pn, cap, limit)  # the batch if every pending sample had arrived
+    scan = min(pn, max(most - fn, 0) + 1)  # enough to tell whether the present ones exceed the cap
+    kp = 0
+    node = rq[r, P_HEAD]
+    while kp < scan and arr[node] <= t:
+        kp += 1
+        node = nxt[node]
+    present = fn + kp
+    size = take_count(present, cap, limit)
+    if fn == 0 or (kp == 0 and size < present):  # the front of one queue
+        col = P_HEAD if fn == 0 else F_HEAD
+        head = rq[r, col]
+        last = head
+        for _ in range(size - 1):
+            last = nxt[last]
+        rq[r, col] = nxt[last]
+        rq[r, col + 2] -= size
+        if rq[r, col + 2] == 0:
+            rq[r, col] = -1
+            rq[r, col + 1] = -1
+        return head, size
+    if size == present:  # every forwarded sample, then the arrived ones
+        head = rq[r, F_HEAD]
+        last = rq[r, F_TAIL]
+        if kp:
+            nxt[last] = rq[r, P_HEAD]
+            for _ in range(kp):
+                last = nxt[last]
+            rq[r, P_HEAD] = nxt[last]
+            rq[r, P_N] -= kp
+            if rq[r, P_N] == 0:
+                rq[r, P_HEAD] = -1
+                rq[r, P_TAIL] = -1
+        rq[r, F_HEAD] = -1
+        rq[r, F_TAIL] = -1
+        rq[r, F_N] = 0
+        return head, size
+    # capped: the oldest first across both queues, slot by slot (policy.batch_members' rule)
+    inf = math.inf
+    fh = rq[r, F_HEAD]
+    ph = rq[r, P_HEAD]
+    head = -1
+    last = -1
+    tf = 0
+    tp = 0
+    for _ in range(size):
+        has_f = fh >= 0
+        has_a = ph >= 0 and arr[ph] <= t
+        tf_old = ftime[fh] if has_f else inf
+        take_f = takes_forwarded(has_f, has_a, tf_old, arr[ph] if has_a else inf)
+        node = fh if take_f else ph
+        if take_f:
+            fh = nxt[fh]
+            tf += 1
+        else:
+            ph = nxt[ph]
+            tp += 1
+        if head < 0:
+            head = node
+        else:
+            nxt[last] = node
+        last = node
+    rq[r, F_HEAD] = fh
+    rq[r, F_N] -= tf
+    if rq[r, F_N] == 0:
+        rq[r, F_HEAD] = -1
+        rq[r, F_TAIL] = -1
+    rq[r, P_HEAD] = ph
+    rq[r, P_N] -= tp
+    if rq[r, P_N] == 0:
+        rq[r, P_HEAD] = -1
+        rq[r, P_TAIL] = -1
+    return head, size
+
+
+def exits(  # type: ignore[no-untyped-def]
+    head, size, t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right, stage_table, finish, answer_row,
+    correct, stage, scratch,
+):
+    """The exit decision for each request of a batch of model ``row`` ending at ``t``: the sure ones are answered,
+    the others listed in ``scratch`` in batch order; returns how many were not sure."""
+    node = head
+    n_un = 0
+    for _ in range(size):
+        i = node
+        node = nxt[i]
+        g = gear_of[i]
+        s = i % n_samples if by_index else samp[i]
+        if stage_exits(thr, g, row, cert[row, s]):
+            finish[i] = t
+            answer_row[i] = row
+            correct[i] = right[row, s]
+            stage[i] = stage_table[g, row]
+        else:
+            scratch[n_un] = i
+            n_un += 1
+    return n_un
+
+
+def record_batch(rec_f, rec_i, n_rec, t0, t, d, r, row, size, answered):  # type: ignore[no-untyped-def]
+    """Write batch ``n_rec`` (growing the arrays when full); returns the arrays."""
+    if n_rec == rec_f.shape[0]:
+        rec_f2 = np.empty((2 * n_rec, 2))
+        rec_i2 = np.empty((2 * n_rec, 5), np.int64)
+        rec_f2[:n_rec] = rec_f
+        rec_i2[:n_rec] = rec_i
+        rec_f = rec_f2
+        rec_i = rec_i2
+    rec_f[n_rec, 0] = t0
+    rec_f[n_rec, 1] = t
+    rec_i[n_rec, 0] = d
+    rec_i[n_rec, 1] = r
+    rec_i[n_rec, 2] = row
+    rec_i[n_rec, 3] = size
+    rec_i[n_rec, 4] = answered
+    return rec_f, rec_i
+
+
+def forward(  # type: ignore[no-untyped-def]
+    n_un, scratch, t, row, gear_of, route_of, next_row, seqs, seq_start, seq_len, rpos, route_reps, route_start, rq,
+    nxt, ftime, rep_dirty, dirty, replica_device,
+):
+    """The unsure requests of a batch of ``row``, in batch order, each to the next stage by its own gear's router."""
+    last_g = -1
+    k0 = -1
+    seq = seqs[:1]
+    for u in range(n_un):
+        i = scratch[u]
+        g = gear_of[i]
+        if g != last_g:  # the router of this sample's gear (most batches hold one gear)
+            last_g = g
+            k0 = route_of[g, next_row[g, row]]
+            s0 = seq_start[k0]
+            seq = seqs[s0 : s0 + seq_len[k0]]
+        j, p2 = swrr_pick(seq, rpos[k0])
+        rpos[k0] = p2
+        rr = route_reps[route_start[k0] + j]
+        push(rq, nxt, F_HEAD, rr, i)
+        ftime[i] = t
+        rep_dirty[rr] = True
+        dirty[replica_device[rr]] = True
+
+
+# Compiled in this order (and copied into their callers), each seeing the kernels and the helpers before it.
+HELPERS = (push, route, ready, take, exits, record_batch, forward)
