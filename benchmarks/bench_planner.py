@@ -70,7 +70,7 @@ def bench_constrained(repeats: int) -> dict[str, float]:
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
-def bench_full(repeats: int) -> dict[str, object]:
+def bench_full(repeats: int, audit_fraction: float = 0.0) -> dict[str, object]:
     prof = bert_like()
     devs = [Device(name=f"dev{i}", memory_mb=500) for i in range(16)]
     dist = QpsDistribution.parse(f"trace:{TWITTER}@0:1200" if TWITTER.is_file() else "zipf")
@@ -82,7 +82,7 @@ def bench_full(repeats: int) -> dict[str, object]:
     times, cpu = [], []
     report: dict[str, object] = {}
     for _ in range(repeats):
-        pl = Planner(n_ranges=20, qps_dist=dist, seed=0)
+        pl = Planner(n_ranges=20, qps_dist=dist, seed=0, audit_fraction=audit_fraction)
         t0, c0 = time.perf_counter(), time.process_time()
         pl.fit(prof, devs, SLO(kind="p95_ms", value=100.0), 7600)
         times.append(time.perf_counter() - t0)
@@ -113,6 +113,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", choices=["constrained", "full", "quality"], default=None)
     ap.add_argument(
+        "--audit-fraction",
+        type=float,
+        default=0.0,
+        help="full: plan for online tuning with this audit share (SP4's checks then run the reference simulator)",
+    )
+    ap.add_argument(
         "--sim-engine",
         choices=["auto", "python"],
         default="auto",
@@ -129,7 +135,7 @@ def main() -> None:
     if a.only in (None, "constrained"):
         out["constrained"] = bench_constrained(a.repeats)
     if a.only in (None, "full"):
-        out["full"] = bench_full(a.repeats)
+        out["full"] = bench_full(a.repeats, a.audit_fraction)
     if a.only in (None, "quality"):
         out["quality"] = bench_quality()
     print(json.dumps(out, indent=2, default=float))

@@ -31,7 +31,7 @@ ENGINES = ("simulate", "runtime", "backends")
 # The rules themselves: the compiled loop's kernels, the exit rule and the round-robin. No engine imports them
 # (the compiled loop binds the kernels as compiled twins; it is listed on its own below).
 _KERNELS = frozenset({
-    "admitted", "aimd_next", "capped_min_queue", "compile_calling_kernels", "fire_time", "prefer",
+    "admitted", "aimd_next", "audit_pick", "capped_min_queue", "compile_calling_kernels", "fire_time", "prefer",
     "scheduled_gear", "select_gear", "stage_exits", "swrr_pick", "take_count", "takes_forwarded", "windowed_qps",
 })  # fmt: skip
 

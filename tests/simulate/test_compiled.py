@@ -20,9 +20,10 @@ from tests.simulate.sim_helpers import assert_same_result
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, GearPlan, fixed_plan
-from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule
+from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule, PlanTables
 from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.policy.quantile import QuantileBatchLimit
+from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 
@@ -56,12 +57,19 @@ def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
         target = draw(st.integers(1, 30)) * 0.0005  # on the runtimes' own grid: batches land on the target too
         step, start = draw(st.integers(1, 4)), draw(st.integers(1, 6))
         hooks["aimd"] = (target, step, draw(st.sampled_from([0.5, 0.9])), start, start + draw(st.integers(0, 30)))
+    if draw(st.booleans()):
+        hooks["audits"] = draw(st.sampled_from([0.1, 0.37, 1.0]))
     return plan, arrivals, hooks
 
 
-def _with_limit(hooks: dict[str, object]) -> tuple[dict[str, object], AimdBatchLimit | None]:
-    """``hooks`` with a fresh AIMD limiter in place of its parameters (if drawn), and that limiter."""
+def _with_limit(hooks: dict[str, object], plan: GearPlan) -> tuple[dict[str, object], AimdBatchLimit | None]:
+    """``hooks`` with a fresh AIMD limiter in place of its parameters (if drawn), and that limiter; and fresh audit
+    sampling (online tuning's audits alone) in place of its fraction."""
     out = dict(hooks)
+    audits = out.pop("audits", None)
+    if audits is not None:
+        rows = {m: PROFILE.index(m) for m in PROFILE.model_names}
+        out["tuning"] = OnlineTuning.audits_only(PlanTables(plan, rows), float(audits))  # type: ignore[arg-type]
     params = out.pop("aimd", None)
     if params is None:
         return out, None
@@ -77,8 +85,8 @@ def test_the_compiled_engine_and_the_reference_agree_on_random_runs(
     run: tuple[GearPlan, np.ndarray, dict[str, object]],
 ) -> None:
     plan, arrivals, hooks = run
-    fast_hooks, fast_limit = _with_limit(hooks)
-    ref_hooks, ref_limit = _with_limit(hooks)
+    fast_hooks, fast_limit = _with_limit(hooks, plan)
+    ref_hooks, ref_limit = _with_limit(hooks, plan)
     fast = simulate(PROFILE, plan, arrivals, record_batches=True, engine="auto", **fast_hooks)  # type: ignore[arg-type]
     ref = simulate(PROFILE, plan, arrivals, record_batches=True, engine="reference", **ref_hooks)  # type: ignore[arg-type]
     assert fast.engine == "compiled" and ref.engine == "reference"

@@ -172,6 +172,13 @@ def admitted(n: int, in_flight: int, cap: int) -> int:
     return n if n <= room else (room if room > 0 else 0)
 
 
+def audit_pick(count: int, fraction: float) -> bool:
+    """Whether early exit number ``count`` (from 0, counted across batches) is audited: ``fraction`` of them, evenly
+    spread (the running total ``count·fraction`` crosses an integer at it); deterministic, so every engine audits the
+    same samples (online tuning's :class:`~cascadeserve.policy.tuning.AuditSampler`)."""
+    return math.floor((count + 1) * fraction) > math.floor(count * fraction)
+
+
 def aimd_next(cap: int, runtime_s: float, target_s: float, step: int, backoff: float, ceiling: int) -> int:
     """The AIMD batch cap after a batch that ran ``runtime_s`` seconds under cap ``cap``: ``+step`` (at most
     ``ceiling``) when it ran within ``target_s``, else ``floor(cap * backoff)``, at least 1 (Clipper's rule)."""
@@ -190,6 +197,7 @@ def capped_min_queue(min_queue: int, cap: int) -> int:
 
 _SOURCES: tuple[Callable[..., Any], ...] = (
     aimd_next,
+    audit_pick,
     capped_min_queue,
     fire_time,
     take_count,

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cascadeserve.policy.forwarding import sure_mask
+from cascadeserve.policy.kernels import audit_pick
 from cascadeserve.policy.tables import PlanTables
 from cascadeserve.policy.thresholds import ThresholdDecision
 from cascadeserve.profile import Profile
@@ -285,12 +286,16 @@ class AuditSampler:
         self.fraction = fraction
         self._count = 0
 
+    @property
+    def count(self) -> int:
+        """How many early exits this sampler has seen (the next one is number ``count``)."""
+        return self._count
+
     def take(self, n: int) -> np.ndarray:
-        """Audit mask for the next ``n`` early exits."""
-        c = self._count + np.arange(n + 1)
+        """Audit mask for the next ``n`` early exits (the kernel ``audit_pick``: ``fraction`` of them, evenly)."""
+        c0, f = self._count, self.fraction
         self._count += n
-        # sample c is audited when the running total c·f crosses an integer at it: f·n of every n, evenly spread
-        return np.asarray(np.floor((c[1:]) * self.fraction) > np.floor(c[:-1] * self.fraction), dtype=bool)
+        return np.fromiter((audit_pick(c, f) for c in range(c0, c0 + n)), dtype=bool, count=n)
 
     def split(self, sure: np.ndarray, last: np.ndarray, answered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One finished batch of a stage, as booleans per row: (answered here, audited). ``sure``: the stage's exit
@@ -387,7 +392,7 @@ class OnlineTuning:
     :meth:`bound_log` bounds it (a server that runs for weeks).
     """
 
-    __slots__ = ("_log_limit", "auditor", "changes", "reference", "tuner")
+    __slots__ = ("_log_limit", "auditor", "changes", "never_tunes", "reference", "tuner")
 
     def __init__(self, tuner: ThresholdTuner, audit_fraction: float = 0.02, reference: str = "audit") -> None:
         if reference not in ("audit", "label"):
@@ -397,6 +402,8 @@ class OnlineTuning:
         self.reference = reference
         self.changes: list[ThresholdDecision] = []
         self._log_limit: int | None = None
+        # audits and nothing else (``audits_only``): the simulator's compiled engine applies that much itself
+        self.never_tunes = False
 
     def bound_log(self, keep: int) -> None:
         """Keep at least the last ``keep`` decisions in :attr:`changes` and at most ``2 * keep`` (trimmed in one go,
@@ -455,7 +462,9 @@ class OnlineTuning:
         n_stages = {g: len(tables.gear_rows(g)) for g in range(len(tables.plan.gears))}
         stage_ms = {g: np.zeros(k) for g, k in n_stages.items()}
         tuner = ThresholdTuner(0.0, stage_ms, n_stages=n_stages, capacity=1, period_s=np.inf, min_records=1 << 62)
-        return cls(tuner, audit_fraction, "audit")
+        out = cls(tuner, audit_fraction, "audit")
+        out.never_tunes = True
+        return out
 
     def record(
         self, gear: int, certainty: np.ndarray, prediction: np.ndarray, label: np.ndarray, audited: np.ndarray

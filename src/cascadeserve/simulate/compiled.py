@@ -5,8 +5,10 @@
 selector with α·Q0 hysteresis), a ``gear_schedule``, an ``admission`` policy (its count bound, each arrival admitted
 against the answers given before it), ``samples`` and ``record_batches``; an AIMD batch limit (its per-replica
 caps as an array in the loop, updated by ``policy.kernels.aimd_next``); the p99-fit batch limit, a prediction
-cache, device slowdowns and online tuning keep the reference. ``engine="compiled"`` refuses such a run with a
-``ValueError`` naming the hook; ``engine="reference"`` forces the reference (the equivalence tests run both).
+cache, device slowdowns and online tuning that moves thresholds keep the reference; audit sampling alone (the
+planner's checks of a plan sized for ``--tune``, ``OnlineTuning.audits_only``) is compiled. ``engine="compiled"``
+refuses a run it cannot apply with a ``ValueError`` naming the hook; ``engine="reference"`` forces the reference
+(the equivalence tests run both).
 
 The first compiled run in a process loads the loop from numba's on-disk cache (``__pycache__`` beside the package,
 else ``NUMBA_CACHE_DIR`` or the user's cache directory), or compiles it once when no cache is there yet
@@ -23,6 +25,7 @@ import numpy as np
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearPolicy, PlanTables
 from cascadeserve.policy.qps import max_window_ticks
+from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
@@ -70,7 +73,7 @@ class Run(Protocol):
     def slowdowns(self) -> object | None: ...
 
     @property
-    def tuning(self) -> object | None: ...
+    def tuning(self) -> OnlineTuning | None: ...
 
 
 def unsupported(sim: Run) -> str | None:
@@ -81,8 +84,8 @@ def unsupported(sim: Run) -> str | None:
         return "a prediction cache"
     if sim.slowdowns is not None:
         return "device slowdowns"
-    if sim.tuning is not None:
-        return "online threshold tuning"
+    if sim.tuning is not None and not sim.tuning.never_tunes:
+        return "online threshold tuning (audits alone are compiled)"
     return None
 
 
@@ -191,6 +194,9 @@ def run_compiled(
     aimd_args = (
         (float(aimd.target_s), int(aimd.step), float(aimd.backoff), int(aimd.ceiling)) if aimd else (1.0, 1, 0.5, 1)
     )
+    tuning = sim.tuning
+    # audits only (a plan sized for --tune, in the planner's checks): the sampler's fraction and where it stands
+    audits = (0.0, 0) if tuning is None else (float(tuning.auditor.fraction), int(tuning.auditor.count))
     loop = build_loop()
     table = _TABLE_BATCH
     f8, i8 = np.float64, np.int64
@@ -211,6 +217,7 @@ def run_compiled(
             np.asarray(gp.selector.qps_highs, dtype=f8), scales,
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
             -1 if bound is None else int(bound), adm is not None, sim.record_batches, lim, *aimd_args,
+            *audits,
         )  # fmt: skip
         if out.table_short == 0:
             break

@@ -64,7 +64,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     replica_device,
     route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs,
     highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
-    lim, lim_target, lim_step, lim_backoff, lim_ceiling,
+    lim, lim_target, lim_step, lim_backoff, lim_ceiling, audit_f, audit_c0,
 ):
     inf = math.inf
     n = arr.shape[0]
@@ -105,6 +105,8 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     b_t0 = np.zeros(d_count)
     rpos = np.zeros(route_start.shape[0], np.int64)  # each router's position in its period
 
+    audited = np.zeros(n if audit_f > 0.0 else 0, np.bool_)  # audit sampling: early exits that go on
+    audit_c = np.full(1, audit_c0, np.int64)  # the sampler's count of early exits
     short, rec_f, rec_i = _ticks(
         adm_cap, alpha, answer_row, arr, b_head, b_n, b_r, b_t0, bounds, busy, busy_until, by_index, caps,
         cert, correct, cur_cap, cur_minq, d_count, dev_reps, dev_start, dirty, finish, first_row, free_at,
@@ -113,7 +115,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
         record, rep_dirty, rep_first, rep_t, replica_device, replica_row, right, route_len, route_of,
         route_reps, route_start, rpos, rq, rt, samp, schedule, seq_len, seq_start, seqs, shed, stage,
         stage_table, t_len, thr, tick, tick_busy, tick_gear, tick_q0, tick_qps, tick_times, use_admission,
-        use_schedule,
+        use_schedule, audit_f, audited, audit_c,
     )  # fmt: skip
     if short:  # a batch past the runtime table: the caller rebuilds it bigger and runs again
         return (short, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
@@ -133,7 +135,7 @@ def _ticks(  # type: ignore[no-untyped-def]
     next_row, nxt, overhead, qps_min, qps_scales, qps_ticks, ready_r, ready_t, record, rep_dirty, rep_first,
     rep_t, replica_device, replica_row, right, route_len, route_of, route_reps, route_start, rpos, rq, rt, samp,
     schedule, seq_len, seq_start, seqs, shed, stage, stage_table, t_len, thr, tick, tick_busy, tick_gear,
-    tick_q0, tick_qps, tick_times, use_admission, use_schedule,
+    tick_q0, tick_qps, tick_times, use_admission, use_schedule, audit_f, audited, audit_c,
 ):
     """The event loop proper, tick by tick (the producer's tick, then the tick's arrivals and device events, then
     the drain), over the state :func:`_loop` allocated; returns 0 (or the batch size that ran past the runtime
@@ -261,11 +263,12 @@ def _ticks(  # type: ignore[no-untyped-def]
                 if scratch.shape[0] < b_n[d]:
                     scratch = np.empty(2 * b_n[d], np.int64)
                 row = replica_row[r]
-                n_un = exits(b_head[d], b_n[d], t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right,
-                             stage_table, finish, answer_row, correct, stage, scratch)  # fmt: skip
-                answered_n += b_n[d] - n_un
+                n_un, n_ans = exits(b_head[d], b_n[d], t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert,
+                                    right, stage_table, finish, answer_row, correct, stage, scratch, audit_f, audited,
+                                    audit_c, next_row)  # fmt: skip
+                answered_n += n_ans
                 if record:
-                    rec_f, rec_i = record_batch(rec_f, rec_i, n_rec, b_t0[d], t, d, r, row, b_n[d], b_n[d] - n_un)
+                    rec_f, rec_i = record_batch(rec_f, rec_i, n_rec, b_t0[d], t, d, r, row, b_n[d], n_ans)
                     n_rec += 1
                 forward(n_un, scratch, t, row, gear_of, route_of, next_row, seqs, seq_start, seq_len, rpos, route_reps,
                         route_start, rq, nxt, ftime, rep_dirty, dirty, replica_device)  # fmt: skip

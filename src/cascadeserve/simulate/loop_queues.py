@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from cascadeserve.policy.kernels import (
+    audit_pick,
     capped_min_queue,
     fire_time,
     prefer,
@@ -184,26 +185,42 @@ def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
 
 def exits(  # type: ignore[no-untyped-def]
     head, size, t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right, stage_table, finish, answer_row,
-    correct, stage, scratch,
+    correct, stage, scratch, audit_f, audited, audit_c, next_row,
 ):
     """The exit decision for each request of a batch of model ``row`` ending at ``t``: the sure ones are answered,
-    the others listed in ``scratch`` in batch order; returns how many were not sure."""
+    the ones that go on are listed in ``scratch`` in batch order; returns how many go on and how many were answered.
+
+    With audits (``audit_f`` > 0, online tuning's audit sampling): an early exit that ``audit_pick`` picks (counter
+    ``audit_c[0]``) is answered and also goes on, flagged in ``audited``; an audited request goes on to its gear's
+    last stage whatever the later stages say, answering nobody again (``AuditSampler.split``'s rule)."""
     node = head
     n_un = 0
+    n_ans = 0
     for _ in range(size):
         i = node
         node = nxt[i]
         g = gear_of[i]
         s = i % n_samples if by_index else samp[i]
-        if stage_exits(thr, g, row, cert[row, s]):
+        sure = stage_exits(thr, g, row, cert[row, s])
+        prior = audit_f > 0.0 and audited[i]
+        go_on = not sure
+        if sure and not prior:
             finish[i] = t
             answer_row[i] = row
             correct[i] = right[row, s]
             stage[i] = stage_table[g, row]
-        else:
+            n_ans += 1
+            if audit_f > 0.0 and next_row[g, row] >= 0:  # an early exit: audited, or not
+                go_on = audit_pick(audit_c[0], audit_f)
+                audit_c[0] += 1
+                if go_on:
+                    audited[i] = True
+        elif prior:
+            go_on = next_row[g, row] >= 0
+        if go_on:
             scratch[n_un] = i
             n_un += 1
-    return n_un
+    return n_un, n_ans
 
 
 def record_batch(rec_f, rec_i, n_rec, t0, t, d, r, row, size, answered):  # type: ignore[no-untyped-def]
