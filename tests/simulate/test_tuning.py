@@ -50,6 +50,21 @@ def test_audits_never_delay_an_answer_and_every_record_becomes_whole() -> None:
     assert audited.threshold_changes == []
 
 
+def test_against_labels_every_whole_record_takes_its_true_label_at_once() -> None:
+    """Tuning against labels in a simulation: the replay knows each sample's label, so every whole record enters the
+    window with it at once (a server waits for its client's feedback instead)."""
+    plan = fixed_plan(STREAM, CASCADE, [Device(name="d", memory_mb=1000)])
+    arrivals = np.arange(200) * 0.05
+    tuning = OnlineTuning.for_plan(
+        PlanTables(plan, rows()), STREAM, audit_fraction=1.0, min_records=10**9, reference="label"
+    )
+    simulate(STREAM, plan, arrivals, tuning=tuning)
+    _, pred, ref, _ = tuning.tuner.windows[0].arrays()
+    labels = STREAM.labels[np.arange(200) % STREAM.n_samples]
+    assert len(ref) == 200 and np.array_equal(ref, labels)  # the true labels, in arrival order
+    assert not np.array_equal(pred[:, -1], labels)  # not the last stage's answers (the "audit" reference)
+
+
 def test_tuning_raises_thresholds_when_confident_models_start_to_err() -> None:
     plan = fixed_plan(STREAM, CASCADE, [Device(name="d", memory_mb=1000)])
     shifted = np.flatnonzero(STREAM.sample_ids >= SHIFT_ID_OFFSET)

@@ -22,6 +22,7 @@ threshold decision.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy import BatchTrigger, GearSchedule, PlanTables, Routers, on_deadline
@@ -57,6 +58,7 @@ class Generation:
         emulated: bool = False,
         cache: PredictionCache[Answer] | None = None,
         tuning: TuningFactory | None = None,
+        tuning_labels: Callable[[Any], int] | None = None,
     ) -> None:
         self.number = number
         self.plan = plan
@@ -78,7 +80,7 @@ class Generation:
         self.batch_limit = batch_limit if batch_limit is not None else batch_limit_for(plan)
         self.cache = cache
         # online threshold tuning (runtime/tuning.py): this generation's own, on its own tables
-        self.tuning = None if tuning is None else ServingTuning(tuning(self.tables), self.tables)
+        self.tuning = None if tuning is None else ServingTuning(tuning(self.tables), self.tables, labels=tuning_labels)
         self.in_flight = 0
         self.live: set[Request] = set()  # admitted and not yet answered (failed on a hard stop)
         self.draining = False

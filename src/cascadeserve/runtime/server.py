@@ -115,6 +115,9 @@ class RuntimeOptions:
     admission: AdmissionPolicy | None = None  # the admission policy itself (the simulator's), in place of the bounds
     # online threshold tuning (serve --tune): builds each served plan's OnlineTuning from its generation's tables
     tuning: TuningFactory | None = None
+    # labels known in advance (a replay: payload -> label): tuning against labels takes each whole record's label
+    # at once, as a client giving feedback the moment the record is complete; None: the clients' feedback
+    tuning_labels: Callable[[Any], int] | None = None
     # fault hook (serve --slowdown): device/model slowdowns from a time on, on emulated and real devices alike
     slowdowns: Slowdowns | None = None
 
@@ -426,6 +429,7 @@ class Runtime:
             transport=self.placement.transport(number, plan),
             cache=self.cache,
             tuning=self.options.tuning,
+            tuning_labels=self.options.tuning_labels,
         )
         self.placement.place(gen)
         self.generations.append(gen)

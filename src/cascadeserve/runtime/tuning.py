@@ -29,6 +29,7 @@ import asyncio
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,10 +49,18 @@ _KEEP_CHANGES = 256  # the policy's change log keeps this many while serving (it
 class ServingTuning:
     """One generation's online tuning: trails, audits, whole records, and applied threshold changes."""
 
-    __slots__ = ("_pending", "changes_total", "pending_limit", "recent", "tables", "tuning")
+    __slots__ = ("_pending", "changes_total", "labels", "pending_limit", "recent", "tables", "tuning")
 
-    def __init__(self, tuning: OnlineTuning, tables: PlanTables, *, pending_limit: int = 65_536) -> None:
+    def __init__(
+        self,
+        tuning: OnlineTuning,
+        tables: PlanTables,
+        *,
+        pending_limit: int = 65_536,
+        labels: Callable[[Any], int] | None = None,
+    ) -> None:
         self.tuning = tuning
+        self.labels = labels  # a replay's known labels by payload (the reference simulator): no waiting for feedback
         tuning.bound_log(_KEEP_CHANGES)
         self.tables = tables
         self.pending_limit = pending_limit
@@ -104,6 +113,10 @@ class ServingTuning:
             self._whole(req.gear, [req])
 
     def _whole(self, gear: int, reqs: list[Request]) -> None:
+        if self.tuning.reference == "label" and self.labels is not None:
+            known = self.labels
+            self._record(gear, reqs, np.array([known(r.payload) for r in reqs], dtype=np.int64))
+            return
         if self.tuning.reference == "label":
             for req in reqs:
                 assert req.trail is not None
@@ -112,10 +125,14 @@ class ServingTuning:
             while len(self._pending) > self.pending_limit:
                 self._pending.popitem(last=False)
             return
+        self._record(gear, reqs, None)
+
+    def _record(self, gear: int, reqs: list[Request], labels: np.ndarray | None) -> None:
+        """Whole records into the gear's window, against ``labels`` (default: the last stage's predictions)."""
         cert = np.array([[c for c, _ in r.trail or ()] for r in reqs], dtype=np.float64)
         pred = np.array([[p for _, p in r.trail or ()] for r in reqs], dtype=np.int64)
         audited = np.array([r.audit for r in reqs], dtype=bool)
-        self.tuning.record(gear, cert, pred, pred[:, -1], audited)
+        self.tuning.record(gear, cert, pred, pred[:, -1] if labels is None else labels, audited)
 
     def label(self, rid: int, label: int) -> bool:
         """The client's label for request ``rid``: its whole record enters the gear's window with the label as the

@@ -94,7 +94,7 @@ def run_reference(
 
 
 def _options(scn: Scenario) -> RuntimeOptions:
-    tuning = scn.tuning
+    tuning, labels = scn.tuning, scn.profile.labels
     factory: Callable[[PlanTables], OnlineTuning] | None = None if tuning is None else (lambda _tables: tuning)
     return RuntimeOptions(
         max_in_flight=None,
@@ -104,6 +104,8 @@ def _options(scn: Scenario) -> RuntimeOptions:
         gear_schedule=scn.gear_schedule,
         cache=scn.cache,
         tuning=factory,
+        # tuning against labels takes each whole record's label from the profile (payloads are sample indices)
+        tuning_labels=None if tuning is None else (lambda sample: int(labels[sample])),
         slowdowns=scn.slowdowns,
     )
 
