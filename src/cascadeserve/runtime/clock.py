@@ -4,7 +4,8 @@
 :class:`FakeClock` stands still until a test advances it by hand; every ``sleep`` is a timer in a heap, and
 :meth:`FakeClock.advance_to` fires timers in deadline order, letting the event loop settle after each. With a fake
 clock and emulated devices the runtime is fully deterministic, which is what lets a test compare its trajectory
-with the simulator's to the last float.
+with the simulator's to the last float. :class:`~cascadeserve.runtime.virtual.VirtualClock` jumps from event to event
+by itself, under an event loop whose time it is: the runtime on it is the reference simulator.
 """
 
 from __future__ import annotations
@@ -166,9 +167,4 @@ def timer_task(clock: Clock, when: float, callback: Callable[[], None], order: i
 
 def call_later(clock: Clock, delay: float, callback: Callable[[], None]) -> asyncio.Task[None]:
     """Run ``callback`` after ``delay`` seconds of ``clock`` time; cancel the returned task to disarm."""
-
-    async def fire() -> None:
-        await clock.sleep(delay)
-        callback()
-
-    return asyncio.get_running_loop().create_task(fire())
+    return timer_task(clock, clock.now() + delay, callback, None)
