@@ -47,6 +47,7 @@ from cascadeserve.simulate.loop_queues import (
     P_N,
     P_TAIL,
     exits,
+    exits_audited,
     forward,
     ready,
     record_batch,
@@ -263,9 +264,14 @@ def _ticks(  # type: ignore[no-untyped-def]
                 if scratch.shape[0] < b_n[d]:
                     scratch = np.empty(2 * b_n[d], np.int64)
                 row = replica_row[r]
-                n_un, n_ans = exits(b_head[d], b_n[d], t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert,
-                                    right, stage_table, finish, answer_row, correct, stage, scratch, audit_f, audited,
-                                    audit_c, next_row)  # fmt: skip
+                if audit_f > 0.0:
+                    n_un, n_ans = exits_audited(b_head[d], b_n[d], t, row, nxt, gear_of, by_index, n_samples, samp,
+                                                thr, cert, right, stage_table, finish, answer_row, correct, stage,
+                                                scratch, audit_f, audited, audit_c, next_row)  # fmt: skip
+                else:
+                    n_un = exits(b_head[d], b_n[d], t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right,
+                                 stage_table, finish, answer_row, correct, stage, scratch)  # fmt: skip
+                    n_ans = b_n[d] - n_un
                 answered_n += n_ans
                 if record:
                     rec_f, rec_i = record_batch(rec_f, rec_i, n_rec, b_t0[d], t, d, r, row, b_n[d], n_ans)

@@ -28,8 +28,8 @@ from cascadeserve.policy.kernels import (
 )
 
 __all__ = [
-    "F_HEAD", "F_N", "F_TAIL", "HELPERS", "P_HEAD", "P_N", "P_TAIL", "exits", "forward", "push", "ready",
-    "record_batch", "route", "take",
+    "F_HEAD", "F_N", "F_TAIL", "HELPERS", "P_HEAD", "P_N", "P_TAIL", "exits", "exits_audited", "forward", "push",
+    "ready", "record_batch", "route", "take",
 ]  # fmt: skip
 
 # Columns of the per-replica queue table ``rq``.
@@ -185,14 +185,36 @@ def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
 
 def exits(  # type: ignore[no-untyped-def]
     head, size, t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right, stage_table, finish, answer_row,
-    correct, stage, scratch, audit_f, audited, audit_c, next_row,
+    correct, stage, scratch,
 ):
     """The exit decision for each request of a batch of model ``row`` ending at ``t``: the sure ones are answered,
-    the ones that go on are listed in ``scratch`` in batch order; returns how many go on and how many were answered.
+    the others listed in ``scratch`` in batch order; returns how many were not sure."""
+    node = head
+    n_un = 0
+    for _ in range(size):
+        i = node
+        node = nxt[i]
+        g = gear_of[i]
+        s = i % n_samples if by_index else samp[i]
+        if stage_exits(thr, g, row, cert[row, s]):
+            finish[i] = t
+            answer_row[i] = row
+            correct[i] = right[row, s]
+            stage[i] = stage_table[g, row]
+        else:
+            scratch[n_un] = i
+            n_un += 1
+    return n_un
 
-    With audits (``audit_f`` > 0, online tuning's audit sampling): an early exit that ``audit_pick`` picks (counter
-    ``audit_c[0]``) is answered and also goes on, flagged in ``audited``; an audited request goes on to its gear's
-    last stage whatever the later stages say, answering nobody again (``AuditSampler.split``'s rule)."""
+
+def exits_audited(  # type: ignore[no-untyped-def]
+    head, size, t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right, stage_table, finish, answer_row,
+    correct, stage, scratch, audit_f, audited, audit_c, next_row,
+):
+    """:func:`exits` with online tuning's audit sampling (its own function: the plain path stays as fast as it was):
+    an early exit that ``audit_pick`` picks (counter ``audit_c[0]``) is answered and also goes on, flagged in
+    ``audited``; an audited request goes on to its gear's last stage whatever the later stages say, answering nobody
+    again (``AuditSampler.split``'s rule). Returns how many go on (listed in ``scratch``) and how many were answered."""
     node = head
     n_un = 0
     n_ans = 0
@@ -202,21 +224,19 @@ def exits(  # type: ignore[no-untyped-def]
         g = gear_of[i]
         s = i % n_samples if by_index else samp[i]
         sure = stage_exits(thr, g, row, cert[row, s])
-        prior = audit_f > 0.0 and audited[i]
         go_on = not sure
-        if sure and not prior:
+        if audited[i]:
+            go_on = next_row[g, row] >= 0
+        elif sure:
             finish[i] = t
             answer_row[i] = row
             correct[i] = right[row, s]
             stage[i] = stage_table[g, row]
             n_ans += 1
-            if audit_f > 0.0 and next_row[g, row] >= 0:  # an early exit: audited, or not
+            if next_row[g, row] >= 0:  # an early exit: audited, or not
                 go_on = audit_pick(audit_c[0], audit_f)
                 audit_c[0] += 1
-                if go_on:
-                    audited[i] = True
-        elif prior:
-            go_on = next_row[g, row] >= 0
+                audited[i] = go_on
         if go_on:
             scratch[n_un] = i
             n_un += 1
@@ -268,4 +288,4 @@ def forward(  # type: ignore[no-untyped-def]
 
 
 # Compiled in this order (and copied into their callers), each seeing the kernels and the helpers before it.
-HELPERS = (push, route, ready, take, exits, record_batch, forward)
+HELPERS = (push, route, ready, take, exits, exits_audited, record_batch, forward)
