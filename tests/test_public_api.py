@@ -302,6 +302,7 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.simulate": ["BatchRecord", "SimResult", "simulate"],
     "cascadeserve.simulate.engine": ["Scenario", "simulate", "tick_windows"],
     "cascadeserve.simulate.reference": ["run_reference"],
+    "cascadeserve.simulate.scenario": ["Scenario"],
     "cascadeserve.runtime.virtual": ["VirtualClock", "VirtualDeadlock", "run_virtual"],
     "cascadeserve.simulate.hops": ["charge_hops", "expected_hops"],
     "cascadeserve.planner": [

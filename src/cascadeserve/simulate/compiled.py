@@ -18,65 +18,26 @@ else ``NUMBA_CACHE_DIR`` or the user's cache directory), or compiles it once whe
 from __future__ import annotations
 
 import time
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 
-from cascadeserve.plan import GearPlan
-from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearPolicy, PlanTables
+from cascadeserve.policy import AimdBatchLimit
 from cascadeserve.policy.qps import max_window_ticks
-from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
+from cascadeserve.simulate.scenario import Scenario
 from cascadeserve.simulate.ticks import tick_windows
 
-__all__ = ["Engine", "Run", "run_compiled", "unsupported"]
+__all__ = ["Engine", "run_compiled", "unsupported"]
 
 Engine = Literal["auto", "compiled", "reference", "python"]  # "python": the reference's old name
 
 _TABLE_BATCH = 4096
 
 
-class Run(Protocol):
-    """What the compiled path reads of a :class:`~cascadeserve.simulate.engine.Scenario` (no import of the engine
-    here: the engine imports this module)."""
-
-    @property
-    def profile(self) -> Profile: ...
-
-    @property
-    def plan(self) -> GearPlan: ...
-
-    @property
-    def tables(self) -> PlanTables: ...
-
-    @property
-    def gear_policy(self) -> GearPolicy: ...
-
-    @property
-    def admission(self) -> AdmissionPolicy | None: ...
-
-    @property
-    def record_batches(self) -> bool: ...
-
-    @property
-    def tick_s(self) -> float: ...
-
-    @property
-    def batch_limit(self) -> object | None: ...
-
-    @property
-    def cache(self) -> object | None: ...
-
-    @property
-    def slowdowns(self) -> object | None: ...
-
-    @property
-    def tuning(self) -> OnlineTuning | None: ...
-
-
-def unsupported(sim: Run) -> str | None:
+def unsupported(sim: Scenario) -> str | None:
     """Why ``sim`` needs the reference engine (the first hook it has that the compiled loop does not apply), or None."""
     if sim.batch_limit is not None and _aimd(sim.batch_limit) is None:
         return "an adaptive batch limit other than a plain AIMD one (batch_limit, or the plan's batching)"
@@ -100,7 +61,7 @@ def _aimd(limit: object | None) -> AimdBatchLimit | None:
     return limit
 
 
-def _routes(sim: Run) -> tuple[np.ndarray, ...]:
+def _routes(sim: Scenario) -> tuple[np.ndarray, ...]:
     tb = sim.tables
     route_of = np.full(tb.threshold.shape, -1, dtype=np.int64)
     starts: list[int] = []
@@ -152,7 +113,7 @@ def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
 
 
 def run_compiled(
-    sim: Run, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float, qps_scale: np.ndarray | None = None
+    sim: Scenario, arr: np.ndarray, sample_of: np.ndarray | None, wall0: float, qps_scale: np.ndarray | None = None
 ) -> SimResult:
     """Run ``sim`` on the compiled loop (``arr`` and ``sample_of`` validated by ``simulate``; ``qps_scale`` as
     there: tick ``w``'s factor, the last one holding past its end; default the plan's own)."""

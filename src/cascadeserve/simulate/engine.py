@@ -23,13 +23,12 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from cascadeserve.plan import GearPlan
-from cascadeserve.policy import AdmissionPolicy, GearPolicy, GearSchedule, PlanTables
+from cascadeserve.policy import AdmissionPolicy, GearSchedule, PlanTables
 from cascadeserve.policy.adaptive import BatchLimit, batch_limit_for
 from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.policy.tuning import OnlineTuning
@@ -39,30 +38,10 @@ from cascadeserve.simulate.compiled import Engine, run_compiled, unsupported
 from cascadeserve.simulate.hops import charge_hops
 from cascadeserve.simulate.reference import run_reference
 from cascadeserve.simulate.result import SimResult
+from cascadeserve.simulate.scenario import Scenario
 from cascadeserve.simulate.ticks import tick_windows
 
-__all__ = ["Scenario", "simulate", "tick_windows"]
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """What one simulation replays: a plan, a profile and the run's hooks (fresh ones per run: some hold state)."""
-
-    profile: Profile
-    plan: GearPlan
-    tables: PlanTables
-    gear_policy: GearPolicy
-    record_batches: bool = False
-    batch_limit: BatchLimit | None = None
-    gear_schedule: GearSchedule | None = None
-    cache: PredictionCache[Any] | None = None
-    slowdowns: Slowdowns | None = None
-    admission: AdmissionPolicy | None = None
-    tuning: OnlineTuning | None = None
-
-    @property
-    def tick_s(self) -> float:
-        return self.plan.tick_ms / 1000.0
+__all__ = ["Scenario", "simulate", "tick_windows"]  # Scenario: simulate.scenario's, re-exported
 
 
 def simulate(

@@ -22,20 +22,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
 
 import numpy as np
 
-from cascadeserve.plan import GearPlan
-from cascadeserve.policy import AdmissionPolicy, GearPolicy, GearSchedule, PlanTables
-from cascadeserve.policy.adaptive import BatchLimit
-from cascadeserve.policy.cache import PredictionCache
+from cascadeserve.policy import PlanTables
 from cascadeserve.policy.tuning import OnlineTuning
-from cascadeserve.profile import Profile
-from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.runtime import Overloaded, Recorder, Request, RuntimeOptions, emulated_runtime
 from cascadeserve.runtime.virtual import VirtualClock, run_virtual
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
+from cascadeserve.simulate.scenario import Scenario
 from cascadeserve.simulate.ticks import tick_windows
 
 __all__ = ["run_reference"]
@@ -43,46 +38,6 @@ __all__ = ["run_reference"]
 # Orders at one instant (lowest first): the drain, the producer's tick and the arrivals come before every device
 # event (devices wait with their rank, 0 and up). The drain goes first: the last window's end takes no tick.
 _DRAIN, _TICK, _ARRIVALS = -2.0, -1.0, -0.5
-
-
-class Scenario(Protocol):
-    """What the reference replays (the fields of :class:`~cascadeserve.simulate.engine.Scenario`)."""
-
-    @property
-    def profile(self) -> Profile: ...
-
-    @property
-    def plan(self) -> GearPlan: ...
-
-    @property
-    def tables(self) -> PlanTables: ...
-
-    @property
-    def gear_policy(self) -> GearPolicy: ...
-
-    @property
-    def record_batches(self) -> bool: ...
-
-    @property
-    def tick_s(self) -> float: ...
-
-    @property
-    def batch_limit(self) -> BatchLimit | None: ...
-
-    @property
-    def gear_schedule(self) -> GearSchedule | None: ...
-
-    @property
-    def cache(self) -> PredictionCache[Any] | None: ...
-
-    @property
-    def slowdowns(self) -> Slowdowns | None: ...
-
-    @property
-    def admission(self) -> AdmissionPolicy | None: ...
-
-    @property
-    def tuning(self) -> OnlineTuning | None: ...
 
 
 def run_reference(
