@@ -8,6 +8,7 @@ sentiment, measured on this project's CI-class machine; see tests/data/README.md
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -58,3 +59,36 @@ def _compiled_simulator() -> None:
     from cascadeserve.simulate.warm import warm_up
 
     warm_up()
+
+
+def with_token_costs(profile: Profile, seed: int = 0, models: tuple[str, ...] = ("m1", "m2")) -> Profile:
+    """``profile`` with token costs on ``models`` (profile/tokens.py): the first scores (prompts of 5-80 tokens,
+    options of 1-3), the others generate (prompts of 5-80, answers of 0-40 steps), with measured-looking cost
+    curves; the rest keep their plain runtimes."""
+    from cascadeserve.profile.llm_side import LLMCosts
+    from cascadeserve.profile.tokens import TokenCost
+
+    rng = np.random.default_rng(seed)
+    n = profile.n_samples
+    out = []
+    for m in profile.models:
+        if m.name not in models:
+            out.append(m)
+            continue
+        scoring = m.name == models[0]
+        costs = LLMCosts(
+            task="llm-scoring" if scoring else "llm-generation",
+            prefill_ms_per_token={1: 0.02, 4: 0.05, 16: 0.15},
+            decode_ms_per_step={1: 0.1, 4: 0.12, 16: 0.2},
+            weights_mb=m.memory_mb,
+            kv_cache_mb_per_token=0.01,
+            prompt_tokens=40,
+            decode_steps=8,
+            mean_prompt_tokens=42.0,
+            mean_output_tokens=0.0 if scoring else 20.0,
+        )
+        prompt = rng.integers(5, 81, n)
+        output = np.zeros(n, dtype=np.int64) if scoring else rng.integers(0, 41, n)
+        scored = rng.integers(1, 4, n) if scoring else np.zeros(n, dtype=np.int64)
+        out.append(dataclasses.replace(m, tokens=TokenCost(costs, prompt, output, scored)))
+    return dataclasses.replace(profile, models=tuple(out))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cascadeserve.profile import Profile
+from cascadeserve.profile.tokens import sample_weights
 
 __all__ = [
     "BITSET_MAX_SAMPLES",
@@ -31,6 +32,7 @@ __all__ = [
     "enumerate_frontier",
     "evaluate",
     "pareto_front",
+    "stage_load",
 ]
 
 BITSET_MAX_SAMPLES = 16_384
@@ -195,6 +197,25 @@ def evaluate(
         work_ms=reach_frac @ per_sample_ms,
         batch_size=batch_size,
     )
+
+
+def stage_load(profile: Profile, models: Sequence[str], thresholds: np.ndarray) -> np.ndarray:
+    """``[T, k]``: per threshold vector and stage, the share of the work of all requests that reaches the stage when
+    each request is weighed by its token cost there (:func:`~cascadeserve.profile.tokens.sample_weights`, mean 1;
+    a model without token costs weighs every request 1, and its column is the plain reach)."""
+    rows = [profile.index(m) for m in models]
+    th = np.asarray(thresholds, dtype=np.float64).reshape(-1, max(len(rows) - 1, 0))
+    n = profile.n_samples
+    weights = [sample_weights(profile.models[r]) for r in rows]
+    w = np.stack([np.ones(n) if x is None else x for x in weights])
+    out = np.empty((len(th), len(rows)))
+    for i, t in enumerate(th):
+        r = np.ones(n, dtype=bool)
+        for s in range(len(rows)):
+            if s:
+                r &= profile.certainties[rows[s - 1]] < t[s - 1]  # unsure at the stage before: goes on
+            out[i, s] = float(w[s][r].sum()) / n
+    return out
 
 
 def pareto_front(accuracy: np.ndarray, work: np.ndarray) -> np.ndarray:

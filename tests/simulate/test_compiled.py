@@ -4,7 +4,8 @@ Hypothesis draws plans of 1 to 3 stages on 1 to 3 devices with several gears (an
 switch between them), minimum queue lengths, max waits, per-replica and plan-wide batch caps, uneven shares, and
 arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
 a gear schedule, an admission bound, an AIMD batch limit (whose final caps must match too), and a trace of
-repeated samples. Every request, tick and batch must match to the bit. ``engine="auto"`` must take the compiled
+repeated samples, and token costs (two of the three models price each batch by its longest prompt and output).
+Every request, tick and batch must match to the bit. ``engine="auto"`` must take the compiled
 loop exactly when no hook needs Python.
 """
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conftest import make_toy_profile
+from tests.conftest import make_toy_profile, with_token_costs
 from tests.runtime.test_trajectory_property import plans
 from tests.simulate.sim_helpers import assert_same_result
 
@@ -28,6 +29,7 @@ from cascadeserve.profile import Profile
 from cascadeserve.simulate import simulate
 
 PROFILE = make_toy_profile()
+PROFILE_TOKENS = with_token_costs(PROFILE)
 
 
 @st.composite
@@ -59,6 +61,8 @@ def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
         hooks["aimd"] = (target, step, draw(st.sampled_from([0.5, 0.9])), start, start + draw(st.integers(0, 30)))
     if draw(st.booleans()):
         hooks["audits"] = draw(st.sampled_from([0.1, 0.37, 1.0]))
+    if draw(st.booleans()):
+        hooks["tokens"] = True
     return plan, arrivals, hooks
 
 
@@ -66,6 +70,7 @@ def _with_limit(hooks: dict[str, object], plan: GearPlan) -> tuple[dict[str, obj
     """``hooks`` with a fresh AIMD limiter in place of its parameters (if drawn), and that limiter; and fresh audit
     sampling (online tuning's audits alone) in place of its fraction."""
     out = dict(hooks)
+    out.pop("tokens", None)
     audits = out.pop("audits", None)
     if audits is not None:
         rows = {m: PROFILE.index(m) for m in PROFILE.model_names}
@@ -85,10 +90,11 @@ def test_the_compiled_engine_and_the_reference_agree_on_random_runs(
     run: tuple[GearPlan, np.ndarray, dict[str, object]],
 ) -> None:
     plan, arrivals, hooks = run
+    prof = PROFILE_TOKENS if hooks.get("tokens") else PROFILE
     fast_hooks, fast_limit = _with_limit(hooks, plan)
     ref_hooks, ref_limit = _with_limit(hooks, plan)
-    fast = simulate(PROFILE, plan, arrivals, record_batches=True, engine="auto", **fast_hooks)  # type: ignore[arg-type]
-    ref = simulate(PROFILE, plan, arrivals, record_batches=True, engine="reference", **ref_hooks)  # type: ignore[arg-type]
+    fast = simulate(prof, plan, arrivals, record_batches=True, engine="auto", **fast_hooks)  # type: ignore[arg-type]
+    ref = simulate(prof, plan, arrivals, record_batches=True, engine="reference", **ref_hooks)  # type: ignore[arg-type]
     assert fast.engine == "compiled" and ref.engine == "reference"
     assert_same_result(fast, ref)
     if fast_limit is not None and ref_limit is not None:  # both limiters end in the same state
@@ -164,3 +170,32 @@ def test_auto_takes_the_reference_for_the_hooks_the_compiled_loop_lacks(toy_prof
 def test_an_empty_trace_gives_an_empty_result(toy_profile: Profile) -> None:
     res = simulate(toy_profile, _plan(toy_profile), np.zeros(0))
     assert res.engine == "compiled" and len(res.finish) == 0 and len(res.tick_gear) == 0
+
+
+def test_token_costs_price_each_batch_by_its_longest_prompt_and_output(toy_profile: Profile) -> None:
+    """Exact: requests one at a time through m0 > m1 > m2 (m1 scores, m2 generates, m0 has no token costs): each
+    request's latency is the sum, over the stages it reaches, of ``batch_seconds`` of its own tokens there; both
+    engines agree to the bit, and the same trace without token costs gives other latencies."""
+    from cascadeserve.profile.tokens import token_tables
+
+    prof = with_token_costs(toy_profile)
+    samples = np.arange(60)
+    arrivals = samples * 1.0  # a second apart: every batch holds one request
+    plan = _plan(prof)
+    fast = simulate(prof, plan, arrivals, samples=samples)
+    ref = simulate(prof, plan, arrivals, samples=samples, engine="reference")
+    assert fast.engine == "compiled"
+    assert_same_result(fast, ref)
+    tables = token_tables(prof.models, prof.n_samples, 8)
+    assert tables is not None
+    cert = prof.certainties
+    for s in samples:
+        want = 0.0
+        for row in (0, 1, 2):
+            want += tables.seconds(row, np.array([s]))
+            if row == 2 or cert[row, s] >= 0.5:  # the plan's thresholds are 0.5 and 0.5
+                break
+        assert fast.finish[s] - arrivals[s] == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert (fast.answer_row > 0).sum() > 10  # later stages ran, with their token prices
+    plain = simulate(toy_profile, plan, arrivals, samples=samples)
+    assert not np.array_equal(plain.finish, fast.finish)

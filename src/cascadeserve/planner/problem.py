@@ -232,12 +232,21 @@ class Problem:
             return c.reach
         return tuple(r if k == 0 else r + f * (1.0 - r) for k, r in enumerate(c.reach))
 
+    def load(self, c: Candidate) -> tuple[float, ...]:
+        """:meth:`reach` with each request weighed by its token cost at the stage (``Candidate.load``): what a
+        stage's device time is proportional to. Audits add ``f·(1 - load_k)`` (the exits' work, mean 1 overall)."""
+        f = self.options.audit_fraction
+        if not f:
+            return c.load
+        return tuple(w if k == 0 else w + f * (1.0 - w) for k, w in enumerate(c.load))
+
     def demand(self, c: Candidate, qps: float) -> dict[str, float]:
-        """Requests per second each model of ``c`` sees at ``qps`` (a later stage sees only what reaches it)."""
-        return {m: qps * f for m, f in zip(c.models, self.reach(c), strict=True)}
+        """Requests per second each model of ``c`` sees at ``qps`` (a later stage sees only what reaches it), each
+        counted by its token cost there (:meth:`load`): the demand on its devices."""
+        return {m: qps * f for m, f in zip(c.models, self.load(c), strict=True)}
 
     def work_opt(self, c: Candidate) -> float:
-        return sum(f * self.t_opt(m) for m, f in zip(c.models, self.reach(c), strict=True))
+        return sum(f * self.t_opt(m) for m, f in zip(c.models, self.load(c), strict=True))
 
     def capacity_ok(self, c: Candidate, qps: float) -> bool:
         """Whether ``c`` could carry ``qps`` on all devices at optimistic runtimes (SP2's cheap pre-filter)."""
@@ -269,8 +278,8 @@ class Problem:
             if self.profile.model(m).memory_mb <= dev.memory_mb
         ]
         bal = self.lp(c, 1.0, self.runtimes_opt(c), fits)
-        reach = dict(zip(c.models, self.reach(c), strict=True))
-        worst = max(c.models, key=lambda m: reach[m] * self.t_opt(m))
+        load = dict(zip(c.models, self.load(c), strict=True))
+        worst = max(c.models, key=lambda m: load[m] * self.t_opt(m))
         return (1.0 / bal.u if bal.u > 0 and math.isfinite(bal.u) else 0.0), worst
 
 

@@ -29,7 +29,7 @@ from math import comb
 
 import numpy as np
 
-from cascadeserve.cascade import Cascade, evaluate, pareto_front
+from cascadeserve.cascade import Cascade, evaluate, pareto_front, stage_load
 from cascadeserve.planner.bitcount import extend_counts
 from cascadeserve.profile import Profile
 
@@ -41,12 +41,19 @@ _CHUNK_ROWS = 20_000  # prefix rows expanded at once; bounds memory at rows × l
 
 @dataclass(frozen=True)
 class Candidate:
-    """One frontier cascade with its replayed accuracy, work (ms/request at batch 1) and per-stage reach."""
+    """One frontier cascade with its replayed accuracy, work (ms/request at batch 1), per-stage reach (the share of
+    requests each stage runs on) and per-stage load (the share of the requests' work: requests weighed by their
+    token costs, :func:`~cascadeserve.cascade.stage_load`; the reach itself where no stage has token costs)."""
 
     cascade: Cascade
     accuracy: float
     work_ms: float
     reach: tuple[float, ...]
+    load: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.load:
+            object.__setattr__(self, "load", self.reach)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -118,10 +125,18 @@ def _to_frontier(
     for models, rows in by_models.items():
         ev = evaluate(profile, models, np.asarray([found[i][1] for i in rows]).reshape(len(rows), -1))
         per_sample = np.array([profile.model(m).runtime.per_sample_ms(ev.batch_size) for m in models])
+        tokens = any(profile.model(m).tokens is not None for m in models)
+        load = stage_load(profile, models, ev.thresholds) if tokens else ev.reach
         for j, i in enumerate(rows):
-            work_ms = float((ev.reach[j : j + 1] @ per_sample)[0])
-            scored[i] = Candidate(Cascade(models, found[i][1]), float(ev.accuracy[j]), work_ms, tuple(ev.reach[j]))
-    return Frontier(tuple(scored[i] for i in front), method, evaluated)
+            work_ms = float((load[j : j + 1] @ per_sample)[0])
+            scored[i] = Candidate(
+                Cascade(models, found[i][1]), float(ev.accuracy[j]), work_ms, tuple(ev.reach[j]), tuple(load[j])
+            )
+    kept = [scored[i] for i in front]
+    if any(c.load != c.reach for c in kept):  # token costs moved the work: keep the points still on the front
+        on = pareto_front(np.array([c.accuracy for c in kept]), np.array([c.work_ms for c in kept]))
+        kept = [kept[i] for i in on]
+    return Frontier(tuple(kept), method, evaluated)
 
 
 def _random(

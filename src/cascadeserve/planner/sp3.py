@@ -84,7 +84,7 @@ def _balance_ranges(problem: Problem, sol: Solution) -> tuple[Solution, bool, li
             # still balanced for this cascade and placement: keep the shares while they stay feasible
             util = np.zeros(problem.n_dev)
             for (m, d), s in sol.shares[r].items():
-                util[d] += s * hi * dict(zip(c.models, problem.reach(c), strict=True))[m] * rt[m]
+                util[d] += s * hi * dict(zip(c.models, problem.load(c), strict=True))[m] * rt[m]
             if util.max() <= 1.0 + 1e-9:
                 continue
         bal = _lp_if_feasible(problem, c, hi, rt, pl)

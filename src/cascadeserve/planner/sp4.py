@@ -57,10 +57,10 @@ def _util_at(problem: Problem, sol: Solution, r: int, base: int) -> np.ndarray:
     c = sol.cand(r)
     hi = problem.ranges[r][1]
     rt = problem.runtimes_at(c, base)
-    reach = dict(zip(c.models, problem.reach(c), strict=True))
+    load = dict(zip(c.models, problem.load(c), strict=True))
     util = np.zeros(problem.n_dev)
     for (m, d), s in sol.shares[r].items():
-        util[d] += s * hi * reach[m] * rt[m]
+        util[d] += s * hi * load[m] * rt[m]
     return util
 
 
@@ -70,13 +70,13 @@ def bottleneck(problem: Problem, sol: Solution, r: int, base: int) -> tuple[str,
     c = sol.cand(r)
     hi = problem.ranges[r][1]
     rt = problem.runtimes_at(c, base) if sol.shares[r] else problem.runtimes_opt(c)
-    reach = dict(zip(c.models, problem.reach(c), strict=True))
+    load = dict(zip(c.models, problem.load(c), strict=True))
     if not sol.shares[r]:
-        return (max(c.models, key=lambda m: reach[m] * rt[m]),)
+        return (max(c.models, key=lambda m: load[m] * rt[m]),)
     util = np.zeros(problem.n_dev)
     per: dict[tuple[int, str], float] = {}
     for (m, d), s in sol.shares[r].items():
-        v = s * hi * reach[m] * rt[m]
+        v = s * hi * load[m] * rt[m]
         util[d] += v
         per[(d, m)] = per.get((d, m), 0.0) + v
     d_star = int(np.argmax(util))
@@ -87,11 +87,11 @@ def _worst_util(problem: Problem, sol: Solution, r: int, qps: float) -> float:
     """The busiest device's utilisation in range ``r`` at ``qps`` if every sample cost the most per sample that any
     batch within its model's cap costs (SP4's test for a gear that cannot run away)."""
     c = sol.cand(r)
-    reach = dict(zip(c.models, problem.reach(c), strict=True))
+    load = dict(zip(c.models, problem.load(c), strict=True))
     worst = {m: problem.t_worst(m) for m in c.models}
     util = np.zeros(problem.n_dev)
     for (m, d), s in sol.shares[r].items():
-        util[d] += s * qps * reach[m] * worst[m]
+        util[d] += s * qps * load[m] * worst[m]
     return float(util.max()) if len(util) else 0.0
 
 

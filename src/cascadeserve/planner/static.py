@@ -122,7 +122,7 @@ def best_static(
     caps = default_batch_caps(profile, None, overhead_ms=overhead_ms)
     per_sample = {m: (float(profile.model(m).runtime.ms_at(b)) + overhead_ms) / b / 1000.0 for m, b in caps.items()}
     pool: dict[Cascade, float] = {
-        c.cascade: sum(f * per_sample[m] for m, f in zip(c.models, c.reach, strict=True)) for c in frontier.candidates
+        c.cascade: sum(f * per_sample[m] for m, f in zip(c.models, c.load, strict=True)) for c in frontier.candidates
     }
     for m in profile.model_names:
         pool.setdefault(Cascade((m,), ()), per_sample[m])

@@ -251,9 +251,22 @@ def _njit(fn: Callable[..., Any], *, inline: bool = False) -> Any:
 
 
 @functools.cache
-def _kernels_digest() -> str:
-    """A short hash of this module's source (see :func:`bind_kernels`)."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+def _digest(files: tuple[str, ...]) -> str:
+    """A short hash of the sources of ``files`` (see :func:`bind_kernels`)."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(Path(f).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _source_files(twins: dict[str, Any]) -> tuple[str, ...]:
+    """This module's file and the file of every compiled function in ``twins`` (a helper from another module)."""
+    files = {__file__}
+    for twin in twins.values():
+        py = getattr(twin, "py_func", None)
+        if py is not None:
+            files.add(py.__code__.co_filename)
+    return tuple(sorted(files))
 
 
 def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[..., Any]:
@@ -266,7 +279,8 @@ def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[...,
     out = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
     # numba names a function's on-disk cache by its qualified name and invalidates it only when the function's own
     # file changes: a loop compiled against older kernels would load from the cache and run the old rules. The
-    # kernels' source hash in the name gives every version of the kernels its own cache entry.
-    out.__qualname__ = f"{fn.__qualname__}_k{_kernels_digest()}"
+    # kernels' source hash in the name gives every version of the kernels its own cache entry; the hash covers the
+    # files of the helpers bound in too (an inlined helper from another module is part of the compiled code).
+    out.__qualname__ = f"{fn.__qualname__}_k{_digest(_source_files(twins))}"
     out.__module__ = fn.__module__
     return out

@@ -10,6 +10,9 @@
                                          max_batch (optional: the largest batch the model's server forms)}]
       labels.csv               sample_id,label
       predictions/<model>.csv  sample_id,prediction,certainty   (certainty in [0, 1], higher = surer)
+      llm/costs.json, llm/tokens/<model>.csv   (optional, LLM stages) the token cost model and each sample's
+                               tokens (profile/llm_side.py): a model with both has token costs
+                               (profile/tokens.py); saved back with the profile
 
 Everything is validated on the way in, and every error names the file, the line and the column, so that a user
 with a 10,000-row CSV can find the one bad cell. YAML positions come from the composed node tree, which keeps
@@ -19,6 +22,7 @@ source marks; CSVs are read with the standard ``csv`` module, one row at a time.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from pathlib import Path
@@ -28,8 +32,10 @@ import numpy as np
 import yaml
 
 from cascadeserve.errors import ProfileError
+from cascadeserve.profile.llm_side import read_costs, read_tokens, tokens_path, write_costs, write_tokens
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
+from cascadeserve.profile.tokens import TokenCost
 
 __all__ = ["load_profile", "record_batch_overhead", "record_costs", "save_profile"]
 
@@ -278,7 +284,7 @@ def load_profile(directory: str | Path) -> Profile:
     )
     return Profile(
         name=meta("name") or d.name,
-        models=tuple(m for m, _ in models),
+        models=_with_tokens(d, [m for m, _ in models], pos),
         sample_ids=sample_ids,
         labels=np.asarray(labels, dtype=np.int64),
         predictions=preds,
@@ -292,6 +298,34 @@ def load_profile(directory: str | Path) -> Profile:
         ray_hop_ms=_number(ypath, top["ray_hop_ms"], "ray_hop_ms") if meta("ray_hop_ms") else 0.0,
         calibration=meta("calibration"),
     )
+
+
+def _with_tokens(d: Path, models: list[ModelProfile], pos: dict[str, int]) -> tuple[ModelProfile, ...]:
+    """``models`` with the token costs of those that have both a cost model and token counts in ``d/llm``."""
+    costs = read_costs(d)
+    out: list[ModelProfile] = []
+    for m in models:
+        c = costs.get(m.name)
+        tok = read_tokens(d, m.name) if c is not None else None
+        if c is None or tok is None:
+            out.append(m)
+            continue
+        idx = np.full(len(pos), -1, dtype=np.int64)
+        for k, sid in enumerate(tok.sample_ids):
+            i = pos.get(sid)
+            if i is None:
+                raise ProfileError(
+                    f"sample_id {sid!r} is not in {LABELS_FILE}", path=tokens_path(d, m.name), line=k + 2
+                )
+            idx[i] = k
+        if (idx < 0).any():
+            missing = [s for s, i in pos.items() if idx[i] < 0][:3]
+            raise ProfileError(
+                f"no token counts for sample_id {', '.join(map(repr, missing))}", path=tokens_path(d, m.name)
+            )
+        tc = TokenCost(c, tok.prompt_tokens[idx], tok.output_tokens[idx], tok.scored_tokens[idx])
+        out.append(dataclasses.replace(m, tokens=tc))
+    return tuple(out)
 
 
 def _yaml_doc(profile: Profile) -> dict[str, Any]:
@@ -344,6 +378,10 @@ def save_profile(profile: Profile, directory: str | Path) -> Path:
                     strict=True,
                 )
             )
+        if m.tokens is not None:
+            t = m.tokens
+            write_tokens(d, m.name, ids, t.prompt_tokens.tolist(), t.output_tokens.tolist(), t.scored_tokens.tolist())
+            write_costs(d, m.name, t.costs)
     return d
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "read_signals",
     "read_tokens",
     "signal_report",
+    "tokens_path",
     "write_calibration",
     "write_costs",
     "write_outputs",
@@ -166,14 +167,18 @@ def write_tokens(
     output_tokens: Sequence[int],
     scored_tokens: Sequence[int],
 ) -> Path:
-    path = _dir(profile_dir, "tokens", f"{model}.csv")
+    path = tokens_path(profile_dir, model)
     rows = zip([str(s) for s in sample_ids], prompt_tokens, output_tokens, scored_tokens, strict=True)
     _write_csv(path, ["sample_id", "prompt_tokens", "output_tokens", "scored_tokens"], rows)
     return path
 
 
+def tokens_path(profile_dir: str | Path, model: str) -> Path:
+    return _dir(profile_dir, "tokens", f"{model}.csv")
+
+
 def read_tokens(profile_dir: str | Path, model: str) -> LLMTokens | None:
-    path = _dir(profile_dir, "tokens", f"{model}.csv")
+    path = tokens_path(profile_dir, model)
     got = _read_csv(path)
     if got is None:
         return None

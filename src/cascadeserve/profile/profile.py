@@ -1,6 +1,7 @@
 """The Profile: everything measured about a model family that the planner and simulator need.
 
-Per model: its name, memory per replica and a :class:`RuntimeCurve`. Per validation sample: the label and, per
+Per model: its name, memory per replica, a :class:`RuntimeCurve` and, for an LLM stage, its token costs
+(:mod:`cascadeserve.profile.tokens`). Per validation sample: the label and, per
 model, the prediction and the certainty. Records are stored as dense numpy arrays indexed
 ``[model, sample]`` so that cascade evaluation and simulation are vectorised; no model ever runs here.
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from cascadeserve.profile.certainty import CertaintyFn, certainty_function
 from cascadeserve.profile.runtime import RuntimeCurve
+from cascadeserve.profile.tokens import TokenCost
 
 __all__ = ["ModelProfile", "Profile"]
 
@@ -44,6 +46,8 @@ class ModelProfile:
     memory_mb: float
     runtime: RuntimeCurve
     max_batch: int | None = None  # declared largest batch; None: the largest profiled batch size
+    # An LLM stage's token costs (profile/tokens.py): a batch costs what its longest prompt and output cost
+    tokens: TokenCost | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -101,6 +105,9 @@ class Profile:
             raise ValueError("batch_overhead_ms must be a finite number ≥ 0")
         if not (np.isfinite(self.ray_hop_ms) and self.ray_hop_ms >= 0):
             raise ValueError("ray_hop_ms must be a finite number ≥ 0")
+        for m in self.models:
+            if m.tokens is not None and len(m.tokens.prompt_tokens) != n:
+                raise ValueError(f"model {m.name!r}: token counts for {len(m.tokens.prompt_tokens)} samples, not {n}")
         object.__setattr__(self, "_index", {m: i for i, m in enumerate(names)})
         for arr in (self.sample_ids, self.labels, self.predictions, self.certainties):
             arr.setflags(write=False)

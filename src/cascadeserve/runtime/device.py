@@ -1,6 +1,7 @@
 """Devices: where batches run. A device runs one batch at a time (the consumer guarantees it).
 
-* :class:`EmulatedDevice` waits the profiled runtime of the model at the batch's size on the injected clock,
+* :class:`EmulatedDevice` waits the profiled runtime of the model at the batch's size on the injected clock (for an
+  LLM stage with token costs, what the batch's longest prompt and output cost: :mod:`cascadeserve.profile.tokens`),
   then answers with the recorded prediction and certainty of each validation sample sent. It is how a 16-device
   plan runs on a 2-core machine and, on a virtual clock, the reference simulator
   (:mod:`cascadeserve.simulate.reference`).
@@ -27,6 +28,7 @@ import numpy as np
 from cascadeserve.models.base import Generated, TextOutput
 from cascadeserve.profile import CertaintyFn, Profile, certainty_function
 from cascadeserve.profile.slowdown import Slowdowns
+from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.runtime.clock import Clock
 
 __all__ = ["BatchOutput", "Device", "EmulatedDevice", "ModelFn", "ThreadDevice"]
@@ -85,14 +87,24 @@ class EmulatedDevice:
         self.profile = profile
         self.clock = clock
         self._tables = [m.runtime.table(_TABLE_BATCH) for m in profile.models]
+        self._tokens: dict[int, TokenTables | None] = {}  # token tables by size (profile/tokens.py), when needed
 
-    def seconds(self, row: int, size: int) -> float:
+    def seconds(self, row: int, samples: np.ndarray) -> float:
+        """What a batch of the validation samples ``samples`` costs on model row ``row``: the profiled runtime of its
+        size, or with token costs what its longest prompt and output cost (the simulator's rule and tables)."""
+        size = len(samples)
         tab = self._tables[row]
+        table = _TABLE_BATCH if size < len(tab) else 2 * size
+        if table not in self._tokens:
+            self._tokens[table] = token_tables(self.profile.models, self.profile.n_samples, table)
+        tok = self._tokens[table]
+        if tok is not None:
+            return tok.seconds(row, samples) + self.overhead_s
         return (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + self.overhead_s
 
     async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
         now = self.clock.now()
-        secs = self.seconds(row, len(inputs))
+        secs = self.seconds(row, inputs)
         if self.slowdowns is not None:
             secs *= self.slowdowns.factor(self.name, now, self.profile.models[row].name)
         await self.clock.sleep_until(now + secs, order=self.order)

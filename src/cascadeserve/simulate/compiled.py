@@ -25,6 +25,7 @@ import numpy as np
 from cascadeserve.policy import AimdBatchLimit
 from cascadeserve.policy.qps import max_window_ticks
 from cascadeserve.profile import Profile
+from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
 from cascadeserve.simulate.scenario import Scenario
@@ -108,6 +109,25 @@ def _runtime_table(prof: Profile, size: int) -> np.ndarray:
     return out
 
 
+_TOK_CACHE: dict[tuple[int, ...], tuple[tuple[object, ...], TokenTables | None]] = {}
+_NO_TOKENS = (np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
+
+
+def _token_tables(prof: Profile, size: int) -> TokenTables | None:
+    """The profile's token tables (``profile.tokens``) for sizes ``0..size``, kept per set of models as the runtime
+    table is; None when no model has token costs."""
+    models = prof.models
+    key = (*map(id, models), prof.n_samples, size)
+    hit = _TOK_CACHE.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], models, strict=True)):
+        return hit[1]
+    out = token_tables(models, prof.n_samples, size)
+    if len(_TOK_CACHE) >= 64:
+        _TOK_CACHE.clear()
+    _TOK_CACHE[key] = (models, out)
+    return out
+
+
 def _plain(a: np.ndarray, dtype: type) -> np.ndarray:
     return np.require(a, dtype=dtype, requirements=["C", "W"])
 
@@ -162,7 +182,11 @@ def run_compiled(
     table = _TABLE_BATCH
     f8, i8 = np.float64, np.int64
     while True:
-        rt = _runtime_table(prof, table)
+        tok = _token_tables(prof, table)
+        # with token costs the loop prices each batch by its longest prompt and output (``rt`` is then the tables'
+        # seconds per prompt token); without, ``rt`` is the runtime table and the token arrays are placeholders
+        rt = _runtime_table(prof, table) if tok is None else tok.prompt_s
+        tok_args = _NO_TOKENS if tok is None else (tok.output_s, tok.prompt_tokens, tok.output_tokens)
         lim = caps0.copy()  # the loop updates it in place; a replay past the runtime table starts afresh
         # Every array C-contiguous and writable: numba compiles once per argument type, and a read-only trace
         # (or a strided view) is another type, which would mean another compile.
@@ -178,7 +202,7 @@ def run_compiled(
             np.asarray(gp.selector.qps_highs, dtype=f8), scales,
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
             -1 if bound is None else int(bound), adm is not None, sim.record_batches, lim, *aimd_args,
-            *audits,
+            *audits, tok_args, tok is not None,
         )  # fmt: skip
         if out.table_short == 0:
             break

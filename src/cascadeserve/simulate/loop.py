@@ -53,6 +53,7 @@ from cascadeserve.simulate.loop_queues import (
     record_batch,
     route,
     take,
+    token_secs,
 )
 
 __all__ = ["LoopOutput", "build_loop"]
@@ -65,7 +66,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     replica_device,
     route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs,
     highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
-    lim, lim_target, lim_step, lim_backoff, lim_ceiling, audit_f, audit_c0,
+    lim, lim_target, lim_step, lim_backoff, lim_ceiling, audit_f, audit_c0, tok, use_tok,
 ):
     inf = math.inf
     n = arr.shape[0]
@@ -116,7 +117,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
         record, rep_dirty, rep_first, rep_t, replica_device, replica_row, right, route_len, route_of,
         route_reps, route_start, rpos, rq, rt, samp, schedule, seq_len, seq_start, seqs, shed, stage,
         stage_table, t_len, thr, tick, tick_busy, tick_gear, tick_q0, tick_qps, tick_times, use_admission,
-        use_schedule, audit_f, audited, audit_c,
+        use_schedule, audit_f, audited, audit_c, tok, use_tok,
     )  # fmt: skip
     if short:  # a batch past the runtime table: the caller rebuilds it bigger and runs again
         return (short, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
@@ -136,7 +137,7 @@ def _ticks(  # type: ignore[no-untyped-def]
     next_row, nxt, overhead, qps_min, qps_scales, qps_ticks, ready_r, ready_t, record, rep_dirty, rep_first,
     rep_t, replica_device, replica_row, right, route_len, route_of, route_reps, route_start, rpos, rq, rt, samp,
     schedule, seq_len, seq_start, seqs, shed, stage, stage_table, t_len, thr, tick, tick_busy, tick_gear,
-    tick_q0, tick_qps, tick_times, use_admission, use_schedule, audit_f, audited, audit_c,
+    tick_q0, tick_qps, tick_times, use_admission, use_schedule, audit_f, audited, audit_c, tok, use_tok,
 ):
     """The event loop proper, tick by tick (the producer's tick, then the tick's arrivals and device events, then
     the drain), over the state :func:`_loop` allocated; returns 0 (or the batch size that ran past the runtime
@@ -242,7 +243,8 @@ def _ticks(  # type: ignore[no-untyped-def]
                 row = replica_row[r]
                 if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
                     return size, rec_f[:0], rec_i[:0]
-                secs = rt[row, size] + overhead
+                secs = (token_secs(head, size, row, nxt, by_index, n_samples, samp, rt, tok[0], tok[1], tok[2])
+                        if use_tok else rt[row, size]) + overhead  # fmt: skip
                 busy[d] = True
                 busy_until[d] = t + secs
                 b_head[d] = head

@@ -4,7 +4,8 @@ Each function is compiled by numba, as the loop is, with the policy's kernels bo
 (:func:`~cascadeserve.policy.kernels.compile_calling_kernels`): which replica a device fires and when (``ready``:
 ``fire_time`` and ``prefer``), which requests a batch takes (``take``: ``take_count`` and ``takes_forwarded``, the
 rule of :func:`~cascadeserve.policy.batch_members`), who exits (``exits``: ``stage_exits``) and where the others go
-(``forward``: ``swrr_pick`` by each request's gear). Nothing is decided here that the kernels do not decide.
+(``forward``: ``swrr_pick`` by each request's gear). Nothing is decided here that the kernels do not decide. What
+a batch costs by its tokens (``token_secs``) is :func:`cascadeserve.profile.tokens.batch_seconds`, compiled.
 
 Queues are linked lists through one ``nxt`` array indexed by request (a request sits in at most one queue or batch
 at a time); ``rq`` holds per replica the head, tail and length of its queue of arrivals and of forwarded requests.
@@ -26,10 +27,11 @@ from cascadeserve.policy.kernels import (
     take_count,
     takes_forwarded,
 )
+from cascadeserve.profile.tokens import batch_seconds
 
 __all__ = [
     "F_HEAD", "F_N", "F_TAIL", "HELPERS", "P_HEAD", "P_N", "P_TAIL", "exits", "exits_audited", "forward", "push",
-    "ready", "record_batch", "route", "take",
+    "ready", "record_batch", "route", "take", "token_secs",
 ]  # fmt: skip
 
 # Columns of the per-replica queue table ``rq``.
@@ -183,6 +185,20 @@ def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
     return head, size
 
 
+def token_secs(head, size, row, nxt, by_index, n_samples, samp, prompt_s, output_s, p_tok, d_tok):  # type: ignore[no-untyped-def]
+    """Seconds of a batch of model ``row`` by its tokens: its longest prompt and longest output, priced by
+    ``profile.tokens.batch_seconds`` (the rule the emulated devices apply)."""
+    node = head
+    pm = 0.0
+    dm = 0.0
+    for _ in range(size):
+        s = node % n_samples if by_index else samp[node]
+        pm = max(pm, p_tok[row, s])
+        dm = max(dm, d_tok[row, s])
+        node = nxt[node]
+    return batch_seconds(prompt_s[row, size], output_s[row, size], pm, dm)
+
+
 def exits(  # type: ignore[no-untyped-def]
     head, size, t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right, stage_table, finish, answer_row,
     correct, stage, scratch,
@@ -288,4 +304,4 @@ def forward(  # type: ignore[no-untyped-def]
 
 
 # Compiled in this order (and copied into their callers), each seeing the kernels and the helpers before it.
-HELPERS = (push, route, ready, take, exits, exits_audited, record_batch, forward)
+HELPERS = (batch_seconds, push, route, ready, take, token_secs, exits, exits_audited, record_batch, forward)
