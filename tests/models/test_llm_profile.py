@@ -54,6 +54,11 @@ def test_profile_measure_writes_a_loadable_llm_profile(
     costs = read_costs(out)["smollm2-135m"]
     assert costs.task == "llm-scoring" and set(costs.prefill_ms_per_token) == {1}
     assert costs.kv_cache_mb_per_token > 0 and costs.weights_mb > 400
+    # the fixed and per-token parts were fitted on random batches of the set: both there, neither negative
+    assert set(costs.fixed_ms) == {1} and costs.fixed_ms[1] >= 0 and costs.prefill_ms_per_token[1] >= 0
+    assert costs.fixed_ms[1] + costs.prefill_ms_per_token[1] > 0
+    tc = prof.models[0].tokens  # the profile prices this stage's batches by their tokens
+    assert tc is not None and tc.work_tokens.tolist() == (tokens.prompt_tokens + tokens.scored_tokens).tolist()
     assert set(read_calibration(out)["smollm2-135m"]) == set(signals)
     # the interchange format's readers work on it as on any profile
     assert run(["profile", "frontier", "--profile", str(out), "--json"]) == 0

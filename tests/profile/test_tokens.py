@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LLM_PROFILE = ROOT / "profiles" / "llm-sst2"
 
 
-def _costs(prefill: dict[int, float], decode: dict[int, float]) -> LLMCosts:
-    return LLMCosts("llm-generation", prefill, decode, 100.0, 0.01, 10, 8, 10.0, 5.0)
+def _costs(prefill: dict[int, float], decode: dict[int, float], fixed: dict[int, float] | None = None) -> LLMCosts:
+    return LLMCosts("llm-generation", prefill, decode, 100.0, 0.01, 10, 8, 10.0, 5.0, fixed or {})
 
 
 def test_expected_max_is_the_exact_mean_over_every_batch() -> None:
@@ -43,15 +43,16 @@ def test_expected_max_is_the_exact_mean_over_every_batch() -> None:
     st.lists(st.integers(0, 30), min_size=5, max_size=5),
     st.floats(0.0, 2.0),
     st.floats(0.0, 2.0),
+    st.floats(0.0, 50.0),
 )
 def test_random_batches_cost_the_profiled_runtime_on_average(
-    prompt: list[int], output: list[int], prefill: float, decode: float
+    prompt: list[int], output: list[int], prefill: float, decode: float, fixed: float
 ) -> None:
     """Over every batch of each size (drawn with replacement), the rule's mean is the runtime curve's value: the
     planner's mean costs do not move, only which batch costs what."""
     prof = make_toy_profile(n=len(prompt), n_models=1)
     tc = TokenCost(
-        _costs({1: prefill, 4: 2 * prefill}, {1: decode, 4: decode}),
+        _costs({1: prefill, 4: 2 * prefill}, {1: decode, 4: decode}, {1: fixed, 4: fixed / 2}),
         np.array(prompt),
         np.array(output[: len(prompt)]),
         np.zeros(len(prompt), dtype=np.int64),
@@ -70,22 +71,24 @@ def test_random_batches_cost_the_profiled_runtime_on_average(
 
 
 def test_a_batch_costs_its_longest_prompt_and_longest_output() -> None:
-    """Two samples, prompt 10 and 30 tokens, outputs 8 and 2 steps; prefill and decode measured equal per token at
-    batch 2, so the split of a mean batch's time follows E[longest prompt] and E[longest output]."""
+    """Two samples, prompt 10 and 30 tokens, outputs 8 and 2 steps; prefill and decode measured equal per token,
+    and a fixed part as large as 20 tokens, so the split of a mean batch's time is fixed 20 : prompt E[longest
+    prompt] : output E[longest output]."""
     prof = make_toy_profile(n=2, n_models=1)
-    tc = TokenCost(_costs({1: 1.0}, {1: 1.0}), np.array([10, 30]), np.array([8, 2]), np.zeros(2, dtype=np.int64))
+    costs = _costs({1: 1.0}, {1: 1.0}, {1: 20.0})
+    tc = TokenCost(costs, np.array([10, 30]), np.array([8, 2]), np.zeros(2, dtype=np.int64))
     prof = dataclasses.replace(prof, models=(dataclasses.replace(prof.models[0], tokens=tc),))
     tables = token_tables(prof.models, 2, 4)
     assert tables is not None
     rt2 = prof.models[0].runtime.table(4)[2]
     e_p, e_d = 0.25 * 10 + 0.75 * 30, 0.25 * 2 + 0.75 * 8  # E[max] over the 4 ordered pairs
-    share_p = e_p / (e_p + e_d)
-    want = rt2 * share_p / e_p * 30 + rt2 * (1 - share_p) / e_d * 8  # longest prompt 30, longest output 8
+    total = 20.0 + e_p + e_d
+    want = rt2 * (20.0 + 30 + 8) / total  # longest prompt 30, longest output 8
     assert tables.seconds(0, np.array([0, 1])) == pytest.approx(want, rel=1e-12)
-    assert batch_seconds(float(tables.prompt_s[0, 2]), float(tables.output_s[0, 2]), 30.0, 8.0) == tables.seconds(
-        0, np.array([1, 0])
-    )
-    assert tables.seconds(0, np.array([0, 0])) < tables.seconds(0, np.array([0, 1]))
+    assert tables.seconds(0, np.array([0, 0])) == pytest.approx(rt2 * (20.0 + 10 + 8) / total, rel=1e-12)
+    args = (float(tables.base_s[0, 2]), float(tables.prompt_s[0, 2]), float(tables.output_s[0, 2]), 30.0, 8.0)
+    assert batch_seconds(*args) == tables.seconds(0, np.array([1, 0]))
+    assert costs.batch_ms(2, 30, 8) == 58.0  # the cost model's own estimate: fixed + per token
 
 
 def test_models_without_tokens_keep_their_runtime_and_weights() -> None:
@@ -142,6 +145,16 @@ def test_token_counts_for_unknown_or_missing_samples_name_the_file(tmp_path: Pat
         load_profile(d)
     assert "gemma3-270m.csv" in str(err.value)
     path.write_text("\n".join([*lines, "nosuch,1,0,2"]) + "\n")
-    with pytest.raises(ProfileError, match="'nosuch' is not in labels.csv") as err:
+    with pytest.raises(ProfileError, match=r"'nosuch' is not in labels\.csv") as err:
         load_profile(d)
     assert "gemma3-270m.csv" in str(err.value)
+
+
+def test_the_fixed_and_per_token_fit_keeps_both_parts_non_negative() -> None:
+    from cascadeserve.models.timing import fit_fixed_and_slope
+
+    tokens = np.array([10.0, 20.0, 30.0, 40.0])
+    assert fit_fixed_and_slope(tokens, 50.0 + 2.0 * tokens, 9.0) == pytest.approx((50.0, 2.0))
+    assert fit_fixed_and_slope(tokens, np.array([90.0, 80.0, 70.0, 60.0]), 9.0) == pytest.approx((75.0, 0.0))
+    assert fit_fixed_and_slope(tokens, 4.0 * tokens - 20.0, 9.0) == pytest.approx((0.0, 80.0 / 25.0))
+    assert fit_fixed_and_slope(np.full(4, 10.0), np.full(4, 100.0), 3.0) == pytest.approx((70.0, 3.0))

@@ -116,8 +116,9 @@ def signals(profile: ProfileDir, as_json: AsJson = False, workload: WorkloadOpt 
     console.print(table)
     for m, c in costs.items():
         b1 = min(c.prefill_ms_per_token)
+        fixed = f"{c.fixed_ms[b1]:.3g} ms fixed, " if b1 in c.fixed_ms else ""
         console.print(
-            f"{m}: prefill {c.prefill_ms_per_token[b1]:.3g} ms/token and decode {c.decode_ms_per_step[b1]:.3g} "
+            f"{m}: {fixed}prefill {c.prefill_ms_per_token[b1]:.3g} ms/token and decode {c.decode_ms_per_step[b1]:.3g} "
             f"ms/step at batch {b1}; weights {c.weights_mb:.0f} MB, KV cache {c.kv_cache_mb_per_token * 1000:.1f} "
             "kB/token",
             highlight=False,

@@ -20,10 +20,12 @@ generation (none for scoring: there is no local tokenizer), and ``runtime_ms`` p
 requests take at the stage's ``max_concurrency`` (its capacity curve); it has no local token cost model
 (``llm/costs.json`` holds none for it) and no memory on this machine's devices.
 
-Costs: ``runtime_ms`` per batch size times the stage's real work on real items (``predict`` for scoring,
-``generate`` up to the cap for generation), so today's planner works on the profile unchanged; the token cost
-model (prefill ms per prompt token and decode ms per step, per batch size) is timed on synthetic prompts of the
-set's median prompt length, and memory is the weights plus the KV cache per token.
+Costs: ``runtime_ms`` per batch size is the mean time of the stage's real work (``predict`` for scoring,
+``generate`` up to the cap for generation) on batches drawn at random from the set (at least ``MIN_DRAWS``): a
+batch's time follows its longest prompt, so the first ``b`` items would describe their own prompts only. The token
+cost model per batch size (:mod:`cascadeserve.profile.tokens` prices each batch with it): decode ms per step, timed
+on synthetic prompts of the set's median length; ms per token of the longest prompt and the fixed ms no token pays
+for, fitted by least squares on the same random batches. Memory is the weights plus the KV cache per token.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from cascadeserve.models.base import ModelLoadError
 from cascadeserve.models.dataset import ValidationSet
 from cascadeserve.models.llm_adapter import LLMAdapter, option_probabilities
 from cascadeserve.models.llm_prompts import TASK_GENERATION, TASK_SCORING, decode_item, is_correct
+from cascadeserve.models.timing import fit_fixed_and_slope, timed_mean
 from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.profile.llm_certainty import (
     GENERATION_SIGNALS,
@@ -63,6 +65,7 @@ __all__ = ["DEFAULT_CERTAINTY", "LLMMeasurement", "measure_llm", "resolve_signal
 DEFAULT_CERTAINTY = {TASK_SCORING: "option-margin", TASK_GENERATION: "mean-logprob"}
 CHUNK = 8  # items per forward pass while predicting: enough to batch, small enough for Gemma's vocabulary
 DECODE_STEPS = 8
+MIN_DRAWS = 6  # random batches timed per batch size at least: the fixed/per-token fit needs a spread
 
 Progress = Callable[[str, str, int, int], None]
 
@@ -91,18 +94,37 @@ def resolve_signal(task: str, name: str) -> tuple[str, bool]:
     return base, calibrated
 
 
-def _median_ms(run: Callable[[], Any], warmup: int, repeats: int, budget_s: float) -> float:
+def _random_batches(
+    run: Callable[[Any], Any],
+    validation: ValidationSet,
+    size: int,
+    rng: np.random.Generator,
+    warmup: int,
+    repeats: int,
+    budget_s: float,
+) -> list[tuple[float, np.ndarray]]:
+    """(ms, sample indices) of timed runs of ``run`` on batches of ``size`` drawn at random (seeded; without
+    replacement while the set is large enough): an LLM batch's time follows its tokens, so a fixed batch would
+    describe its own prompts only. At least ``MIN_DRAWS`` runs (the token fit needs them), then up to ``repeats``
+    while ``budget_s`` lasts."""
+    n = len(validation)
+
+    def draw() -> np.ndarray:
+        return np.sort(rng.choice(n, size, replace=size > n))
+
     for _ in range(warmup):
-        run()
-    samples: list[float] = []
+        run(validation.take(draw()))
+    out: list[tuple[float, np.ndarray]] = []
     start = time.perf_counter()
-    for _ in range(repeats):
+    while len(out) < max(repeats, MIN_DRAWS):
+        idx = draw()
+        batch = validation.take(idx)
         t0 = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - t0) * 1000.0)
-        if len(samples) >= 2 and time.perf_counter() - start > budget_s:
+        run(batch)
+        out.append(((time.perf_counter() - t0) * 1000.0, idx))
+        if len(out) >= MIN_DRAWS and time.perf_counter() - start > budget_s:
             break
-    return max(float(np.median(samples)), 1e-4)
+    return out
 
 
 def measure_llm(
@@ -169,19 +191,27 @@ def measure_llm(
     runtime: dict[int, float] = {}
     prefill: dict[int, float] = {}
     decode: dict[int, float] = {}
+    fixed: dict[int, float] = {}
     typical = max(int(np.median(prompt_tokens)), 1)
+    run = model.predict if task == TASK_SCORING else model.generate
+    rng = np.random.default_rng(0)
     for k, b in enumerate(batch_sizes):
         if progress:
             progress(name, "time", 2 + k, steps)
-        batch = validation.take(np.arange(b) % n)
-        work: Callable[[], Any] = partial(model.predict if task == TASK_SCORING else model.generate, batch)
-        runtime[b] = _median_ms(work, warmup, repeats, budget_s)
+        timed = _random_batches(run, validation, b, rng, warmup, repeats, budget_s)
+        runtime[b] = max(timed_mean([t for t, _ in timed]), 1e-4)  # random batches: a mean batch of this size
         if llm is None:  # an upstream's capacity is its batch times (at its concurrency); no token cost model here
             continue
         llm.time_costs(b, typical, 1)  # warm-up at this shape
         runs = [llm.time_costs(b, typical, DECODE_STEPS) for _ in range(max(1, min(repeats, 3)))]
-        prefill[b] = float(np.median([r[0] for r in runs]))
         decode[b] = float(np.median([r[1] for r in runs]))
+        # what the batch's longest prompt costs, and what no token pays for, fitted on the same random batches
+        # (decode steps priced by the synthetic run above); the synthetic prompt's cost when they cannot tell
+        idx = [ix for _, ix in timed]
+        longest_p = np.asarray([(prompt_tokens + scored_tokens)[ix].max() for ix in idx], dtype=np.float64)
+        longest_d = np.asarray([output_tokens[ix].max() for ix in idx], dtype=np.float64)
+        prompt_ms = np.asarray([t for t, _ in timed]) - decode[b] * longest_d
+        fixed[b], prefill[b] = fit_fixed_and_slope(longest_p, prompt_ms, float(np.median([r[0] for r in runs])))
     weights = 0.0 if llm is None else llm.weights_mb() or 0.0
     if llm is not None:
         write_costs(
@@ -197,6 +227,7 @@ def measure_llm(
                 decode_steps=DECODE_STEPS,
                 mean_prompt_tokens=float(prompt_tokens.mean()),
                 mean_output_tokens=float(output_tokens.mean()),
+                fixed_ms=fixed,
             ),
         )
     if progress:

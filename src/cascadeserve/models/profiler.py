@@ -47,6 +47,7 @@ from cascadeserve.models.config import ModelsConfig
 from cascadeserve.models.dataset import ValidationSet
 from cascadeserve.models.llm_adapter import LLMAdapter
 from cascadeserve.models.llm_profile import measure_llm
+from cascadeserve.models.timing import timed_mean
 from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, certainty_function, load_profile, save_profile
 
@@ -149,14 +150,6 @@ def _batch(validation: ValidationSet, size: int, rng: np.random.Generator) -> An
     n = len(validation)
     idx = rng.choice(n, size, replace=size > n)
     return validation.take(np.sort(idx))
-
-
-def timed_mean(samples: Sequence[float]) -> float:
-    """The mean of timed runs, the slowest left out from five runs on (one stall of the OS is not the model)."""
-    xs = sorted(samples)
-    if len(xs) >= 5:
-        xs = xs[:-1]
-    return float(np.mean(xs))
 
 
 def _set_threads(threads: int) -> None:

@@ -9,15 +9,17 @@ loads as before, and a reader returns ``None`` or an empty mapping::
     llm/tokens/<model>.csv      sample_id,prompt_tokens,output_tokens,scored_tokens
     llm/outputs/<model>.jsonl   {"sample_id", "text", "correct"} per generated answer (generation sets)
     llm/costs.json              {model: {task, prefill_ms_per_token: {batch: ms}, decode_ms_per_step: {batch: ms},
+                                         fixed_ms: {batch: ms} (optional),
                                          weights_mb, kv_cache_mb_per_token, prompt_tokens, decode_steps,
                                          mean_prompt_tokens, mean_output_tokens}}
     llm/calibration.json        {model: {signal: {a, b, n}}}   logistic fits (profile.llm_certainty)
 
 ``prompt_tokens`` counts the prompt after the chat template; ``output_tokens`` the decode steps of a generated
 answer (the stop token included; 0 for scoring); ``scored_tokens`` the options' tokens that scoring ran through
-the model (0 for generation). The cost model: a batch of ``b`` prompts of ``P`` tokens that generates ``D``
-tokens takes about ``P·prefill_ms_per_token[b] + D·decode_ms_per_step[b]``; memory = ``weights_mb`` +
-``kv_cache_mb_per_token`` per token held (prompt and output, per sequence). Errors name the file and line.
+the model (0 for generation). The cost model: a batch of ``b`` prompts whose longest has ``P`` tokens and whose
+longest answer ``D`` takes about ``fixed_ms[b] + P·prefill_ms_per_token[b] + D·decode_ms_per_step[b]``;
+memory = ``weights_mb`` + ``kv_cache_mb_per_token`` per token held (prompt and output, per sequence). Errors name
+the file and line.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +70,18 @@ class LLMCosts:
     decode_steps: int
     mean_prompt_tokens: float
     mean_output_tokens: float
+    # the part of a batch's time that no token pays for (weights streamed, kernels launched, the scoring path's own
+    # work), per batch size: fitted on random real batches; empty in profiles measured before it was
+    fixed_ms: dict[int, float] = field(default_factory=dict)
 
     def batch_ms(self, batch: int, prompt_tokens: float, output_tokens: float) -> float:
-        """Estimated ms of a batch of ``batch`` prompts (linear in the batch size between measured ones)."""
-        return prompt_tokens * _interp(self.prefill_ms_per_token, batch) + output_tokens * _interp(
-            self.decode_ms_per_step, batch
+        """Estimated ms of a batch of ``batch`` prompts whose longest has ``prompt_tokens`` tokens and longest
+        answer ``output_tokens`` steps (linear in the batch size between measured ones)."""
+        fixed = _interp(self.fixed_ms, batch) if self.fixed_ms else 0.0
+        return (
+            fixed
+            + prompt_tokens * _interp(self.prefill_ms_per_token, batch)
+            + output_tokens * _interp(self.decode_ms_per_step, batch)
         )
 
 
@@ -226,8 +235,10 @@ def _merge_json(path: Path, model: str, entry: Any) -> Path:
 
 def write_costs(profile_dir: str | Path, model: str, costs: LLMCosts) -> Path:
     entry = asdict(costs)
-    for key in ("prefill_ms_per_token", "decode_ms_per_step"):
+    for key in ("prefill_ms_per_token", "decode_ms_per_step", "fixed_ms"):
         entry[key] = {str(b): v for b, v in sorted(entry[key].items())}
+    if not entry["fixed_ms"]:
+        del entry["fixed_ms"]
     return _merge_json(_dir(profile_dir, "costs.json"), model, entry)
 
 
@@ -246,6 +257,7 @@ def read_costs(profile_dir: str | Path) -> dict[str, LLMCosts]:
                 decode_steps=int(e["decode_steps"]),
                 mean_prompt_tokens=float(e["mean_prompt_tokens"]),
                 mean_output_tokens=float(e["mean_output_tokens"]),
+                fixed_ms={int(b): float(v) for b, v in e.get("fixed_ms", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ProfileError(f"model {model!r}: bad cost entry ({type(err).__name__}: {err})", path=path) from None

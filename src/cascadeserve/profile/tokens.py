@@ -13,19 +13,19 @@ batch sizes ``b`` on synthetic prompts), and per validation sample the tokens it
 (the prompt plus, for scoring, the options' tokens) and the decode steps of its answer.
 
 The rule (:func:`batch_seconds`): a batch of ``b`` requests whose longest prompt has ``P`` tokens and longest
-output ``D`` steps takes ``prompt_s[b]·P + output_s[b]·D`` seconds, where the per-token tables are **anchored** to
-the profile's runtime curve: over random batches of the validation set (``E[P]`` and ``E[D]``, the expected
+output ``D`` steps takes ``base_s[b] + prompt_s[b]·P + output_s[b]·D`` seconds, where the tables are **anchored**
+to the profile's runtime curve: over random batches of the validation set (``E[P]`` and ``E[D]``, the expected
 longest prompt and output among ``b`` draws), the rule's mean equals ``runtime_ms[b]``, and the split between the
-prompt and the output part follows the measured cost model
-(``share_prompt = prefill[b]·E[P] / (prefill[b]·E[P] + decode[b]·E[D])``). So the planner's mean costs, a
-calibration that scales ``runtime_ms`` and the batch overhead stay what they were; only which batch costs what
-changes. A model without token data is the same rule with one "token" per request: ``prompt_s[b] = runtime[b]``.
+fixed, the prompt and the output part follows the measured cost model (``fixed_ms[b]``, ``prefill[b]·E[P]``,
+``decode[b]·E[D]``, each over their sum). So the planner's mean costs, a calibration that scales ``runtime_ms``
+and the batch overhead stay what they were; only which batch costs what changes. A model without token costs is
+the same rule with its runtime as the fixed part.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,18 +71,23 @@ class TokenCost:
         """The same model on the samples ``idx`` (a split of the validation set)."""
         return TokenCost(self.costs, self.prompt_tokens[idx], self.output_tokens[idx], self.scored_tokens[idx])
 
-    def shares(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per batch size: (prompt share, output share, E[longest prompt], E[longest output]) over random batches."""
+    def shares(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per batch size, over random batches: the fixed, prompt and output shares of a batch's mean time (they
+        sum to 1), E[longest prompt] and E[longest output]."""
         ep = expected_max(self.work_tokens, sizes)
         ed = expected_max(self.output_tokens, sizes)
-        tp = _interp(self.costs.prefill_ms_per_token, sizes) * ep
-        td = _interp(self.costs.decode_ms_per_step, sizes) * ed
-        total = tp + td
+        c = self.costs
+        fixed = _interp(c.fixed_ms, sizes) if c.fixed_ms else np.zeros(len(sizes))
+        tp = _interp(c.prefill_ms_per_token, sizes) * ep
+        td = _interp(c.decode_ms_per_step, sizes) * ed
+        total = fixed + tp + td
         ok = total > 0
-        # no measured split (both parts priced 0): a token of either kind costs the same
+        # nothing measured (every part priced 0): a token of either kind costs the same, nothing is fixed
         even = np.where(ep + ed > 0, ep / np.where(ep + ed > 0, ep + ed, 1.0), 1.0)
-        sp = np.where(ok, tp / np.where(ok, total, 1.0), even)
-        return sp, 1.0 - sp, ep, ed
+        div = np.where(ok, total, 1.0)
+        sf = np.where(ok, fixed / div, 0.0)
+        sp = np.where(ok, tp / div, even)
+        return sf, sp, 1.0 - sf - sp, ep, ed
 
 
 def _interp(curve: Mapping[int, float], b: np.ndarray) -> np.ndarray:
@@ -109,22 +114,22 @@ def expected_max(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class TokenTables:
-    """The rule's arrays for a whole profile: ``[model row, batch size]`` seconds per token, ``[model row,
-    sample]`` tokens. Rows without token data have one prompt "token" per sample and their runtime per token."""
+    """The rule's arrays for a whole profile: ``[model row, batch size]`` seconds (fixed, and per token of the
+    longest prompt and output), ``[model row, sample]`` tokens. A row without token costs has its runtime as the
+    fixed part and no per-token price."""
 
+    base_s: np.ndarray
     prompt_s: np.ndarray
     output_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
-    rows: tuple[bool, ...] = field(default=())  # which model rows have token data
 
     def seconds(self, row: int, samples: np.ndarray) -> float:
         """Seconds of a batch of the validation samples ``samples`` on model row ``row`` (the table must hold
         ``len(samples)``)."""
         n = len(samples)
-        if not self.rows[row]:
-            return float(self.prompt_s[row, n])
         return batch_seconds(
+            float(self.base_s[row, n]),
             float(self.prompt_s[row, n]),
             float(self.output_s[row, n]),
             float(self.prompt_tokens[row, samples].max()) if n else 0.0,
@@ -132,34 +137,36 @@ class TokenTables:
         )
 
 
-def batch_seconds(prompt_s: float, output_s: float, prompt_max: float, output_max: float) -> float:
+def batch_seconds(base_s: float, prompt_s: float, output_s: float, prompt_max: float, output_max: float) -> float:
     """The rule: a batch's seconds from its longest prompt and longest output (plain numbers, so the compiled
     simulator loop runs this very function, compiled)."""
-    return prompt_s * prompt_max + output_s * output_max
+    return base_s + prompt_s * prompt_max + output_s * output_max
 
 
 def token_tables(models: Sequence[ModelProfile], n_samples: int, size: int) -> TokenTables | None:
-    """The tables for batch sizes ``0..size``, or None when no model has token data (the plain runtime table is
+    """The tables for batch sizes ``0..size``, or None when no model has token costs (the plain runtime table is
     then the whole rule)."""
     if not any(_priced(m) for m in models):
         return None
     sizes = np.arange(size + 1, dtype=np.float64)
+    base_s = np.zeros((len(models), size + 1))
     prompt_s = np.zeros((len(models), size + 1))
     output_s = np.zeros((len(models), size + 1))
-    p_tok = np.ones((len(models), n_samples))
+    p_tok = np.zeros((len(models), n_samples))
     d_tok = np.zeros((len(models), n_samples))
     for r, m in enumerate(models):
         rt = np.asarray(m.runtime.table(size), dtype=np.float64)  # seconds; entry 0 is 0
         tc = m.tokens
         if tc is None or not _priced(m):
-            prompt_s[r] = rt
+            base_s[r] = rt
             continue
-        sp, sd, ep, ed = tc.shares(sizes)
+        sf, sp, sd, ep, ed = tc.shares(sizes)
+        base_s[r] = rt * sf
         prompt_s[r] = np.where(ep > 0, rt * sp / np.where(ep > 0, ep, 1.0), 0.0)
         output_s[r] = np.where(ed > 0, rt * sd / np.where(ed > 0, ed, 1.0), 0.0)
         p_tok[r] = tc.work_tokens
         d_tok[r] = tc.output_tokens
-    return TokenTables(prompt_s, output_s, p_tok, d_tok, tuple(_priced(m) for m in models))
+    return TokenTables(base_s, prompt_s, output_s, p_tok, d_tok)
 
 
 def _priced(m: ModelProfile) -> bool:
@@ -175,8 +182,8 @@ def sample_weights(model: ModelProfile) -> np.ndarray | None:
     tc = model.tokens
     if tc is None or not _priced(model):
         return None
-    sp, sd, ep, ed = (float(x[0]) for x in tc.shares(np.ones(1)))
-    w = np.zeros(len(tc.prompt_tokens))
+    sf, sp, sd, ep, ed = (float(x[0]) for x in tc.shares(np.ones(1)))
+    w = np.full(len(tc.prompt_tokens), sf)
     if ep > 0:
         w += sp * tc.work_tokens / ep
     if ed > 0:

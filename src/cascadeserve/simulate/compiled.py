@@ -110,7 +110,7 @@ def _runtime_table(prof: Profile, size: int) -> np.ndarray:
 
 
 _TOK_CACHE: dict[tuple[int, ...], tuple[tuple[object, ...], TokenTables | None]] = {}
-_NO_TOKENS = (np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
+_NO_TOKENS = (np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
 
 
 def _token_tables(prof: Profile, size: int) -> TokenTables | None:
@@ -183,10 +183,12 @@ def run_compiled(
     f8, i8 = np.float64, np.int64
     while True:
         tok = _token_tables(prof, table)
-        # with token costs the loop prices each batch by its longest prompt and output (``rt`` is then the tables'
-        # seconds per prompt token); without, ``rt`` is the runtime table and the token arrays are placeholders
-        rt = _runtime_table(prof, table) if tok is None else tok.prompt_s
-        tok_args = _NO_TOKENS if tok is None else (tok.output_s, tok.prompt_tokens, tok.output_tokens)
+        # with token costs the loop prices each batch by its longest prompt and output (profile/tokens.py); without,
+        # the runtime table is the whole price and the token arrays are placeholders
+        rt = _runtime_table(prof, table) if tok is None else tok.base_s
+        tok_args = (
+            _NO_TOKENS if tok is None else (tok.prompt_s, tok.output_s, tok.prompt_tokens, tok.output_tokens)
+        )
         lim = caps0.copy()  # the loop updates it in place; a replay past the runtime table starts afresh
         # Every array C-contiguous and writable: numba compiles once per argument type, and a read-only trace
         # (or a strided view) is another type, which would mean another compile.

@@ -243,8 +243,8 @@ def _ticks(  # type: ignore[no-untyped-def]
                 row = replica_row[r]
                 if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
                     return size, rec_f[:0], rec_i[:0]
-                secs = (token_secs(head, size, row, nxt, by_index, n_samples, samp, rt, tok[0], tok[1], tok[2])
-                        if use_tok else rt[row, size]) + overhead  # fmt: skip
+                secs = (token_secs(head, size, row, nxt, by_index, n_samples, samp, rt, tok[0], tok[1], tok[2],
+                                   tok[3]) if use_tok else rt[row, size]) + overhead  # fmt: skip
                 busy[d] = True
                 busy_until[d] = t + secs
                 b_head[d] = head

@@ -185,7 +185,7 @@ def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
     return head, size
 
 
-def token_secs(head, size, row, nxt, by_index, n_samples, samp, prompt_s, output_s, p_tok, d_tok):  # type: ignore[no-untyped-def]
+def token_secs(head, size, row, nxt, by_index, n_samples, samp, base_s, prompt_s, output_s, p_tok, d_tok):  # type: ignore[no-untyped-def]
     """Seconds of a batch of model ``row`` by its tokens: its longest prompt and longest output, priced by
     ``profile.tokens.batch_seconds`` (the rule the emulated devices apply)."""
     node = head
@@ -196,7 +196,7 @@ def token_secs(head, size, row, nxt, by_index, n_samples, samp, prompt_s, output
         pm = max(pm, p_tok[row, s])
         dm = max(dm, d_tok[row, s])
         node = nxt[node]
-    return batch_seconds(prompt_s[row, size], output_s[row, size], pm, dm)
+    return batch_seconds(base_s[row, size], prompt_s[row, size], output_s[row, size], pm, dm)
 
 
 def exits(  # type: ignore[no-untyped-def]
