@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -147,6 +148,9 @@ def main() -> None:
             budget = WaitBudget.from_plan(plan.max_qps, args.slo_ms, max_wait_slos=2.0)
             sim = simulate(prof, plan, arrivals, admission=AdmissionPolicy(4096, 1.0, budget))
             sim_lat = sim.latency_s * 1000.0
+            # the same simulation priced by batch size alone (what every engine charged before token costs)
+            by_size = dataclasses.replace(prof, models=tuple(dataclasses.replace(m, tokens=None) for m in prof.models))
+            sim0 = simulate(by_size, plan, arrivals, admission=AdmissionPolicy(4096, 1.0, budget))
             rep, load = served(path, prof_dir, arrivals, args)
             lat = np.full(len(arrivals), np.nan)
             lat[rep.ok_index] = rep.latency_ms
@@ -161,6 +165,7 @@ def main() -> None:
                 "sent": rep.sent, "answered": rep.ok, "shed": rep.shed, "errors": rep.errors,
                 "simulated_shed": sim.n_shed,
                 "simulated": phases(arrivals, sim_lat, sim.correct, args),
+                "simulated_by_size_only": phases(arrivals, sim0.latency_s * 1000.0, sim0.correct, args),
                 "served": phases(arrivals, lat, corr, args),
                 "sim_windows": _rounded(windows(arrivals, sim_lat, sim.correct, args.window_s)),
                 "served_windows": _rounded(windows(arrivals, lat, corr, args.window_s)),

@@ -139,6 +139,8 @@ def _fingerprint(spec: Mapping[str, Any], validation: ValidationSet, options: Me
     h.update(np.ascontiguousarray(validation.labels).tobytes())
     # "random": batches drawn from the set (a profile timed on the first samples is measured again)
     timing: tuple[Any, ...] = (options.batch_sizes, options.repeats, options.warmup, threads, "random")
+    if spec.get("adapter") == "llm":  # LLM stages: random batches and the fixed/per-token fit (older: the first b)
+        timing = (*timing, "llm-fit")
     if options.pause_ms:  # kept out when 0 so that profiles measured before the option resume
         timing = (*timing, options.pause_ms)
     h.update(repr(timing).encode())
