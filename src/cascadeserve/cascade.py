@@ -204,7 +204,8 @@ def stage_load(profile: Profile, models: Sequence[str], thresholds: np.ndarray) 
     each request is weighed by its token cost there (:func:`~cascadeserve.profile.tokens.sample_weights`, mean 1;
     a model without token costs weighs every request 1, and its column is the plain reach)."""
     rows = [profile.index(m) for m in models]
-    th = np.asarray(thresholds, dtype=np.float64).reshape(-1, max(len(rows) - 1, 0))
+    raw = np.asarray(thresholds, dtype=np.float64)
+    th = np.zeros((max(len(raw), 1) if raw.ndim == 2 else 1, 0)) if len(rows) == 1 else raw.reshape(-1, len(rows) - 1)
     n = profile.n_samples
     weights = [sample_weights(profile.models[r]) for r in rows]
     w = np.stack([np.ones(n) if x is None else x for x in weights])

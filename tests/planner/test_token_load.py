@@ -53,6 +53,7 @@ def test_stage_load_weighs_each_reaching_request_by_its_tokens() -> None:
     assert load[0].tolist() == pytest.approx([1.0, 30 * 100 / mean / 100])  # 0.81 of the work, 0.3 of the requests
     plain = stage_load(_family(tokens=False), ("small", "big"), np.array([[0.5]]))
     assert plain[0].tolist() == pytest.approx([1.0, 0.3])
+    assert stage_load(prof, ("big",), np.zeros((3, 0)))[:, 0].tolist() == pytest.approx([1.0] * 3)  # all, mean 1
 
 
 def test_the_planner_charges_the_long_prompts_that_reach_the_big_model() -> None:
