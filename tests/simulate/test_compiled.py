@@ -4,12 +4,15 @@ Hypothesis draws plans of 1 to 3 stages on 1 to 3 devices with several gears (an
 switch between them), minimum queue lengths, max waits, per-replica and plan-wide batch caps, uneven shares, and
 arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
 a gear schedule, an admission bound, an AIMD batch limit (whose final caps must match too), and a trace of
-repeated samples, and token costs (two of the three models price each batch by its longest prompt and output).
+repeated samples, token costs (two of the three models price each batch by its longest prompt and output) and host contention (busy
+factors: a batch slower as the other devices are busy when it starts).
 Every request, tick and batch must match to the bit. ``engine="auto"`` must take the compiled
 loop exactly when no hook needs Python.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -30,6 +33,16 @@ from cascadeserve.simulate import simulate
 
 PROFILE = make_toy_profile()
 PROFILE_TOKENS = with_token_costs(PROFILE)
+
+
+def _busy(profile: Profile) -> Profile:
+    factors = (1.0, 1.75, 2.5)
+    models = tuple(dataclasses.replace(m, busy_factor=f) for m, f in zip(profile.models, factors, strict=True))
+    return dataclasses.replace(profile, models=models)
+
+
+PROFILES = {(False, False): PROFILE, (True, False): PROFILE_TOKENS, (False, True): _busy(PROFILE)}
+PROFILES[(True, True)] = _busy(PROFILE_TOKENS)
 
 
 @st.composite
@@ -63,6 +76,8 @@ def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
         hooks["audits"] = draw(st.sampled_from([0.1, 0.37, 1.0]))
     if draw(st.booleans()):
         hooks["tokens"] = True
+    if draw(st.booleans()):
+        hooks["busy"] = True
     return plan, arrivals, hooks
 
 
@@ -71,6 +86,7 @@ def _with_limit(hooks: dict[str, object], plan: GearPlan) -> tuple[dict[str, obj
     sampling (online tuning's audits alone) in place of its fraction."""
     out = dict(hooks)
     out.pop("tokens", None)
+    out.pop("busy", None)
     audits = out.pop("audits", None)
     if audits is not None:
         rows = {m: PROFILE.index(m) for m in PROFILE.model_names}
@@ -90,7 +106,7 @@ def test_the_compiled_engine_and_the_reference_agree_on_random_runs(
     run: tuple[GearPlan, np.ndarray, dict[str, object]],
 ) -> None:
     plan, arrivals, hooks = run
-    prof = PROFILE_TOKENS if hooks.get("tokens") else PROFILE
+    prof = PROFILES[(bool(hooks.get("tokens")), bool(hooks.get("busy")))]
     fast_hooks, fast_limit = _with_limit(hooks, plan)
     ref_hooks, ref_limit = _with_limit(hooks, plan)
     fast = simulate(prof, plan, arrivals, record_batches=True, engine="auto", **fast_hooks)  # type: ignore[arg-type]

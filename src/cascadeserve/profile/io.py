@@ -7,7 +7,9 @@
                                ray_hop_ms (optional: the Ray backend's latency per process hop),
                                calibration (optional: how runtimes were scaled to a serving host),
                                models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
-                                         max_batch (optional: the largest batch the model's server forms)}]
+                                         max_batch (optional: the largest batch the model's server forms),
+                                         busy_factor (optional: slower while the host's other devices are busy,
+                                         profile/host.py)}]
       labels.csv               sample_id,label
       predictions/<model>.csv  sample_id,prediction,certainty   (certainty in [0, 1], higher = surer)
       llm/costs.json, llm/tokens/<model>.csv   (optional, LLM stages) the token cost model and each sample's
@@ -142,7 +144,10 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
             if value != int(value):
                 raise _err(path, m["max_batch"], f"model {name!r}: max_batch must be a positive integer")
             cap = int(value)
-        models.append((ModelProfile(name, memory, RuntimeCurve.from_mapping(curve), cap), item))
+        busy = 1.0
+        if "busy_factor" in m and m["busy_factor"].tag != _NULL_TAG:
+            busy = _number(path, m["busy_factor"], f"model {name!r}: busy_factor", positive=True)
+        models.append((ModelProfile(name, memory, RuntimeCurve.from_mapping(curve), cap, busy_factor=busy), item))
     return top, models
 
 
@@ -350,6 +355,8 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
         }
         if m.max_batch is not None:
             entry["max_batch"] = int(m.max_batch)
+        if m.busy_factor != 1.0:
+            entry["busy_factor"] = float(m.busy_factor)
         models.append(entry)
     doc["models"] = models
     return doc

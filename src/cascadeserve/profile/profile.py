@@ -48,6 +48,8 @@ class ModelProfile:
     max_batch: int | None = None  # declared largest batch; None: the largest profiled batch size
     # An LLM stage's token costs (profile/tokens.py): a batch costs what its longest prompt and output cost
     tokens: TokenCost | None = field(default=None, compare=False)
+    # how many times slower a batch runs while every other device of the host is busy (profile/host.py; 1: never)
+    busy_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -56,6 +58,8 @@ class ModelProfile:
             raise ValueError(f"model {self.name!r}: memory_mb must be a non-negative number")
         if self.max_batch is not None and self.max_batch < 1:
             raise ValueError(f"model {self.name!r}: max_batch must be a positive integer")
+        if not (np.isfinite(self.busy_factor) and self.busy_factor > 0):
+            raise ValueError(f"model {self.name!r}: busy_factor must be a positive number")
 
     @property
     def batch_limit(self) -> int:

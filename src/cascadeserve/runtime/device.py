@@ -27,11 +27,12 @@ import numpy as np
 
 from cascadeserve.models.base import Generated, TextOutput
 from cascadeserve.profile import CertaintyFn, Profile, certainty_function
+from cascadeserve.profile.host import busy_at, contended
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.runtime.clock import Clock
 
-__all__ = ["BatchOutput", "Device", "EmulatedDevice", "ModelFn", "ThreadDevice"]
+__all__ = ["BatchOutput", "Device", "EmulatedDevice", "HostLoad", "ModelFn", "ThreadDevice"]
 
 ModelFn = Callable[[np.ndarray], "np.ndarray | Generated"]
 """A model: ``scores[n, classes] = f(batch[n, ...])``, or a generative stage's :class:`Generated` answers."""
@@ -63,6 +64,18 @@ class Device(Protocol):
     def close(self) -> None: ...
 
 
+class HostLoad:
+    """The emulated devices of one host and how many are running a batch: what the contention rule reads
+    (:func:`cascadeserve.profile.host.contended`, a batch slower by its model's ``busy_factor`` as the other
+    devices are busy)."""
+
+    def __init__(self, devices: int) -> None:
+        self.devices = devices
+        self.busy = np.zeros(devices, dtype=bool)  # per device rank: running a batch from starts to ends
+        self.starts = np.zeros(devices)
+        self.ends = np.zeros(devices)
+
+
 class EmulatedDevice:
     """Waits the profiled batch runtime, answers from the profile's records (``inputs`` are sample indices)."""
 
@@ -77,8 +90,10 @@ class EmulatedDevice:
         order: int = 0,
         slowdowns: Slowdowns | None = None,
         overhead_s: float = 0.0,
+        host: HostLoad | None = None,
     ) -> None:
         self.name = name
+        self.host = host  # shared with the host's other emulated devices (contention); None: alone
         # a fixed cost per batch on top of the profiled runtime (the plan's batch_overhead_ms, which the reference
         # simulator charges; a served emulation leaves it at 0, its host pays its own)
         self.overhead_s = overhead_s
@@ -105,9 +120,19 @@ class EmulatedDevice:
     async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
         now = self.clock.now()
         secs = self.seconds(row, inputs)
+        host = self.host
+        if host is not None:  # slower while the host's other devices are busy (what the simulator charges too)
+            others = busy_at(now, host.busy, host.starts, host.ends, self.order)
+            secs = contended(secs, self.profile.models[row].busy_factor, others, host.devices - 1)
         if self.slowdowns is not None:
             secs *= self.slowdowns.factor(self.name, now, self.profile.models[row].name)
-        await self.clock.sleep_until(now + secs, order=self.order)
+        if host is not None:
+            host.busy[self.order], host.starts[self.order], host.ends[self.order] = True, now, now + secs
+        try:
+            await self.clock.sleep_until(now + secs, order=self.order)
+        finally:
+            if host is not None:
+                host.busy[self.order] = False
         return BatchOutput(self.profile.predictions[row, inputs], self.profile.certainties[row, inputs])
 
     def close(self) -> None:

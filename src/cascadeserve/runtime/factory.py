@@ -8,7 +8,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.runtime.clock import Clock, MonotonicClock
-from cascadeserve.runtime.device import Device, EmulatedDevice, ModelFn, ThreadDevice
+from cascadeserve.runtime.device import Device, EmulatedDevice, HostLoad, ModelFn, ThreadDevice
 from cascadeserve.runtime.observer import Observer
 from cascadeserve.runtime.server import Runtime, RuntimeOptions
 
@@ -34,9 +34,10 @@ def emulated_runtime(
     clk = clock or MonotonicClock()
 
     slow = slowdowns if slowdowns is not None else (options.slowdowns if options is not None else None)
+    host = HostLoad(len(plan.devices))  # the plan's devices share one host: contention (profile/host.py)
 
     def make(name: str, order: int) -> Device:
-        return EmulatedDevice(name, profile, clk, order=order, slowdowns=slow, overhead_s=batch_overhead_s)
+        return EmulatedDevice(name, profile, clk, order=order, slowdowns=slow, overhead_s=batch_overhead_s, host=host)
 
     return Runtime(plan, profile.model_names, make, clock=clk, observer=observer, options=options)
 

@@ -204,7 +204,7 @@ def run_compiled(
             np.asarray(gp.selector.qps_highs, dtype=f8), scales,
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
             -1 if bound is None else int(bound), adm is not None, sim.record_batches, lim, *aimd_args,
-            *audits, tok_args, tok is not None,
+            *audits, tok_args, tok is not None, np.asarray([m.busy_factor for m in prof.models], dtype=f8),
         )  # fmt: skip
         if out.table_short == 0:
             break

@@ -5,7 +5,8 @@ Each function is compiled by numba, as the loop is, with the policy's kernels bo
 ``fire_time`` and ``prefer``), which requests a batch takes (``take``: ``take_count`` and ``takes_forwarded``, the
 rule of :func:`~cascadeserve.policy.batch_members`), who exits (``exits``: ``stage_exits``) and where the others go
 (``forward``: ``swrr_pick`` by each request's gear). Nothing is decided here that the kernels do not decide. What
-a batch costs by its tokens (``token_secs``) is :func:`cascadeserve.profile.tokens.batch_seconds`, compiled.
+a batch costs by its tokens (``token_secs``) is :func:`cascadeserve.profile.tokens.batch_seconds`, compiled, and
+what the host's other busy devices add is :func:`cascadeserve.profile.host.contended`.
 
 Queues are linked lists through one ``nxt`` array indexed by request (a request sits in at most one queue or batch
 at a time); ``rq`` holds per replica the head, tail and length of its queue of arrivals and of forwarded requests.
@@ -27,6 +28,7 @@ from cascadeserve.policy.kernels import (
     take_count,
     takes_forwarded,
 )
+from cascadeserve.profile.host import busy_at, contended
 from cascadeserve.profile.tokens import batch_seconds
 
 __all__ = [
@@ -304,4 +306,7 @@ def forward(  # type: ignore[no-untyped-def]
 
 
 # Compiled in this order (and copied into their callers), each seeing the kernels and the helpers before it.
-HELPERS = (batch_seconds, push, route, ready, take, token_secs, exits, exits_audited, record_batch, forward)
+HELPERS = (
+    batch_seconds, busy_at, contended, push, route, ready, take, token_secs, exits, exits_audited, record_batch,
+    forward,
+)  # fmt: skip
