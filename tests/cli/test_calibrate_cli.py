@@ -102,6 +102,37 @@ def test_read_a_live_servers_costs(
     assert f"as measured on {url} (" in after.calibration
 
 
+def test_a_live_server_measures_how_much_slower_batches_run_on_a_busy_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Emulated devices that apply a busy factor of 2.5 (20 ms alone, 50 ms with the other device busy), loaded at
+    about half their capacity so that batches start on an idle and on a busy host: the server's costs report the
+    fit, and ``calibrate --url`` writes a profile with that busy factor and the runtime alone."""
+    from cascadeserve.traces import poisson
+
+    flat = RuntimeCurve((1, 64), (20.0, 20.0))
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 40)
+    prof = Profile.from_scores("busy", [ModelProfile("a", 1.0, flat, busy_factor=2.5)], y, {"a": rng.random((40, 3))})
+    prof_dir = save_profile(prof, tmp_path / "prof")
+    devs = (Device(name="d0", memory_mb=10), Device(name="d1", memory_mb=10))
+    plan = fixed_plan(prof, Cascade(("a",), ()), devs, slo=SLO(kind="p95_ms", value=2000))
+    app = build_app(prof, plan, emulate=True, name="busy")
+    arrivals = poisson(35.0, 6.0, seed=3).arrivals
+    with Server(app, "127.0.0.1", 0, grace_s=2.0) as server:
+        report = asyncio.run(run_load(server.url, "busy", arrivals, sample_ids=np.arange(40)))
+        assert report.ok == len(arrivals)
+        snap = app.costs.snapshot() if app.costs is not None else {}
+        out = tmp_path / "cal"
+        code = run(["profile", "calibrate", "--profile", str(prof_dir), "--url", server.url, "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    (row,) = snap["models"]
+    assert 0.2 < row["busy_share"] < 0.8  # batches started on an idle and on a busy host
+    after = load_profile(out).model("a")
+    assert after.busy_factor == pytest.approx(2.5, abs=0.35)  # sleeps overshoot a little on a busy machine
+    assert after.runtime.ms[0] == pytest.approx(20.0 * row["alone_factor"]) and 0.95 < row["alone_factor"] < 1.3
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [

@@ -14,7 +14,7 @@ import pytest
 from tests.http.http_helpers import metric
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.cli.calibrate import server_factors
+from cascadeserve.eval.hostcost import snapshot_factors
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.plan import SLO, Device, fixed_plan
 from cascadeserve.policy.costs import CostSettings
@@ -131,6 +131,6 @@ def test_notify_names_the_slow_model_and_keeps_the_plan(caplog: pytest.LogCaptur
     drift = [r.getMessage() for r in caplog.records if r.name == "cascadeserve.replan"]
     assert drift and "lr-chars x" in drift[0] and "lr-words" not in drift[0]
     assert "lr-chars" in rp.stats.last and "--replan auto" in rp.stats.last
-    factors, notes = server_factors(snap, min_batches=5)
+    factors, _, notes = snapshot_factors(snap, min_batches=5)
     assert factors["lr-chars"] > 3.0  # since the start: most batches ran after the slowdown
     assert notes == ["model 'nb-words': 0 batches (fewer than --min-batches 5): unchanged"]  # not in the plan

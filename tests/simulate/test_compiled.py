@@ -4,9 +4,9 @@ Hypothesis draws plans of 1 to 3 stages on 1 to 3 devices with several gears (an
 switch between them), minimum queue lengths, max waits, per-replica and plan-wide batch caps, uneven shares, and
 arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
 a gear schedule, an admission bound, an AIMD batch limit (whose final caps must match too), and a trace of
-repeated samples, token costs (two of the three models price each batch by its longest prompt and output) and host contention (busy
-factors: a batch slower as the other devices are busy when it starts).
-Every request, tick and batch must match to the bit. ``engine="auto"`` must take the compiled
+repeated samples, token costs (two of the three models price each batch by its longest prompt and output) and
+host contention (busy factors: a batch slower as the other devices are busy when it starts). Every request, tick
+and batch must match to the bit. ``engine="auto"`` must take the compiled
 loop exactly when no hook needs Python.
 """
 
@@ -215,3 +215,17 @@ def test_token_costs_price_each_batch_by_its_longest_prompt_and_output(toy_profi
     assert (fast.answer_row > 0).sum() > 10  # later stages ran, with their token prices
     plain = simulate(toy_profile, plan, arrivals, samples=samples)
     assert not np.array_equal(plain.finish, fast.finish)
+
+
+def test_a_batch_is_slower_while_the_other_device_is_busy() -> None:
+    """Exact: m0 (1 ms at batch 1) with busy factor 3 on two devices, one request each. Two batches that start at
+    the same instant do not slow each other; one that starts while the other device runs takes 1 + 2 x 1 = 3 ms;
+    on an idle host again 1 ms. Both engines."""
+    prof = make_toy_profile(n=20, n_models=1)
+    prof = dataclasses.replace(prof, models=(dataclasses.replace(prof.models[0], busy_factor=3.0),))
+    devs = [Device(name="d0", memory_mb=10_000), Device(name="d1", memory_mb=10_000)]
+    plan = fixed_plan(prof, Cascade(("m0",), ()), devs)
+    arrivals = np.array([0.0, 0.0, 0.1, 0.1005, 0.2])
+    for engine in ("compiled", "reference"):
+        res = simulate(prof, plan, arrivals, engine=engine)  # type: ignore[arg-type]
+        assert (res.latency_s * 1000).tolist() == pytest.approx([1.0, 1.0, 1.0, 3.0, 1.0]), engine

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import httpx
 import numpy as np
@@ -33,20 +33,7 @@ from cascadeserve.cli.root import console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import Profile, calibrate, load_profile, save_profile
 
-__all__ = ["calibrate_cmd", "server_factors"]
-
-
-def server_factors(snapshot: dict[str, Any], min_batches: int) -> tuple[dict[str, float], list[str]]:
-    """The factors worth applying from a ``/v2/cascade/costs`` answer, and one note per model left out."""
-    factors: dict[str, float] = {}
-    notes: list[str] = []
-    for m in snapshot.get("models", []):
-        f, n = m.get("mean_factor_vs_profile", m.get("factor_vs_profile")), int(m.get("batches") or 0)
-        if f is None or n < min_batches:
-            notes.append(f"model {m['model']!r}: {n} batches (fewer than --min-batches {min_batches}): unchanged")
-        else:
-            factors[str(m["model"])] = float(f)
-    return factors, notes
+__all__ = ["calibrate_cmd"]
 
 
 @profile_app.command("calibrate")
@@ -83,8 +70,8 @@ def calibrate_cmd(
     if models is not None:
         if validation is None:
             raise CascadeServeError("--validation: needed with --models (the inputs to send)")
-        factors, source = _measure_here(prof, models, validation, devices, duration_s)
-        _write(prof, factors, source, out, [], as_json)
+        factors, busy, source = _measure_here(prof, models, validation, devices, duration_s)
+        _write(prof, factors, busy, source, out, [], as_json)
         return
     assert url is not None
     server, url = url, url.rstrip("/") + "/v2/cascade/costs"
@@ -100,14 +87,16 @@ def calibrate_cmd(
         err_console.print(
             f"warning: the server serves profile {snap.get('profile')!r}, not {prof.name!r}", highlight=False
         )
-    factors, notes = server_factors(snap, min_batches)
+    from cascadeserve.eval.hostcost import snapshot_factors
+
+    factors, busy, notes = snapshot_factors(snap, min_batches)
     unknown = sorted(set(factors) - set(prof.model_names))
     if unknown:
         raise CascadeServeError(f"--url: it measured model(s) {', '.join(unknown)}, which {profile} lacks")
     if not factors:
         raise CascadeServeError(f"--url: no model has {min_batches} measured batches yet; put load on it first")
     total = sum(int(m.get("batches") or 0) for m in snap.get("models", []))
-    _write(prof, factors, f"{server} ({total} batches, {_now()})", out, notes, as_json)
+    _write(prof, factors, busy, f"{server} ({total} batches, {_now()})", out, notes, as_json)
 
 
 def _now() -> str:
@@ -116,7 +105,7 @@ def _now() -> str:
 
 def _measure_here(
     prof: Profile, models: Path, validation: str, devices: int, seconds: float
-) -> tuple[dict[str, float], str]:
+) -> tuple[dict[str, float], dict[str, float], str]:
     from cascadeserve.eval.hostcost import measure_host_costs
     from cascadeserve.models import load_validation
     from cascadeserve.runtime import load_model_config
@@ -131,15 +120,23 @@ def _measure_here(
     costs = measure_host_costs(prof, config, rows, devices=devices, seconds=seconds)
     if not costs.factors:
         raise CascadeServeError("no batch finished while measuring: is the server able to run the models?")
-    return costs.factors, f"this host under serving conditions ({costs.describe()}, {_now()})"
+    return costs.factors, costs.busy, f"this host under serving conditions ({costs.describe()}, {_now()})"
 
 
-def _write(prof: Profile, factors: dict[str, float], source: str, out: Path, notes: list[str], as_json: bool) -> None:
-    new = calibrate(prof, factors, source=source)
+def _write(
+    prof: Profile,
+    factors: dict[str, float],
+    busy: dict[str, float],
+    source: str,
+    out: Path,
+    notes: list[str],
+    as_json: bool,
+) -> None:
+    new = calibrate(prof, factors, source=source, busy=busy)
     save_profile(new, out)
     for n in notes:
         err_console.print(n, highlight=False)
     if as_json:
-        print_json({"out": str(out), "factors": factors, "calibration": new.calibration})
+        print_json({"out": str(out), "factors": factors, "busy_factors": busy, "calibration": new.calibration})
         return
     console.print(f"wrote {out}: {new.calibration}", highlight=False)

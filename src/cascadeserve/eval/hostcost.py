@@ -35,7 +35,7 @@ from cascadeserve.profile import Profile
 from cascadeserve.runtime import ModelConfig
 from cascadeserve.traces import poisson
 
-__all__ = ["HostCosts", "measure_host_costs", "probe_plan"]
+__all__ = ["HostCosts", "measure_host_costs", "probe_plan", "snapshot_factors"]
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,17 @@ class HostCosts:
 
     factors: dict[str, float]
     batches: dict[str, int]
+    busy: dict[str, float]  # busy factors, where the batches' host load spread enough to fit them (profile/host.py)
     qps: float
     seconds: float
     load: LoadReport
 
     def describe(self) -> str:
-        parts = ", ".join(f"{m} x{f:.2f} ({self.batches[m]} batches)" for m, f in self.factors.items())
+        def one(m: str, f: float) -> str:
+            busy = f" alone, x{self.busy[m]:.2f} busy" if m in self.busy else ""
+            return f"{m} x{f:.2f}{busy} ({self.batches[m]} batches)"
+
+        parts = ", ".join(one(m, f) for m, f in self.factors.items())
         return f"{parts}; {self.qps:.0f} QPS of real inputs over HTTP for {self.seconds:g} s"
 
 
@@ -91,6 +96,28 @@ def measure_host_costs(
     with Server(app, "127.0.0.1", 0, grace_s=5.0) as server:
         report = asyncio.run(run_load(server.url, name, arrivals, rows=rows))
         snap: dict[str, Any] = app.costs.snapshot() if app.costs is not None else {"models": []}
-    factors = {m["model"]: float(m["mean_factor_vs_profile"]) for m in snap["models"] if m["mean_factor_vs_profile"]}
-    batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["mean_factor_vs_profile"]}
-    return HostCosts(factors, batches, qps, seconds, report)
+    factors, busy_factors, _ = snapshot_factors(snap, 1)
+    batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["model"] in factors}
+    return HostCosts(factors, batches, busy_factors, qps, seconds, report)
+
+
+def snapshot_factors(
+    snapshot: dict[str, Any], min_batches: int
+) -> tuple[dict[str, float], dict[str, float], list[str]]:
+    """From a ``/v2/cascade/costs`` answer: per model, the runtime factor (the one with the host's other devices
+    idle where the batches could be fitted against the host's load, else the mean), the busy factors fitted, and
+    one note per model left out for fewer than ``min_batches`` batches."""
+    factors: dict[str, float] = {}
+    busy: dict[str, float] = {}
+    notes: list[str] = []
+    for m in snapshot.get("models", []):
+        mean, n = m.get("mean_factor_vs_profile", m.get("factor_vs_profile")), int(m.get("batches") or 0)
+        if mean is None or n < min_batches:
+            notes.append(f"model {m['model']!r}: {n} batches (fewer than --min-batches {min_batches}): unchanged")
+            continue
+        name = str(m["model"])
+        if m.get("busy_factor") is not None and m.get("alone_factor") is not None:
+            factors[name], busy[name] = float(m["alone_factor"]), float(m["busy_factor"])
+        else:
+            factors[name] = float(mean)
+    return factors, busy, notes

@@ -37,24 +37,35 @@ def describe_factors(factors: Mapping[str, float]) -> str:
     return ", ".join(f"{m} x{f:.3g}" for m, f in factors.items())
 
 
-def calibrate(profile: Profile, factors: Mapping[str, float], *, source: str) -> Profile:
-    """``profile`` with each named model's runtimes multiplied by its factor (others unchanged), recording how.
+def calibrate(
+    profile: Profile, factors: Mapping[str, float], *, source: str, busy: Mapping[str, float] | None = None
+) -> Profile:
+    """``profile`` with each named model's runtimes multiplied by its factor (others unchanged), and each model named
+    in ``busy`` given that ``busy_factor`` (measured afresh: how much slower its batches run with the host's other
+    devices all busy, :mod:`cascadeserve.profile.host`), recording how.
 
     Factors compose: calibrating a calibrated profile multiplies again, and the new line says so.
     """
-    unknown = sorted(set(factors) - set(profile.model_names))
+    busy = dict(busy or {})
+    unknown = sorted((set(factors) | set(busy)) - set(profile.model_names))
     if unknown:
         raise ValueError(f"calibration names model(s) not in profile {profile.name!r}: {', '.join(unknown)}")
     for name, f in factors.items():
         if not (f > 0 and math.isfinite(f)):
             raise ValueError(f"calibration factor of model {name!r} must be a positive number, got {f!r}")
+    for name, f in busy.items():
+        if not (f >= 1 and math.isfinite(f)):
+            raise ValueError(f"busy factor of model {name!r} must be a number >= 1, got {f!r}")
     models: list[ModelProfile] = []
     for m in profile.models:
         f = float(factors.get(m.name, 1.0))
         rt = m.runtime
         curve = RuntimeCurve(rt.batch_sizes, tuple(v * f for v in rt.ms)) if f != 1.0 else rt
-        models.append(dataclasses.replace(m, runtime=curve))
-    line = f"runtimes {describe_factors(factors)} as measured on {source}"
+        models.append(dataclasses.replace(m, runtime=curve, busy_factor=busy.get(m.name, m.busy_factor)))
+    line = f"runtimes {describe_factors(factors)}"
+    if busy:
+        line += f", {describe_factors(busy)} slower with the other devices busy"
+    line += f" as measured on {source}"
     if profile.calibration:
         line = f"{line}; before that: {profile.calibration}"
     return dataclasses.replace(profile, models=tuple(models), calibration=line)

@@ -18,9 +18,13 @@ from the same two numbers per model: its runtime alone and its busy factor.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["busy_at", "contended"]
+__all__ = ["HostFit", "busy_at", "contended", "fit_contention", "host_share"]
+
+MIN_SPREAD = 0.2  # the busy shares must span at least this much for a fit (else only the mean is known)
 
 
 def busy_at(t: float, busy: np.ndarray, starts: np.ndarray, ends: np.ndarray, me: int) -> int:
@@ -33,8 +37,37 @@ def busy_at(t: float, busy: np.ndarray, starts: np.ndarray, ends: np.ndarray, me
     return k
 
 
-def contended(seconds: float, busy_factor: float, others_busy: int, others: int) -> float:
+def host_share(others_busy: int, others: int) -> float:
+    """The rule's ``k / n``: the share of the other devices busy (0 on a one-device host)."""
+    return others_busy / others if others > 0 else 0.0
+
+
+def contended(seconds: float, busy_factor: float, share: float) -> float:
     """The rule (module docstring): plain numbers, so the compiled simulator loop runs this very function."""
-    if others <= 0 or busy_factor == 1.0:
+    if busy_factor == 1.0 or share == 0.0:
         return seconds
-    return seconds * (1.0 + (busy_factor - 1.0) * others_busy / others)
+    return seconds * (1.0 + (busy_factor - 1.0) * share)
+
+
+@dataclass(frozen=True)
+class HostFit:
+    """A model's batch times against the host's load: ``alone`` (measured / profiled when no other device is busy)
+    and ``busy_factor`` (how much slower with all of them busy), fitted on ``batches`` with mean share ``share``."""
+
+    alone: float
+    busy_factor: float
+    batches: int
+    share: float
+
+
+def fit_contention(ratios: np.ndarray, shares: np.ndarray) -> HostFit | None:
+    """``ratio ≈ alone · (1 + (busy_factor − 1) · share)`` by least squares (``alone`` > 0, ``busy_factor`` ≥ 1);
+    None when the shares do not spread over at least :data:`MIN_SPREAD` or fewer than 10 batches were seen."""
+    r = np.asarray(ratios, dtype=np.float64)
+    s = np.asarray(shares, dtype=np.float64)
+    if len(r) < 10 or float(np.ptp(s)) < MIN_SPREAD:
+        return None
+    slope, alone = (float(v) for v in np.polyfit(s, r, 1))
+    if alone <= 0:
+        return None
+    return HostFit(alone, max(1.0, 1.0 + slope / alone), len(r), float(s.mean()))

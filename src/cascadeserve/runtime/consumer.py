@@ -160,7 +160,7 @@ class Consumer:
             if gen.batch_limit is not None:
                 gen.batch_limit.observe(r, t1 - t0, len(batch))
             answered = self._apply_safe(gen, row, batch, out, t0, t1)
-            self._record(gen, r, row, t0, t1, len(batch), answered)
+            self._record(gen, r, row, t0, t1, len(batch), answered, host_share=out.host_share)
         finally:
             self.busy = False
             self.busy_since = math.inf
@@ -256,7 +256,17 @@ class Consumer:
         return answered
 
     def _record(
-        self, gen: Generation, r: int, row: int, t0: float, t1: float, size: int, answered: int, *, failed: bool = False
+        self,
+        gen: Generation,
+        r: int,
+        row: int,
+        t0: float,
+        t1: float,
+        size: int,
+        answered: int,
+        *,
+        failed: bool = False,
+        host_share: float = 0.0,
     ) -> None:
         self.observer.batch(
             BatchEvent(
@@ -271,6 +281,7 @@ class Consumer:
                 device_name=self.device.name,
                 generation=gen.number,
                 failed=failed,
+                host_share=host_share,
             )
         )
 

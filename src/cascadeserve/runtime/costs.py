@@ -25,6 +25,7 @@ import numpy as np
 
 from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch, trimmed_mean
 from cascadeserve.profile import Profile
+from cascadeserve.profile.host import HostFit, contended, fit_contention
 from cascadeserve.runtime.observer import BatchEvent, NullObserver
 
 __all__ = ["CostMonitor"]
@@ -36,7 +37,13 @@ class CostMonitor(NullObserver):
     """Watches batch costs against the profile's (module docstring)."""
 
     def __init__(
-        self, profile: Profile, settings: CostSettings | None = None, *, overhead_ms: float = 0.0, keep: int = 20_000
+        self,
+        profile: Profile,
+        settings: CostSettings | None = None,
+        *,
+        overhead_ms: float = 0.0,
+        keep: int = 20_000,
+        devices: int = 1,
     ) -> None:
         self.profile = profile
         self.overhead_s = overhead_ms / 1000.0
@@ -44,7 +51,11 @@ class CostMonitor(NullObserver):
         self.applied = dict.fromkeys(profile.model_names, 1.0)  # factors the costs in force already include
         self._rows = {m: i for i, m in enumerate(profile.model_names)}
         self._curves = [m.runtime for m in profile.models]
+        self._busy = [m.busy_factor for m in profile.models]
         self._since: list[deque[float]] = [deque(maxlen=keep) for _ in profile.models]
+        # per model, each batch's share of the other devices busy when it started, beside its ratio (profile/host.py)
+        self.devices = devices
+        self._shares: list[deque[float]] = [deque(maxlen=keep) for _ in profile.models]
         self.listeners: list[Callable[[CostDrift], None]] = []
         self.drifts = 0
         self.last: CostDrift | None = None
@@ -57,9 +68,12 @@ class CostMonitor(NullObserver):
             return
         profiled_s = float(self._curves[row].ms_at(event.size)) / 1000.0
         seconds = event.end - event.start
-        self.watch.observe(row, event.end, seconds, profiled_s * self.applied[event.model] + self.overhead_s)
+        # the cost in force: the profile's, times the factor applied, slowed by the host's load as the plan assumed
+        planned = contended(profiled_s * self.applied[event.model], self._busy[row], event.host_share)
+        self.watch.observe(row, event.end, seconds, planned + self.overhead_s)
         if profiled_s > 0:
             self._since[row].append(seconds / profiled_s)
+            self._shares[row].append(event.host_share)
         self.now = max(self.now, event.end)
 
     def on_tick(self, t: float, qps: float) -> None:
@@ -80,7 +94,7 @@ class CostMonitor(NullObserver):
         for m, f in factors.items():
             self.applied[m] *= f
         self.watch.reset(now)
-        for d in self._since:
+        for d in (*self._since, *self._shares):
             d.clear()
 
     # -- what GET /v2/cascade/costs shows ------------------------------------------------------------------------
@@ -88,10 +102,12 @@ class CostMonitor(NullObserver):
         """Per model: the window's factor against the costs in force, and the median and (trimmed) mean since the
         start against the profile (``profile calibrate`` scales the profile by the mean)."""
         window = {c.model: c for c in self.watch.factors(self.now)}
+        fits = self.contention()
         models = []
         for m in self.profile.model_names:
             since = self._since[self._rows[m]]
             w = window.get(m)
+            fit = fits.get(m)
             models.append(
                 {
                     "model": m,
@@ -103,6 +119,11 @@ class CostMonitor(NullObserver):
                     "window_factor": None if w is None else w.factor,
                     "window_batches": 0 if w is None else w.batches,
                     "applied": self.applied[m],
+                    # against the host's load: the factor with the other devices idle, and how much slower with all
+                    # of them busy (profile calibrate applies both when they could be fitted)
+                    "alone_factor": None if fit is None else fit.alone,
+                    "busy_factor": None if fit is None else fit.busy_factor,
+                    "busy_share": None if fit is None else fit.share,
                 }
             )
         s = self.watch.settings
@@ -115,3 +136,13 @@ class CostMonitor(NullObserver):
             "last_drift": None if self.last is None else self.last.describe(),
             "models": models,
         }
+
+    def contention(self) -> dict[str, HostFit]:
+        """Per model, its batch times fitted against the share of the other devices busy when each started (only
+        the models whose batches saw a spread of shares: :func:`~cascadeserve.profile.host.fit_contention`)."""
+        out: dict[str, HostFit] = {}
+        for m, row in self._rows.items():
+            fit = fit_contention(np.asarray(self._since[row]), np.asarray(self._shares[row]))
+            if fit is not None:
+                out[m] = fit
+        return out

@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +29,7 @@ import numpy as np
 
 from cascadeserve.models.base import Generated, TextOutput
 from cascadeserve.profile import CertaintyFn, Profile, certainty_function
-from cascadeserve.profile.host import busy_at, contended
+from cascadeserve.profile.host import busy_at, contended, host_share
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.runtime.clock import Clock
@@ -51,6 +53,8 @@ class BatchOutput:
     garbage: np.ndarray | None = None  # bool [n]
     # A generative stage's answers, one per row (labels are then 0): what the front end returns as text
     outputs: tuple[TextOutput, ...] | None = None
+    # the share of the host's other devices that were running a batch when this one started (profile/host.py)
+    host_share: float = 0.0
 
 
 class Device(Protocol):
@@ -74,6 +78,19 @@ class HostLoad:
         self.busy = np.zeros(devices, dtype=bool)  # per device rank: running a batch from starts to ends
         self.starts = np.zeros(devices)
         self.ends = np.zeros(devices)
+
+    def start(self, order: int, now: float, end: float) -> int:
+        """Device ``order`` starts a batch at ``now`` (ending at ``end``; ``inf`` when not known in advance):
+        returns how many other devices are running one (the rule's ``k``)."""
+        others = busy_at(now, self.busy, self.starts, self.ends, order)
+        self.busy[order], self.starts[order], self.ends[order] = True, now, end
+        return others
+
+    def stop(self, order: int) -> None:
+        self.busy[order] = False
+
+    def share(self, others: int) -> float:
+        return host_share(others, self.devices - 1)
 
 
 class EmulatedDevice:
@@ -121,19 +138,22 @@ class EmulatedDevice:
         now = self.clock.now()
         secs = self.seconds(row, inputs)
         host = self.host
+        others = 0
         if host is not None:  # slower while the host's other devices are busy (what the simulator charges too)
             others = busy_at(now, host.busy, host.starts, host.ends, self.order)
-            secs = contended(secs, self.profile.models[row].busy_factor, others, host.devices - 1)
+            secs = contended(secs, self.profile.models[row].busy_factor, host_share(others, host.devices - 1))
         if self.slowdowns is not None:
             secs *= self.slowdowns.factor(self.name, now, self.profile.models[row].name)
         if host is not None:
-            host.busy[self.order], host.starts[self.order], host.ends[self.order] = True, now, now + secs
+            host.start(self.order, now, now + secs)
         try:
             await self.clock.sleep_until(now + secs, order=self.order)
         finally:
             if host is not None:
-                host.busy[self.order] = False
-        return BatchOutput(self.profile.predictions[row, inputs], self.profile.certainties[row, inputs])
+                host.stop(self.order)
+        share = host.share(others) if host is not None else 0.0
+        preds, certs = self.profile.predictions[row, inputs], self.profile.certainties[row, inputs]
+        return BatchOutput(preds, certs, host_share=share)
 
     def close(self) -> None:
         return None
@@ -162,8 +182,12 @@ class ThreadDevice:
         slowdowns: Slowdowns | None = None,
         clock: Clock | None = None,
         model_names: Mapping[int, str] | None = None,
+        host: HostLoad | None = None,
+        order: int = 0,
     ) -> None:
         self.name = name
+        self.host = host  # the host's devices, to tell how loaded it was when a batch started (calibration)
+        self.order = order
         self.models = dict(models)
         self.certainty = certainty_function(certainty)
         # fault hook (serve --slowdown): times on ``clock``; a slowed batch holds the thread (factor - 1) x longer
@@ -201,7 +225,15 @@ class ThreadDevice:
         return BatchOutput(np.asarray(scores.argmax(axis=1), dtype=np.int64), certs, garbage)
 
     async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
+        host = self.host
+        if host is None:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
+        others = host.start(self.order, time.monotonic(), math.inf)  # the end is not known before it comes
+        try:
+            out = await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
+        finally:
+            host.stop(self.order)
+        return dataclasses.replace(out, host_share=host.share(others))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

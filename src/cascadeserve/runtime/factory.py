@@ -60,8 +60,9 @@ def local_runtime(
     clk = clock or MonotonicClock()
     slow = options.slowdowns if options is not None else None
     rows = dict(enumerate(names))
+    host = HostLoad(len(plan.devices))  # how loaded the host is when each batch starts (calibration reads it)
 
     def make(name: str, order: int) -> Device:
-        return ThreadDevice(name, fns, certainty, slowdowns=slow, clock=clk, model_names=rows)
+        return ThreadDevice(name, fns, certainty, slowdowns=slow, clock=clk, model_names=rows, host=host, order=order)
 
     return Runtime(plan, names, make, clock=clk, observer=observer, options=options)

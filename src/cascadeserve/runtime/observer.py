@@ -34,6 +34,7 @@ class BatchEvent:
     device_name: str
     generation: int
     failed: bool = False
+    host_share: float = 0.0  # share of the host's other devices running a batch when this one started
 
 
 @dataclass(frozen=True, slots=True)

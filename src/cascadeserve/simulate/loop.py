@@ -38,7 +38,7 @@ from cascadeserve.policy.kernels import (
     select_gear,
     windowed_qps,
 )
-from cascadeserve.profile.host import busy_at, contended
+from cascadeserve.profile.host import busy_at, contended, host_share
 from cascadeserve.simulate.loop_queues import (
     F_HEAD,
     F_N,
@@ -246,7 +246,7 @@ def _ticks(  # type: ignore[no-untyped-def]
                     return size, rec_f[:0], rec_i[:0]
                 secs = contended((token_secs(head, size, row, nxt, by_index, n_samples, samp, rt, tok[0], tok[1],
                                   tok[2], tok[3]) if use_tok else rt[row, size]) + overhead, busy_f[row],
-                                 busy_at(t, busy, b_t0, busy_until, d), d_count - 1)  # fmt: skip
+                                 host_share(busy_at(t, busy, b_t0, busy_until, d), d_count - 1))  # fmt: skip
                 busy[d] = True
                 busy_until[d] = t + secs
                 b_head[d] = head

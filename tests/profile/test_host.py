@@ -1,0 +1,49 @@
+"""Host contention: the rule, who counts as busy at an instant, and the fit that measures a model's busy factor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cascadeserve.profile.host import busy_at, contended, fit_contention, host_share
+
+
+def test_the_rule_slows_a_batch_by_the_share_of_busy_devices() -> None:
+    assert contended(0.010, 3.0, host_share(1, 2)) == pytest.approx(0.020)  # half the others busy: 1 + 2 x 0.5
+    assert contended(0.010, 3.0, host_share(2, 2)) == pytest.approx(0.030)
+    assert contended(0.010, 3.0, host_share(0, 2)) == 0.010
+    assert contended(0.010, 1.0, 1.0) == 0.010  # no contention recorded: unchanged
+    assert host_share(0, 0) == 0.0  # a one-device host has no others
+
+
+def test_busy_means_started_before_and_ending_after_the_instant() -> None:
+    busy = np.array([True, True, True, False])
+    starts = np.array([0.0, 1.0, 0.5, 0.0])
+    ends = np.array([2.0, 3.0, 1.0, 9.0])
+    # at t=1: device 0 counts; device 1 starts at t (an engine may apply the two starts in any order), device 2
+    # ends at t, device 3 is idle, and device 0 is asking about the others
+    assert busy_at(1.0, busy, starts, ends, 3) == 1
+    assert busy_at(1.0, busy, starts, ends, 0) == 0
+    assert busy_at(1.5, busy, starts, ends, 3) == 2
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.floats(0.5, 3.0), st.floats(1.0, 3.0), st.integers(0, 2**16))
+def test_the_fit_recovers_the_factors_from_batches_at_several_loads(alone: float, busy: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    shares = rng.choice([0.0, 0.5, 1.0], size=60)
+    ratios = alone * (1.0 + (busy - 1.0) * shares)
+    fit = fit_contention(ratios, shares)
+    assert fit is not None
+    assert fit.alone == pytest.approx(alone) and fit.busy_factor == pytest.approx(busy)
+    assert fit.batches == 60 and fit.share == pytest.approx(shares.mean())
+
+
+def test_no_fit_without_a_spread_of_loads_or_enough_batches() -> None:
+    assert fit_contention(np.full(50, 1.3), np.full(50, 1.0)) is None  # always busy: only the mean is known
+    assert fit_contention(np.array([1.0, 2.0]), np.array([0.0, 1.0])) is None  # too few batches
+    # faster when busy is noise, not a factor below 1
+    fit = fit_contention(np.array([2.0, 1.0] * 10), np.array([0.0, 1.0] * 10))
+    assert fit is not None and fit.busy_factor == 1.0
