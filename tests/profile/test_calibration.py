@@ -30,6 +30,22 @@ def test_calibrate_scales_named_models_and_round_trips(tmp_path: Path) -> None:
     assert again.calibration.endswith("; before that: " + cal.calibration)
 
 
+def test_busy_factors_are_set_afresh_and_round_trip(tmp_path: Path) -> None:
+    prof = load_profile(PROFILE)
+    cal = calibrate(prof, {"lr-chars": 1.5}, source="here", busy={"lr-chars": 1.8, "nb-words": 1.2})
+    assert cal.model("lr-chars").busy_factor == 1.8 and cal.model("lr-words").busy_factor == 1.0
+    assert cal.calibration == (
+        "runtimes lr-chars x1.5, busy factors lr-chars x1.8, nb-words x1.2 (slower with every other device busy),"
+        " as measured on here"
+    )
+    back = load_profile(save_profile(cal, tmp_path / "cal"))
+    assert [m.busy_factor for m in back.models] == [m.busy_factor for m in cal.models]
+    again = calibrate(back, {}, source="later", busy={"lr-chars": 1.3})  # measured afresh, not multiplied
+    assert again.model("lr-chars").busy_factor == 1.3 and again.model("nb-words").busy_factor == 1.2
+    with pytest.raises(ValueError, match="busy factor of model 'lr-chars' must be a number >= 1"):
+        calibrate(prof, {}, source="x", busy={"lr-chars": 0.5})
+
+
 def test_calibrate_refuses_unknown_models_and_bad_factors() -> None:
     prof = load_profile(PROFILE)
     with pytest.raises(ValueError, match="not in profile"):

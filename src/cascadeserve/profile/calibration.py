@@ -62,10 +62,10 @@ def calibrate(
         rt = m.runtime
         curve = RuntimeCurve(rt.batch_sizes, tuple(v * f for v in rt.ms)) if f != 1.0 else rt
         models.append(dataclasses.replace(m, runtime=curve, busy_factor=busy.get(m.name, m.busy_factor)))
-    line = f"runtimes {describe_factors(factors)}"
+    parts = [f"runtimes {describe_factors(factors)}"] if factors else []
     if busy:
-        line += f", {describe_factors(busy)} slower with the other devices busy"
-    line += f" as measured on {source}"
+        parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy),")
+    line = f"{', '.join(parts) or 'nothing'} as measured on {source}"
     if profile.calibration:
         line = f"{line}; before that: {profile.calibration}"
     return dataclasses.replace(profile, models=tuple(models), calibration=line)
