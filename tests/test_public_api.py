@@ -73,6 +73,7 @@ EXPECTED: dict[str, list[str]] = {
         "read_signals",
         "read_tokens",
         "signal_report",
+        "tokens_path",
         "write_calibration",
         "write_costs",
         "write_outputs",
@@ -85,6 +86,16 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.policy.failure": ["FailureKind", "StageFailureDecision", "on_stage_failure"],
     "cascadeserve.profile.profile": ["ModelProfile", "Profile"],
     "cascadeserve.profile.runtime": ["RuntimeCurve"],
+    "cascadeserve.profile.tokens": [
+        "PricedModel",
+        "TokenCost",
+        "TokenTables",
+        "batch_seconds",
+        "expected_max",
+        "sample_weights",
+        "token_tables",
+    ],
+    "cascadeserve.profile.host": ["HostFit", "busy_at", "contended", "fit_contention", "host_share"],
     "cascadeserve.cascade": [
         "BITSET_MAX_SAMPLES",
         "Cascade",
@@ -92,6 +103,7 @@ EXPECTED: dict[str, list[str]] = {
         "enumerate_frontier",
         "evaluate",
         "pareto_front",
+        "stage_load",
     ],
     "cascadeserve.plan": [
         "DEFAULT_MAX_WAIT_MS",

@@ -26,16 +26,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from cascadeserve.profile.llm_side import LLMCosts
+from cascadeserve.profile.runtime import RuntimeCurve
 
-if TYPE_CHECKING:
-    from cascadeserve.profile.profile import ModelProfile
-
-__all__ = ["TokenCost", "TokenTables", "batch_seconds", "expected_max", "sample_weights", "token_tables"]
+__all__ = [
+    "PricedModel",
+    "TokenCost",
+    "TokenTables",
+    "batch_seconds",
+    "expected_max",
+    "sample_weights",
+    "token_tables",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +94,16 @@ class TokenCost:
         sf = np.where(ok, fixed / div, 0.0)
         sp = np.where(ok, tp / div, even)
         return sf, sp, 1.0 - sf - sp, ep, ed
+
+
+class PricedModel(Protocol):
+    """What the rule reads of a :class:`~cascadeserve.profile.ModelProfile` (a protocol: that module imports this)."""
+
+    @property
+    def runtime(self) -> RuntimeCurve: ...
+
+    @property
+    def tokens(self) -> TokenCost | None: ...
 
 
 def _interp(curve: Mapping[int, float], b: np.ndarray) -> np.ndarray:
@@ -143,7 +159,7 @@ def batch_seconds(base_s: float, prompt_s: float, output_s: float, prompt_max: f
     return base_s + prompt_s * prompt_max + output_s * output_max
 
 
-def token_tables(models: Sequence[ModelProfile], n_samples: int, size: int) -> TokenTables | None:
+def token_tables(models: Sequence[PricedModel], n_samples: int, size: int) -> TokenTables | None:
     """The tables for batch sizes ``0..size``, or None when no model has token costs (the plain runtime table is
     then the whole rule)."""
     if not any(_priced(m) for m in models):
@@ -169,14 +185,14 @@ def token_tables(models: Sequence[ModelProfile], n_samples: int, size: int) -> T
     return TokenTables(base_s, prompt_s, output_s, p_tok, d_tok)
 
 
-def _priced(m: ModelProfile) -> bool:
+def _priced(m: PricedModel) -> bool:
     """Whether ``m``'s batches are priced by their tokens: it has token counts, not all zero (with none, a batch
     would cost nothing; it keeps its runtime curve instead)."""
     tc = m.tokens
     return tc is not None and bool(tc.work_tokens.max(initial=0) > 0 or tc.output_tokens.max(initial=0) > 0)
 
 
-def sample_weights(model: ModelProfile) -> np.ndarray | None:
+def sample_weights(model: PricedModel) -> np.ndarray | None:
     """Each validation sample's cost on ``model`` relative to the mean (mean 1), at batch 1 where a request's
     tokens are the batch's: what the planner charges a request that reaches this stage. None without tokens."""
     tc = model.tokens

@@ -69,9 +69,9 @@ class Device(Protocol):
 
 
 class HostLoad:
-    """The emulated devices of one host and how many are running a batch: what the contention rule reads
+    """The devices of one host and which are running a batch: emulated devices read it to apply the contention rule
     (:func:`cascadeserve.profile.host.contended`, a batch slower by its model's ``busy_factor`` as the other
-    devices are busy)."""
+    devices are busy); every device reports with each batch how busy the host was when it started (calibration)."""
 
     def __init__(self, devices: int) -> None:
         self.devices = devices
@@ -79,12 +79,13 @@ class HostLoad:
         self.starts = np.zeros(devices)
         self.ends = np.zeros(devices)
 
-    def start(self, order: int, now: float, end: float) -> int:
-        """Device ``order`` starts a batch at ``now`` (ending at ``end``; ``inf`` when not known in advance):
-        returns how many other devices are running one (the rule's ``k``)."""
-        others = busy_at(now, self.busy, self.starts, self.ends, order)
+    def others(self, order: int, now: float) -> int:
+        """How many devices other than ``order`` are running a batch at ``now`` (the rule's ``k``)."""
+        return busy_at(now, self.busy, self.starts, self.ends, order)
+
+    def start(self, order: int, now: float, end: float) -> None:
+        """Device ``order`` runs a batch from ``now`` to ``end`` (``inf`` when not known in advance)."""
         self.busy[order], self.starts[order], self.ends[order] = True, now, end
-        return others
 
     def stop(self, order: int) -> None:
         self.busy[order] = False
@@ -140,8 +141,8 @@ class EmulatedDevice:
         host = self.host
         others = 0
         if host is not None:  # slower while the host's other devices are busy (what the simulator charges too)
-            others = busy_at(now, host.busy, host.starts, host.ends, self.order)
-            secs = contended(secs, self.profile.models[row].busy_factor, host_share(others, host.devices - 1))
+            others = host.others(self.order, now)
+            secs = contended(secs, self.profile.models[row].busy_factor, host.share(others))
         if self.slowdowns is not None:
             secs *= self.slowdowns.factor(self.name, now, self.profile.models[row].name)
         if host is not None:
@@ -228,7 +229,9 @@ class ThreadDevice:
         host = self.host
         if host is None:
             return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
-        others = host.start(self.order, time.monotonic(), math.inf)  # the end is not known before it comes
+        now = time.monotonic()
+        others = host.others(self.order, now)
+        host.start(self.order, now, math.inf)  # the end is not known before it comes
         try:
             out = await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
         finally:

@@ -249,10 +249,7 @@ def _ticks(  # type: ignore[no-untyped-def]
                                  host_share(busy_at(t, busy, b_t0, busy_until, d), d_count - 1))  # fmt: skip
                 busy[d] = True
                 busy_until[d] = t + secs
-                b_head[d] = head
-                b_n[d] = size
-                b_r[d] = r
-                b_t0[d] = t
+                b_head[d], b_n[d], b_r[d], b_t0[d] = head, size, r, t
                 wb = (min(int(t // tick), n_ticks) if n_ticks else 0)
                 tick_busy[wb, d] += busy_until[d] - t  # the batch's span as its end minus its start, as the runtime
             else:
