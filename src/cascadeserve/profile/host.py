@@ -70,4 +70,6 @@ def fit_contention(ratios: np.ndarray, shares: np.ndarray) -> HostFit | None:
     slope, alone = (float(v) for v in np.polyfit(s, r, 1))
     if alone <= 0:
         return None
-    return HostFit(alone, max(1.0, 1.0 + slope / alone), len(r), float(s.mean()))
+    if slope <= 0:  # no slower when busy (or faster: larger batches at load amortise a fixed cost): the mean alone
+        return HostFit(float(r.mean()), 1.0, len(r), float(s.mean()))
+    return HostFit(alone, 1.0 + slope / alone, len(r), float(s.mean()))
