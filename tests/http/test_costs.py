@@ -105,7 +105,7 @@ def test_auto_replans_with_the_measured_costs_and_swaps_without_dropping() -> No
         costs = rt.plan.notes["costs"]
         assert costs.startswith("profile 'tweets-sklearn' calibrated: runtimes lr-chars x")  # only what changed
         factor = float(costs.split("lr-chars x")[1].split()[0].rstrip(","))
-        assert 5.0 < factor < 12.0  # 6x slower, plus the emulated device's wake-up on a busy machine
+        assert 4.5 < factor < 12.0  # 6x slower (printed to 3 digits), plus wake-ups on a busy machine
         snap = httpx.get(f"{server.url}/v2/cascade/costs", timeout=10).json()
         row = {m["model"]: m for m in snap["models"]}["lr-chars"]
         assert row["applied"] == pytest.approx(factor, rel=1e-3)
@@ -116,10 +116,6 @@ def test_auto_replans_with_the_measured_costs_and_swaps_without_dropping() -> No
     assert metric(text, "cascadeserve_admitted_total") == metric(text, "cascadeserve_answered_total")
 
 
-def _drift_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "cascadeserve.replan"]
-
-
 def test_notify_names_the_slow_model_and_keeps_the_plan(caplog: pytest.LogCaptureFixture) -> None:
     profile = load_profile(PROFILE)
     caplog.set_level(logging.WARNING)
@@ -127,16 +123,14 @@ def test_notify_names_the_slow_model_and_keeps_the_plan(caplog: pytest.LogCaptur
     try:
         rp = server.app.replanner
         assert rp is not None
-        # on a busy machine the tiny lr-words batches (0.1 ms profiled) can first drift on wake-up delays alone:
-        # wait for the drift that names the slowed model
-        sent, ok = _drive(server, lambda: "lr-chars x" in " ".join(_drift_lines(caplog)))
+        sent, ok = _drive(server, lambda: rp.stats.cost_drifts >= 1)
         assert ok == sent and rp.stats.swapped == 0 and server.app.runtime.current.number == 0
         snap = httpx.get(f"{server.url}/v2/cascade/costs", timeout=10).json()
     finally:
         server.stop()
-    named = [line for line in _drift_lines(caplog) if "lr-chars x" in line]
-    assert named and all("--replan auto" in line for line in named)
-    assert float(named[0].split("lr-chars x")[1].split()[0]) > 3.0  # the 6x slowdown, named with its factor
+    drift = [r.getMessage() for r in caplog.records if r.name == "cascadeserve.replan"]
+    assert drift and "lr-chars x" in drift[0] and "lr-words" not in drift[0]
+    assert "lr-chars" in rp.stats.last and "--replan auto" in rp.stats.last
     factors, _, notes = snapshot_factors(snap, min_batches=5)
     assert factors["lr-chars"] > 3.0  # since the start: most batches ran after the slowdown
     assert notes == ["model 'nb-words': 0 batches (fewer than --min-batches 5): unchanged"]  # not in the plan
