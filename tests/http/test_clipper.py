@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -42,7 +43,7 @@ def clipper_server(
 
 def _v2(
     url: str, sample: int, rid: str | None = None, client: httpx.Client | None = None, **params: object
-) -> dict:  # type: ignore[type-arg]
+) -> dict[str, Any]:
     """One V2 call; ``client``: a kept-alive connection (a loop of calls need not set one up per call)."""
     body: dict[str, object] = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [sample]}]}
     if rid is not None:
