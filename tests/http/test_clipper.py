@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -40,13 +41,16 @@ def clipper_server(
         server.stop()
 
 
-def _v2(url: str, sample: int, rid: str | None = None, **params: object) -> dict:  # type: ignore[type-arg]
+def _v2(
+    url: str, sample: int, rid: str | None = None, client: httpx.Client | None = None, **params: object
+) -> dict[str, Any]:
+    """One V2 call; ``client``: a kept-alive connection (a loop of calls need not set one up per call)."""
     body: dict[str, object] = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [sample]}]}
     if rid is not None:
         body["id"] = rid
     if params:
         body["parameters"] = params
-    r = httpx.post(f"{url}/v2/models/toy/infer", json=body, timeout=10)
+    r = (client or httpx).post(f"{url}/v2/models/toy/infer", json=body, timeout=10)
     assert r.status_code == 200, r.text
     return r.json()  # type: ignore[no-any-return]
 
@@ -121,10 +125,10 @@ def test_exp3_selection_learns_and_survives_a_restart(toy_profile: Profile, tmp_
     strong = fixed_plan(toy_profile, Cascade(("m2",), ()), dev)
     opts = ClipperOptions(alternatives=(("candidate", strong),), store_path=tmp_path / "sel.sqlite", eta=0.2, gamma=0.1)
     labels = toy_profile.labels
-    with clipper_server(toy_profile, weak, opts) as s:
+    with clipper_server(toy_profile, weak, opts) as s, httpx.Client(timeout=10) as client:
         for i in range(150):
-            out = _v2(s.url, i, rid=f"r{i}", context="u1")
-            httpx.post(f"{s.url}/v2/models/toy/feedback", json={"id": f"r{i}", "label": int(labels[i])})
+            out = _v2(s.url, i, rid=f"r{i}", client=client, context="u1")
+            client.post(f"{s.url}/v2/models/toy/feedback", json={"id": f"r{i}", "label": int(labels[i])})
         text = httpx.get(f"{s.url}/metrics").text
         learnt = s.app.asgi.api.layer.selector.state("u1")  # type: ignore[attr-defined]
         assert out["outputs"][2]["data"][0] in ("m0", "m2")

@@ -225,15 +225,30 @@ def serve(
     prof = load_profile(profile)
     gear_plan = load_plan(plan, prof)
     engine = _backend(backend, address, None if emulate else models)
-    if emulate and measure_overhead:
-        _measure_costs(prof, gear_plan, engine, profile, out)
+    planned = gear_plan  # as loaded: what the start-up measurement checks for recorded costs
 
+    # every option is checked before anything runs: a bad one fails at once, not after the measurement below
     gear_plan = _with_batch_target(gear_plan, batching, slo_p95_ms)
     clipper = _clipper_options(cache_size, batching, gear_plan)
     tuning = _tuning_options(tune, tune_target, tune_budget, audit_fraction, tune_reference, gear_plan, prof)
     layer = _layer_options(alternative or [], selection, selection_store, slo_p95_ms, default_output, prof)
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
+    replan_options = _replan_options(
+        replan,
+        qps_scaling,
+        gear_plan,
+        profile,
+        threshold=replan_threshold,
+        window_s=replan_window_s,
+        min_s=replan_min_s,
+        cooldown_s=replan_cooldown_s,
+        timeout_s=replan_timeout_s,
+    )
+    costs = cost_settings(cost_tolerance, cost_window_s)
+    slowed = slowdowns(slowdown or [])
+    if emulate and measure_overhead:
+        _measure_costs(prof, planned, engine, profile, out)
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
     slo = slo_p95_ms
     if slo is None:
@@ -251,7 +266,7 @@ def serve(
             slo_ms=slo,
             default_timeout_s=(timeout_ms if timeout_ms is not None else 10 * slo) / 1000.0,
             tuning=tuning,
-            slowdowns=slowdowns(slowdown or []),
+            slowdowns=slowed,
             **clipper,
         ),
         server_options=ServerOptions(
@@ -259,18 +274,8 @@ def serve(
         ),
         backend=engine,
         clipper=layer,
-        replan=_replan_options(
-            replan,
-            qps_scaling,
-            gear_plan,
-            profile,
-            threshold=replan_threshold,
-            window_s=replan_window_s,
-            min_s=replan_min_s,
-            cooldown_s=replan_cooldown_s,
-            timeout_s=replan_timeout_s,
-        ),
-        costs=cost_settings(cost_tolerance, cost_window_s),
+        replan=replan_options,
+        costs=costs,
     )
     server = Server(
         built,

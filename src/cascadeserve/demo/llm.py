@@ -31,12 +31,12 @@ import platformdirs
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.http import Server, build_app
-from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
+from cascadeserve.models import Adapter, MeasureOptions, load_models_config, load_validation, measure
 from cascadeserve.models.llm_prompts import decode_item
 from cascadeserve.plan import SLO, Device, GearPlan, fixed_plan
 from cascadeserve.planner import Planner, default_batch_caps
 from cascadeserve.profile import Profile
-from cascadeserve.runtime import load_model_config
+from cascadeserve.runtime import ModelConfig, load_model_config
 from cascadeserve.traces import poisson
 
 __all__ = ["LLMDemoOptions", "LLMDemoResult", "LLMReplay", "excerpt_path", "run_llm_demo"]
@@ -151,7 +151,11 @@ async def _replay(url: str, rows: list[str], labels: np.ndarray, arrivals: np.nd
 
 
 def _profile(
-    opts: LLMDemoOptions, models_yaml: Path, say: Say, progress: Callable[[str, int, int], None] | None
+    opts: LLMDemoOptions,
+    models_yaml: Path,
+    served: ModelConfig,
+    say: Say,
+    progress: Callable[[str, int, int], None] | None,
 ) -> Profile:
     data = load_validation(str(excerpt_path()), limit=opts.rows)
     key = hashlib.sha256(excerpt_path().read_bytes() + MODELS_YAML.encode() + str(opts.rows).encode()).hexdigest()[:12]
@@ -163,8 +167,9 @@ def _profile(
             progress(f"profile {model}", done, total)
 
     t0 = time.perf_counter()
+    adapters = {name: m for name, m in served.models.items() if isinstance(m, Adapter)}  # the loaded stages
     prof, _ = measure(load_models_config(models_yaml), data, prof_dir, name="llm-sst2-demo", options=mopts,
-                      progress=on_measure)  # fmt: skip
+                      models=adapters, progress=on_measure)  # fmt: skip
     say(f"profile: {prof_dir} ({prof.n_samples} SST-2 reviews, {time.perf_counter() - t0:.0f} s)")
     for row in prof.summary():
         say(f"  {row['model']:<14} accuracy {row['accuracy']:.3f}  {row['runtime_ms_b1']:.0f} ms per review alone")
@@ -177,7 +182,10 @@ def run_llm_demo(
     opts.out.mkdir(parents=True, exist_ok=True)
     models_yaml = opts.out / "models.yaml"
     models_yaml.write_text(MODELS_YAML)
-    prof = _profile(opts, models_yaml, say, progress)
+    # both stages built and loaded once: the profile measures them and each replay's server serves them (one
+    # server at a time), so no LLM is loaded twice
+    served = load_model_config(models_yaml)
+    prof = _profile(opts, models_yaml, served, say, progress)
 
     devices = tuple(Device(name=f"dev{i}", memory_mb=4096) for i in range(opts.devices))
     slo = SLO(kind="p95_ms", value=opts.slo_p95_ms)
@@ -209,7 +217,7 @@ def run_llm_demo(
         systems.append((f"{m} alone", fixed_plan(prof, Cascade((m,), ()), devices, max_qps=plan.max_qps, slo=slo)))
     replays = []
     for name, p in systems:
-        built = build_app(prof, p, models=load_model_config(models_yaml), name=NAME)
+        built = build_app(prof, p, models=served, name=NAME)
         with Server(built, "127.0.0.1", 0, grace_s=5.0) as server:
             replays.append(asyncio.run(_replay(server.url, rows, data.labels, arrivals, name)))
     lines = [r.line(opts.slo_p95_ms) for r in replays]
