@@ -30,6 +30,7 @@ EXPECTED: dict[str, list[str]] = {
         "ModelProfile",
         "Profile",
         "RuntimeCurve",
+        "Vote",
         "calibrate",
         "certainty_function",
         "costs_note",
@@ -40,6 +41,8 @@ EXPECTED: dict[str, list[str]] = {
         "record_batch_overhead",
         "record_costs",
         "save_profile",
+        "useful_votes",
+        "with_votes",
     ],
     "cascadeserve.profile.certainty": [
         "CERTAINTY_FUNCTIONS",
@@ -116,6 +119,7 @@ EXPECTED: dict[str, list[str]] = {
         "Replica",
         "fixed_plan",
         "load_plan",
+        "plan_profile",
     ],
     "cascadeserve.policy": [
         "DEFAULT_SLO_MS",
@@ -365,6 +369,7 @@ REEXPORTS = {
         "cascadeserve.profile.io",
         "cascadeserve.profile.profile",
         "cascadeserve.profile.runtime",
+        "cascadeserve.profile.vote",
     ],
     "cascadeserve.policy": [
         "cascadeserve.policy.admission",

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.errors import PlanError
-from cascadeserve.profile import Profile
+from cascadeserve.profile import Profile, Vote, with_votes
 
 __all__ = [
     "DEFAULT_MAX_WAIT_MS",
@@ -54,6 +54,7 @@ __all__ = [
     "Replica",
     "fixed_plan",
     "load_plan",
+    "plan_profile",
 ]
 
 SCHEMA_VERSION = 3
@@ -365,6 +366,13 @@ class GearPlan(_Frozen):
         return p
 
 
+def plan_profile(profile: Profile, plan: GearPlan) -> Profile:
+    """``profile`` plus the vote stages (:mod:`cascadeserve.profile.vote`) that ``plan`` names: the profile the plan
+    is checked, simulated and served with (a vote stage's records are derived from its members', never stored)."""
+    votes = [v for m in plan.models() if (v := Vote.parse(m, profile.model_names)) is not None]
+    return with_votes(profile, votes)
+
+
 def load_plan(path: str | Path, profile: Profile | None = None) -> GearPlan:
     """Read a plan file, validate it, and (given a profile) check it against the profile."""
     p = Path(path)
@@ -372,7 +380,7 @@ def load_plan(path: str | Path, profile: Profile | None = None) -> GearPlan:
         raise PlanError("plan file does not exist", path=p)
     plan = GearPlan.from_json(p.read_text(encoding="utf-8"), path=p)
     if profile is not None:
-        plan.check_against(profile, path=p)
+        plan.check_against(plan_profile(profile, plan), path=p)
     return plan
 
 

@@ -13,8 +13,9 @@ from cascadeserve.baselines import (
     NoCascade,
     NoSwitching,
     ensemble_profile,
-    vote,
 )
+from cascadeserve.profile import Vote
+from cascadeserve.profile.vote import vote_records
 from cascadeserve.traces import constant, step
 
 
@@ -60,7 +61,7 @@ def test_cocktail_scales_up_ahead_of_a_step_and_pays_for_it() -> None:
 
 def test_ensemble_votes() -> None:
     prof = tiny_profile()
-    assert (vote(prof, ("slow",), "majority") == prof.predictions[1]).all()
+    assert (vote_records(prof, Vote(("slow",), "majority"))[0] == prof.predictions[1]).all()
     ens = ensemble_profile(prof)
     assert "slow:majority" in ens.model_names
 

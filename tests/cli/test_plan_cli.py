@@ -9,7 +9,7 @@ from tests.cli_json import parse_json, stdout_json
 
 from cascadeserve.cli import run
 from cascadeserve.plan import load_plan
-from cascadeserve.profile import Profile, load_profile, save_profile
+from cascadeserve.profile import Profile, Vote, load_profile, save_profile
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
 
@@ -176,3 +176,46 @@ def test_models_left_out_for_memory_are_named_on_stderr_and_by_explain(
         assert line in capsys.readouterr().out.splitlines()
     assert run([*args, "--device-memory-mb", "1000", "--ranges", "2", "--out", str(out)]) == 0
     assert "warning:" not in capsys.readouterr().err
+
+
+def _voters(tmp_path: Path) -> Path:
+    """Three cheap models, right on 75 % of the samples each, wrong on different ones: their vote gets ~84 %."""
+    import numpy as np
+
+    from cascadeserve.profile import ModelProfile, RuntimeCurve
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, 400)
+    scores = {}
+    for m in ("a", "b", "c"):
+        pred = np.where(rng.random(400) < 0.75, labels, 1 - labels)
+        s = np.full((400, 2), 0.3)
+        s[np.arange(400), pred] = 0.7
+        scores[m] = s + rng.random((400, 2)) * 0.01
+    models = [ModelProfile(m, 100.0, RuntimeCurve((1, 32), (1.0, 4.0))) for m in ("a", "b", "c")]
+    d = tmp_path / "voters"
+    save_profile(Profile.from_scores("voters", models, labels, scores), d)
+    return d
+
+
+def test_plan_with_votes_reaches_past_the_best_model_and_simulate_serves_the_vote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prof_dir = _voters(tmp_path)
+    prof = load_profile(prof_dir)
+    target = f"{float(prof.accuracies.max()) + 0.03:.3f}"  # above every model alone
+    out = tmp_path / "plan.json"
+    args = ["plan", "--profile", str(prof_dir), "--devices", "1", "--device-memory-mb", "1000", "--max-qps", "100"]
+    args += ["--slo-accuracy", target, "--ranges", "2", "--out", str(out)]
+    assert run(args) == 2  # single models only: unreachable
+    assert "accuracy" in capsys.readouterr().err
+    assert run([*args, "--votes", "1", "--json"]) == 0
+    summary = stdout_json(capsys)
+    used = {m for g in summary["gears"] for m in g["models"]}
+    assert any(Vote.parse(m, prof.model_names) is not None for m in used)
+    plan = load_plan(out, prof)  # the vote is rebuilt from the profile, not stored in it
+    assert set(plan.models()) >= used
+    trace = "synthetic:poisson:qps=100,duration=5"
+    assert run(["simulate", "--profile", str(prof_dir), "--plan", str(out), "--trace", trace, "--json"]) == 0
+    sim = stdout_json(capsys)
+    assert sim["completed"] == sim["requests"] and sim["accuracy"] >= float(target) - 0.03

@@ -11,7 +11,7 @@ estimates).
 
 from __future__ import annotations
 
-from cascadeserve.baselines.cocktail import CocktailPlus, LoadTime, ensemble_profile, vote
+from cascadeserve.baselines.cocktail import CocktailPlus, LoadTime, ensemble_profile
 from cascadeserve.baselines.common import (
     ACCURACY_TOL,
     Config,
@@ -51,7 +51,6 @@ __all__ = [
     "ensemble_profile",
     "pareto_models",
     "sub_profile",
-    "vote",
     "without_cascades",
 ]
 

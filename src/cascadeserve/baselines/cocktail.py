@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import combinations
 
 import numpy as np
 
@@ -44,13 +43,13 @@ from cascadeserve.baselines.common import (
 )
 from cascadeserve.plan import Gear, GearPlan, GearReplica, Replica
 from cascadeserve.policy import GearSchedule
-from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
+from cascadeserve.profile import ModelProfile, Profile
+from cascadeserve.profile.vote import vote_front, vote_model, vote_records
 
-__all__ = ["CocktailPlus", "LoadTime", "ensemble_profile", "vote"]
+__all__ = ["CocktailPlus", "LoadTime", "ensemble_profile"]
 
 UTILISATIONS = (0.6, 0.9)
 INTERVALS_S = (5.0, 30.0)
-_REF_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -64,57 +63,18 @@ class LoadTime:
         return self.fixed_s + model.memory_mb / self.mb_per_s + batch_ms(model, 1, overhead_ms) / 1000.0
 
 
-def vote(profile: Profile, members: tuple[str, ...], kind: str) -> np.ndarray:
-    """The ensemble's prediction per validation sample."""
-    rows = [profile.index(m) for m in members]
-    preds = profile.predictions[rows]
-    n_cls = int(max(profile.predictions.max(), profile.labels.max())) + 1
-    w = np.ones(preds.shape) if kind == "majority" else np.array(profile.certainties[rows])
-    score = np.zeros((n_cls, preds.shape[1]))
-    for k in range(len(rows)):
-        np.add.at(score, (preds[k], np.arange(preds.shape[1])), w[k])
-    best = rows[int(np.argmax([profile.accuracies[r] for r in rows]))]
-    # ties go to the most accurate member: a tiny bonus on its vote
-    score[profile.predictions[best], np.arange(preds.shape[1])] += 1e-9
-    return np.asarray(score.argmax(axis=0), dtype=np.int64)
-
-
-def _ens_name(members: tuple[str, ...], kind: str) -> str:
-    return f"{'+'.join(members)}:{kind}"
-
-
-def ensemble_profile(profile: Profile, min_accuracy: float = 0.0, batch: int = _REF_BATCH) -> Profile:
-    """A profile of virtual ensemble models: the Pareto front (accuracy vs per-sample cost) of all ensembles."""
-    names = profile.model_names
-    cands: list[tuple[float, float, tuple[str, ...], str, np.ndarray, ModelProfile]] = []
-    for k in range(1, len(names) + 1):
-        for members in combinations(names, k):
-            for kind in ("majority",) if k == 1 else ("majority", "weighted"):
-                if kind == "majority" and k == 2:
-                    continue  # two voters with ties to the better one = the better one alone
-                pred = vote(profile, members, kind)
-                acc = float(np.mean(pred == profile.labels))
-                if acc < min_accuracy - ACCURACY_TOL:
-                    continue
-                sizes = sorted({b for m in members for b in profile.model(m).runtime.batch_sizes})
-                ms = np.sum([profile.model(m).runtime.ms_at(np.array(sizes)) for m in members], axis=0)
-                mem = float(sum(profile.model(m).memory_mb for m in members))
-                mp = ModelProfile(
-                    _ens_name(members, kind), mem, RuntimeCurve(tuple(sizes), tuple(float(x) for x in ms))
-                )
-                cands.append((acc, mp.runtime.per_sample_ms(batch), members, kind, pred, mp))
-    keep = [
-        c for c in cands if not any((o[0] >= c[0] and o[1] <= c[1]) and (o[0] > c[0] or o[1] < c[1]) for o in cands)
-    ]
-    if not keep:  # nothing reaches the targets: keep the most accurate ensemble so the system still exists
-        keep = [max(cands, key=lambda c: c[0])] if cands else []
+def ensemble_profile(profile: Profile, min_accuracy: float = 0.0) -> Profile:
+    """A profile of virtual ensemble models: the Pareto front (accuracy vs per-sample cost) of all votes
+    (:func:`~cascadeserve.profile.vote.vote_front`, the same vote stages the planner may use)."""
+    front = [v for v, _, _ in vote_front(profile, min_accuracy, ACCURACY_TOL)]
+    preds = [vote_records(profile, v)[0] for v in front]
     return Profile(
         name=f"{profile.name}-ensembles",
-        models=tuple(c[5] for c in keep),
+        models=tuple(vote_model(profile, v) for v in front),
         sample_ids=np.array(profile.sample_ids),
         labels=np.array(profile.labels),
-        predictions=np.stack([c[4] for c in keep]),
-        certainties=np.ones((len(keep), profile.n_samples)),
+        predictions=np.stack(preds),
+        certainties=np.ones((len(front), profile.n_samples)),  # an ensemble answers every request: never unsure
         task=profile.task,
         device=profile.device,
         source=f"ensembles of {profile.name}",

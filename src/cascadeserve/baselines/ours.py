@@ -5,6 +5,9 @@
   hyper-parameters are the defaults (``n_ranges=10``, ``alpha=8``), not grid-searched. The planner replays each
   plan on the workload's trace and plans again against a tighter internal SLO while the replay misses the SLO
   (its trace check, :mod:`cascadeserve.planner.tracecheck`); DynBa's planner batching gets the same check.
+  The planner's models include up to ``votes`` vote stages (default 1, as ``plan --votes 1``;
+  :func:`~cascadeserve.profile.useful_votes`): the cheapest votes of the family's models that are more accurate
+  than its best model, which no cascade of single models can reach (an ensemble system's one advantage).
 * :class:`NoSwitching`: one static cascade serves the whole trace. The candidates are SP1's frontier cascades
   that can reach an accuracy target (up to :data:`STATIC_CANDIDATES`, spread over the frontier), each placed on
   every device where it fits with work-conserving batching (a free device takes its whole queue up to each
@@ -43,7 +46,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.plan import SLO
 from cascadeserve.planner import STATIC_CANDIDATES, Planner, search_cascades, static_cascades, static_plan
 from cascadeserve.planner.static import replay_accuracy
-from cascadeserve.profile import Profile
+from cascadeserve.profile import Profile, useful_votes, with_votes
 
 __all__ = ["STATIC_CANDIDATES", "CascadeServe", "NoCascade", "NoSwitching", "without_cascades"]
 
@@ -67,12 +70,17 @@ def without_cascades(profile: Profile) -> Profile:
 class CascadeServe(System):
     name = "cascadeserve"
 
-    def __init__(self, n_ranges: int = 10, alpha: float = 8.0) -> None:
+    def __init__(self, n_ranges: int = 10, alpha: float = 8.0, votes: int = 1) -> None:
         self.n_ranges = n_ranges
         self.alpha = alpha
+        self.votes = votes
+        self._voted: dict[int, Profile] = {}
 
     def _profile(self, w: Workload) -> Profile:
-        return w.profile
+        hit = self._voted.get(id(w.profile))
+        if hit is None:
+            hit = self._voted[id(w.profile)] = with_votes(w.profile, useful_votes(w.profile, self.votes))
+        return hit
 
     def configs(self, w: Workload, devices: int) -> list[Config]:
         return [{"slo": "p95_ms", "value": v} for v in w.latency_slos_ms] + [
@@ -137,7 +145,7 @@ class NoCascade(CascadeServe):
     name = "no-cascade"
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(votes=0)  # the paper's ablation: single models only
         self._cache: dict[int, Profile] = {}
 
     def _profile(self, w: Workload) -> Profile:

@@ -58,6 +58,7 @@ def workload_values(state: StateDir) -> dict[str, Any]:
         "limit": spec.profile.limit,
         "ranges": spec.plan.ranges,
         "max_busy": spec.plan.max_busy,
+        "votes": spec.plan.votes,
         "seed": spec.plan.seed,
         "host": serve.host,
         "port": serve.port,

@@ -31,7 +31,7 @@ from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError, InfeasibleError
 from cascadeserve.plan import GearPlan, fixed_plan, load_plan
 from cascadeserve.planner import SUBMODULES, Planner, PlannerReport, QpsDistribution, default_batch_caps
-from cascadeserve.profile import load_profile
+from cascadeserve.profile import load_profile, useful_votes, with_votes
 
 __all__ = ["plan_app", "plan_summary", "print_plan"]
 
@@ -226,6 +226,15 @@ def plan(
             "simulator but queues on a runtime whose per-batch cost grows with load. Re-plans keep it.",
         ),
     ] = 1.0,
+    votes: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Vote stages the planner may use: up to this many certainty-weighted votes of the family's models "
+            "that are more accurate than its best model (a vote runs its members one after the other on one "
+            "device; served on the local backend with the margin certainty). 0: single models only.",
+        ),
+    ] = 0,
     backend: BackendOpt = "local",
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
@@ -256,6 +265,8 @@ def plan(
     if max_qps <= 0:
         raise CascadeServeError("--max-qps must be positive")
     prof = load_profile(profile)
+    offered = useful_votes(prof, votes)
+    prof = with_votes(prof, offered)
     hw = devices_from(devices, device_memory_mb)
     planner = Planner(
         n_ranges=ranges,
@@ -272,6 +283,8 @@ def plan(
     status_console = err_console if as_json else console
     try:
         head = f"planning {prof.name}: {slo} up to {max_qps:,.0f} QPS on {devices} devices"
+        if offered:
+            head += f", with vote stage{'s' if len(offered) > 1 else ''} {', '.join(v.name for v in offered)}"
         if check is not None:  # the replays take seconds per million requests: say they are coming
             head += f", each plan replayed on {len(check):,} requests"
         with status_console.status(head) as status:

@@ -62,7 +62,7 @@ from cascadeserve.cli.serve_checks import check_options, cost_settings, loopback
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.clipper import ClipperOptions
-from cascadeserve.plan import GearPlan, load_plan
+from cascadeserve.plan import GearPlan, load_plan, plan_profile
 from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for, batch_target_s
 from cascadeserve.policy.tuning import OnlineTuning
@@ -224,6 +224,7 @@ def serve(
             raise CascadeServeError(f"{opt}: {f} is not a file")
     prof = load_profile(profile)
     gear_plan = load_plan(plan, prof)
+    prof = plan_profile(prof, gear_plan)
     engine = _backend(backend, address, None if emulate else models)
     planned = gear_plan  # as loaded: what the start-up measurement checks for recorded costs
 

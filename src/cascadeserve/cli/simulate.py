@@ -45,7 +45,7 @@ from cascadeserve.cli.common import (
 from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, print_json
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.plan import GearPlan, load_plan
+from cascadeserve.plan import GearPlan, load_plan, plan_profile
 from cascadeserve.planner.replan import replan
 from cascadeserve.policy import PlanTables
 from cascadeserve.policy.tuning import OnlineTuning
@@ -105,6 +105,7 @@ def simulate(
     """Simulate the plan on the trace and print latency percentiles, accuracy and gear switches."""
     prof = load_profile(profile)
     gear_plan = load_plan(plan, prof)
+    prof = plan_profile(prof, gear_plan)
     if batch_overhead_ms is not None:
         gear_plan = gear_plan.model_copy(update={"batch_overhead_ms": batch_overhead_ms})
     elif not gear_plan.batch_overhead_ms and prof.batch_overhead_ms:

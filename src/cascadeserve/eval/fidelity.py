@@ -39,7 +39,7 @@ import numpy as np
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.eval.loadgen import LoadReport, run_load
-from cascadeserve.plan import Device, fixed_plan, load_plan
+from cascadeserve.plan import Device, fixed_plan, load_plan, plan_profile
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import SimResult, simulate
 from cascadeserve.traces import poisson
@@ -221,7 +221,7 @@ def fidelity(
     rows = []
     for plan_path in plans:
         plan = load_plan(plan_path, prof)
-        sim = simulate(prof, plan, arrivals)
+        sim = simulate(plan_profile(prof, plan), plan, arrivals)
         rep = _run(profile_dir, plan_path, prof, arrivals)
         sim_p95 = sim.percentile_ms(95)
         cal: float | None = None

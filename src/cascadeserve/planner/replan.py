@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.plan import GearPlan, load_plan
+from cascadeserve.plan import GearPlan, load_plan, plan_profile
 from cascadeserve.planner.planner import Planner
 from cascadeserve.planner.workload import QpsDistribution
 from cascadeserve.profile import Profile, load_profile
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prof = load_profile(args[0])
         plan = load_plan(args[1], prof)
         weights = [float(x) for x in args[2].split(",")]
-        replan(prof, plan, weights).save(args[3])
+        replan(plan_profile(prof, plan), plan, weights).save(args[3])
     except (CascadeServeError, ValueError) as e:
         print(f"re-plan failed: {e}", file=sys.stderr)
         return 2

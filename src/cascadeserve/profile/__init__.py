@@ -14,6 +14,7 @@ from cascadeserve.profile.certainty import (
 from cascadeserve.profile.io import load_profile, record_batch_overhead, record_costs, save_profile
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
+from cascadeserve.profile.vote import Vote, useful_votes, with_votes
 
 __all__ = [
     "CERTAINTY_FUNCTIONS",
@@ -21,6 +22,7 @@ __all__ = [
     "ModelProfile",
     "Profile",
     "RuntimeCurve",
+    "Vote",
     "calibrate",
     "certainty_function",
     "costs_note",
@@ -31,4 +33,6 @@ __all__ = [
     "record_batch_overhead",
     "record_costs",
     "save_profile",
+    "useful_votes",
+    "with_votes",
 ]

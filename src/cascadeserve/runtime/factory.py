@@ -11,6 +11,7 @@ from cascadeserve.runtime.clock import Clock, MonotonicClock
 from cascadeserve.runtime.device import Device, EmulatedDevice, HostLoad, ModelFn, ThreadDevice
 from cascadeserve.runtime.observer import Observer
 from cascadeserve.runtime.server import Runtime, RuntimeOptions
+from cascadeserve.runtime.vote import with_vote_models
 
 __all__ = ["emulated_runtime", "local_runtime"]
 
@@ -51,7 +52,9 @@ def local_runtime(
     observer: Observer | None = None,
     options: RuntimeOptions | None = None,
 ) -> Runtime:
-    """A runtime that runs ``models`` (name -> ``scores = f(batch)``) on one worker thread per device."""
+    """A runtime that runs ``models`` (name -> ``scores = f(batch)``) on one worker thread per device; a vote stage
+    the plan names is built from its members (``runtime/vote.py``)."""
+    models = with_vote_models(models, plan.models(), certainty)
     names = tuple(models)
     missing = sorted(set(plan.models()) - set(names))
     if missing:

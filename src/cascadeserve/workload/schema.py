@@ -81,6 +81,7 @@ class PlanSpec(_Strict):
 
     ranges: int = Field(default=10, ge=1, description="Number of equal QPS ranges (gears).")
     max_busy: float = Field(default=1.0, ge=0.01, le=1.0, description="Device headroom: busiest device at most.")
+    votes: int = Field(default=0, ge=0, description="Vote stages the planner may use (0: single models only).")
     seed: int = Field(default=0, description="Random seed.")
 
 

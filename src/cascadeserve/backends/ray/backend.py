@@ -20,8 +20,9 @@ import ray
 
 from cascadeserve.backends.ray.frontend import RayRuntime
 from cascadeserve.backends.ray.options import ModelSource, RayOptions
+from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import GearPlan
-from cascadeserve.profile import Profile
+from cascadeserve.profile import Profile, Vote
 from cascadeserve.runtime import Clock, ModelConfig, MonotonicClock, Observer, Runtime, RuntimeOptions
 
 __all__ = ["RayBackend", "model_sources"]
@@ -75,6 +76,9 @@ class RayBackend:
         names = tuple(models.models)
         missing = sorted(set(plan.models()) - set(names))
         if missing:
+            votes = [m for m in missing if Vote.parse(m, names) is not None]
+            if votes:  # its members would have to share one actor's batch: not built on Ray
+                raise CascadeServeError(f"vote stage {votes[0]} is served on the local backend only (--backend local)")
             raise KeyError(f"the plan needs models {', '.join(missing)}, which the models config does not define")
         self.connect()
         sources: Mapping[str, ModelSource] = self.model_sources or models.models
