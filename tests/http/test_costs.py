@@ -5,6 +5,7 @@ sees it, ``notify`` names the model, ``auto`` re-plans with the measured costs a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.plan import SLO, Device, fixed_plan
 from cascadeserve.policy.costs import CostSettings
 from cascadeserve.policy.replan import DriftSettings, ReplanMode
-from cascadeserve.profile import Profile, load_profile
+from cascadeserve.profile import RuntimeCurve, load_profile, save_profile
 from cascadeserve.profile.slowdown import Slowdown, Slowdowns
 from cascadeserve.runtime import RuntimeOptions
 from cascadeserve.runtime.replanner import ReplanOptions
@@ -27,12 +28,27 @@ from cascadeserve.runtime.replanner import ReplanOptions
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
 # load drift never fires here (its window is long): only cost drift re-plans
 QUIET = {"window_ticks": 100_000, "min_ticks": 100_000, "threshold": 0.99, "cooldown_s": 1e6, "check_every": 10}
-# a 4 ms floor: the emulated devices' own wake-ups add a millisecond or so to every batch on a busy machine, which
-# must not read as drift of the sub-millisecond models; lr-chars slowed 6x is ~9 ms over at batch 1
-COSTS = CostSettings(tolerance=0.25, window_s=2.0, sustain_s=1.0, min_batches=5, cooldown_s=1000.0, min_excess_ms=4.0)
+SCALE = 10.0  # the profile's runtimes x10 (lr-words 5.5 ms, lr-chars 18 ms at batch 1), saved to a temporary copy
+# drift is x2 and 25 ms per batch: an emulated device's wake-ups add ~1 ms to every batch on a quiet machine and ~10
+# ms at load 6, which must not read as drift of the healthy model; lr-chars slowed 6x is ~90 ms over at batch 1
+COSTS = CostSettings(tolerance=1.0, window_s=2.0, sustain_s=1.0, min_batches=5, cooldown_s=1000.0, min_excess_ms=25.0)
 
 
-def _server(profile: Profile, mode: ReplanMode, slow_at_s: float) -> Server:
+@pytest.fixture(scope="module")
+def scaled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tweets profile whose batches take 10x as long (re-plans read it from disk)."""
+    prof = load_profile(PROFILE)
+    models = tuple(
+        dataclasses.replace(m, runtime=RuntimeCurve(m.runtime.batch_sizes, tuple(x * SCALE for x in m.runtime.ms)))
+        for m in prof.models
+    )
+    out = tmp_path_factory.mktemp("costs") / "tweets-sklearn"
+    save_profile(dataclasses.replace(prof, models=models), out)
+    return out
+
+
+def _server(profile_dir: Path, mode: ReplanMode, slow_at_s: float) -> Server:
+    profile = load_profile(profile_dir)
     plan = fixed_plan(
         profile,
         Cascade(("lr-words", "lr-chars"), (0.99,)),
@@ -48,7 +64,7 @@ def _server(profile: Profile, mode: ReplanMode, slow_at_s: float) -> Server:
         name="tweets",
         runtime_options=RuntimeOptions(max_in_flight=4096, slowdowns=slow),
         server_options=ServerOptions(stop_grace_s=2.0),
-        replan=ReplanOptions(DriftSettings(mode=mode, **QUIET), PROFILE, timeout_s=120.0),  # type: ignore[arg-type]
+        replan=ReplanOptions(DriftSettings(mode=mode, **QUIET), profile_dir, timeout_s=120.0),  # type: ignore[arg-type]
         costs=COSTS,
     )
     return Server(app, "127.0.0.1", 0, grace_s=2.0).start()
@@ -92,9 +108,8 @@ def _drive(server: Server, done: object, bound_s: float = 90.0) -> tuple[int, in
     return asyncio.run(run())
 
 
-def test_auto_replans_with_the_measured_costs_and_swaps_without_dropping() -> None:
-    profile = load_profile(PROFILE)
-    server = _server(profile, "auto", slow_at_s=1.0)
+def test_auto_replans_with_the_measured_costs_and_swaps_without_dropping(scaled: Path) -> None:
+    server = _server(scaled, "auto", slow_at_s=1.0)
     try:
         rp, rt = server.app.replanner, server.app.runtime
         assert rp is not None
@@ -116,10 +131,9 @@ def test_auto_replans_with_the_measured_costs_and_swaps_without_dropping() -> No
     assert metric(text, "cascadeserve_admitted_total") == metric(text, "cascadeserve_answered_total")
 
 
-def test_notify_names_the_slow_model_and_keeps_the_plan(caplog: pytest.LogCaptureFixture) -> None:
-    profile = load_profile(PROFILE)
+def test_notify_names_the_slow_model_and_keeps_the_plan(scaled: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    server = _server(profile, "notify", slow_at_s=0.5)
+    server = _server(scaled, "notify", slow_at_s=0.5)
     try:
         rp = server.app.replanner
         assert rp is not None
