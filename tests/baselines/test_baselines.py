@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from tests.baselines.tiny import tiny_profile, workload
+from tests.baselines.tiny import tiny_profile, voters_profile, workload
 
 from cascadeserve.baselines import (
     CascadeServe,
@@ -12,6 +12,7 @@ from cascadeserve.baselines import (
     MSPlus,
     NoCascade,
     NoSwitching,
+    Workload,
     ensemble_profile,
 )
 from cascadeserve.profile import Vote
@@ -88,3 +89,21 @@ def test_planner_based_systems_replay_their_plan_on_the_compared_trace() -> None
         assert f"over {len(w.trace):,} requests" in note
         o = dep.outcome(dep.simulate(w.trace.arrivals))
         assert ("trace check met" in note) == o.meets(50.0, 0.0 if dep.plan.slo.kind == "p95_ms" else 0.9 + 5e-4)
+
+
+def test_cascadeserve_plans_each_slo_with_its_vote_stage_and_without() -> None:
+    prof = voters_profile()
+    target = round(float(prof.accuracies.max()) + 0.03, 4)  # above every model alone
+    # 400 requests: each of the 400 samples once, so a replay's accuracy is the profile's
+    w = Workload(prof, constant(200, 2.0, arrival="uniform"), (100.0,), (target,), device_memory_mb=100.0)
+    cs = CascadeServe()
+    cfgs = cs.configs(w, 1)
+    plain = [{"slo": "p95_ms", "value": 100.0}, {"slo": "accuracy", "value": target}]
+    assert cfgs == [{**c, "votes": 1} for c in plain] + plain  # with the vote first
+    voted = cs.deploy(w, 1, cfgs[1])
+    assert voted is not None and any(Vote.parse(m, prof.model_names) for m in voted.plan.models())
+    assert voted.outcome(voted.simulate(w.trace.arrivals)).meets(100.0, target)
+    alone = cs.deploy(w, 1, cfgs[3])  # single models only: the target is out of reach
+    assert alone is None or not alone.outcome(alone.simulate(w.trace.arrivals)).meets(100.0, target)
+    assert NoCascade().configs(w, 1) == plain  # the ablation keeps single models
+    assert CascadeServe().configs(workload(constant(100, 2.0)), 1)[0] == {"slo": "p95_ms", "value": 100.0}

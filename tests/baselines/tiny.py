@@ -27,3 +27,18 @@ def tiny_profile(n: int = 200, fast_ms: float = 1.0, slow_ms: float = 5.0) -> Pr
 
 def workload(trace: Trace, lats: tuple[float, ...] = (100.0,), accs: tuple[float, ...] = (0.9,)) -> Workload:
     return Workload(tiny_profile(), trace, lats, accs, device_memory_mb=100.0)
+
+
+def voters_profile(n: int = 400) -> Profile:
+    """Three cheap models right on ~75 % of the samples each, wrong on different ones: their vote gets ~84 %, more
+    than any of them alone."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, n)
+    scores = {}
+    for m in ("a", "b", "c"):
+        pred = np.where(rng.random(n) < 0.75, labels, 1 - labels)
+        s = np.full((n, 2), 0.3)
+        s[np.arange(n), pred] = 0.7
+        scores[m] = s + rng.random((n, 2)) * 0.01
+    models = [ModelProfile(m, 10.0, RuntimeCurve((1, 32), (1.0, 4.0))) for m in ("a", "b", "c")]
+    return Profile.from_scores("voters", models, labels, scores)
