@@ -16,7 +16,7 @@ from cascadeserve.cli import run
 from cascadeserve.eval.loadgen import run_load
 from cascadeserve.http import Server, build_app
 from cascadeserve.plan import SLO, Device, fixed_plan
-from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, load_profile, save_profile
+from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, Vote, load_profile, save_profile, with_votes
 
 # two models that sleep 4 ms per batch whatever its size; the profile says 2 ms: a factor of 2 (and a bit)
 FACTORY = """
@@ -100,6 +100,35 @@ def test_read_a_live_servers_costs(
     after = load_profile(out)
     assert after.model("a").runtime.ms[0] > 3.8 and after.model("b").runtime.ms[0] > 3.8
     assert f"as measured on {url} (" in after.calibration
+
+
+def test_a_live_server_with_a_vote_stage_calibrates_its_members_only(
+    family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cascadeserve.plan import plan_profile
+    from cascadeserve.runtime import load_model_config
+
+    cfg, _, prof_dir = family
+    prof = load_profile(prof_dir)
+    vote = Vote.of(prof, ("a", "b"), "weighted")
+    voted = with_votes(prof, [vote])
+    plan = fixed_plan(
+        voted, Cascade(("a", vote.name), (1.0,)), (Device(name="d0", memory_mb=10),), slo=SLO(kind="p95_ms", value=500)
+    )
+    served = plan_profile(prof, plan)  # what serve builds from the profile on disk and the plan
+    assert served.model(vote.name) == voted.model(vote.name)
+    app = build_app(served, plan, models=load_model_config(cfg), name="sleepers")
+    rows = np.random.default_rng(1).random(size=(30, 3))
+    with Server(app, "127.0.0.1", 0, grace_s=2.0) as server:
+        report = asyncio.run(run_load(server.url, "sleepers", np.linspace(0, 1.0, 40), rows=rows))
+        assert report.ok == 40
+        argv = ["profile", "calibrate", "--profile", str(prof_dir), "--url", server.url, "--out", str(tmp_path / "c")]
+        code = run([*argv, "--min-batches", "5"])
+    err = capsys.readouterr()
+    assert code == 0, err.err
+    assert f"vote stage {vote.name!r}: unchanged" in err.out + err.err
+    after = load_profile(tmp_path / "c")
+    assert after.model("a").runtime.ms[0] > 3.8 and after.model_names == ("a", "b")
 
 
 def test_a_live_server_measures_how_much_slower_batches_run_on_a_busy_host(

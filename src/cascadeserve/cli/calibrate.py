@@ -31,7 +31,7 @@ from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.profile import ProfileDir, profile_app
 from cascadeserve.cli.root import console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.profile import Profile, calibrate, load_profile, save_profile
+from cascadeserve.profile import Profile, Vote, calibrate, load_profile, save_profile
 
 __all__ = ["calibrate_cmd"]
 
@@ -90,6 +90,11 @@ def calibrate_cmd(
     from cascadeserve.eval.hostcost import snapshot_factors
 
     factors, busy, notes = snapshot_factors(snap, min_batches)
+    for name in [m for m in factors if Vote.parse(m, prof.model_names) is not None]:
+        # a vote stage's costs are rebuilt from its members' each time a plan names it: there is nothing to scale
+        factors.pop(name)
+        busy.pop(name, None)
+        notes.append(f"vote stage {name!r}: unchanged (its costs are its members'; serve them to calibrate them)")
     unknown = sorted(set(factors) - set(prof.model_names))
     if unknown:
         raise CascadeServeError(f"--url: it measured model(s) {', '.join(unknown)}, which {profile} lacks")
