@@ -145,11 +145,14 @@ def with_votes(profile: Profile, votes: Sequence[Vote]) -> Profile:
 
 
 def vote_front(profile: Profile, min_accuracy: float = 0.0, tol: float = 0.0) -> list[tuple[Vote, float, float]]:
-    """(vote, accuracy, ms per sample at batch 32) on the accuracy/cost Pareto front of every vote of the family
-    (single models are votes of one), cheapest first; votes below ``min_accuracy - tol`` are left out."""
+    """(vote, accuracy, ms per sample at batch 32) on the accuracy/cost Pareto front of the family's votes (single
+    models are votes of one; in a family of more than 8, votes of at most 3), cheapest first; votes below
+    ``min_accuracy - tol`` are left out."""
     names = [m for m in profile.model_names if profile.model(m).tokens is None]
+    # every subset up to 8 models (255 votes); past that, votes of at most 3 (a family of 20 has 1,350, not 10^6)
+    largest = len(names) if len(names) <= 8 else 3
     cands: list[tuple[Vote, float, float]] = []
-    for k in range(1, len(names) + 1):
+    for k in range(1, largest + 1):
         for members in combinations(names, k):
             for kind in ("majority",) if k == 1 else VOTE_KINDS:
                 if kind == "majority" and k == 2:
