@@ -212,7 +212,7 @@ def load(arch: str, seed: int = 0, quick: bool = False, train: bool = True) -> A
 def _save(model: Any, path: Path) -> None:
     torch = require("torch")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # one per process: two that train at once write apart
     torch.save(model.state_dict(), str(tmp))
     tmp.replace(path)  # atomic: a half-written file never looks cached
 

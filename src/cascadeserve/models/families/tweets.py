@@ -160,6 +160,14 @@ def _embed(fn: Callable[[Any], np.ndarray], texts: list[str], batch: int = 64) -
     return np.concatenate([fn(texts[i : i + batch]) for i in range(0, len(texts), batch)])
 
 
+def _write(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: two processes that prepare at once (pytest-xdist's workers on a cold
+    cache) each write a file of their own and move it into place, so neither reads the other's half-written one."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
 def prepare(path: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Path:
     """Train the three models' trainable parts (TF-IDF + LR, the two heads) once; returns the cache folder."""
     d = data_dir(path)
@@ -179,14 +187,14 @@ def prepare(path: str | Path | None = None, progress: Callable[[str], None] | No
         lm.LogisticRegression(max_iter=2000, C=2.0),
     )
     tfidf.fit(x, y)
-    (out / "tfidf-lr.pkl").write_bytes(pickle.dumps(tfidf))
+    _write(out / "tfidf-lr.pkl", pickle.dumps(tfidf))
 
     say("minilm-l3: embedding the training tweets")
     ort = require("onnxruntime")
     sess = ort.InferenceSession(str(l3_path()), providers=["CPUExecutionProvider"])
     emb3 = _embed(lambda b: sess.run(["461"], tokenize(b))[0], x)
     head3 = lm.LogisticRegression(max_iter=3000, C=1.0).fit(emb3, y)
-    (out / "minilm-l3.pkl").write_bytes(pickle.dumps(head3))
+    _write(out / "minilm-l3.pkl", pickle.dumps(head3))
 
     say("minilm-l6: embedding the training tweets")
     torch = require("torch")
@@ -199,7 +207,7 @@ def prepare(path: str | Path | None = None, progress: Callable[[str], None] | No
 
     emb6 = _embed(l6, x)
     head6 = lm.LogisticRegression(max_iter=3000, C=1.0).fit(emb6, y)
-    (out / "minilm-l6.pkl").write_bytes(pickle.dumps(head6))  # written last: its presence means "prepared"
+    _write(out / "minilm-l6.pkl", pickle.dumps(head6))  # written last: its presence means "prepared"
     return out
 
 
