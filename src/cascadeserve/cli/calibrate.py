@@ -144,4 +144,4 @@ def _write(
     if as_json:
         print_json({"out": str(out), "factors": factors, "busy_factors": busy, "calibration": new.calibration})
         return
-    console.print(f"wrote {out}: {new.calibration}", highlight=False)
+    console.print(f"wrote {out}: {new.calibration}", highlight=False, soft_wrap=True)

@@ -337,4 +337,4 @@ def report_cmd(
     cmd = invocation()
     notes = "\n".join(f"- `{r[0]['profile']}`: {r[0]['scaling']}; {r[0]['workload']['description']}." for r in results)
     path = write_report(out, results, cmd, notes)
-    console.print(f"wrote {path}")
+    console.print(f"wrote {path}", soft_wrap=True)

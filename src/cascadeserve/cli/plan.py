@@ -324,6 +324,7 @@ def plan(
         f"{rep.simulations} simulations, frontier of {rep.frontier_size} cascades ({rep.frontier_method}); "
         f"time-weighted accuracy {rep.plan_accuracy:.4f}" + ("" if rep.converged else f" [yellow]{rep.message}[/]"),
         highlight=False,
+        soft_wrap=True,  # the path stays whole (copyable, and findable in the output) however long it is
     )
     if rep.trace_check is not None:
         style = "green" if rep.trace_check.met else "yellow"
@@ -391,4 +392,7 @@ def fixed(
         backend=_backend(backend),
     )
     plan.save(out)
-    console.print(f"wrote {out}: {casc} on {len(plan.replicas)} replica(s) over {len(plan.devices)} device(s)")
+    # soft_wrap: the path stays whole however long it is (a console of 80 columns broke a long temporary path)
+    console.print(
+        f"wrote {out}: {casc} on {len(plan.replicas)} replica(s) over {len(plan.devices)} device(s)", soft_wrap=True
+    )

@@ -218,5 +218,7 @@ def measure_cmd(
     if as_json:
         print_json({"out": str(out), "name": prof.name, "device": prof.device, "models": prof.summary()})
         return
-    console.print(f"wrote {out} ({len(records)} models, {prof.n_samples} samples; {prof.device})", highlight=False)
+    console.print(
+        f"wrote {out} ({len(records)} models, {prof.n_samples} samples; {prof.device})", highlight=False, soft_wrap=True
+    )
     show(out)
