@@ -134,7 +134,8 @@ class PrometheusObserver(NullObserver):
             k: self.answered_c.labels(k) for k in ("ok", "fallback", "deadline", "model_error", "client_gone", "other")
         }
         self.stats = InferenceStats()  # Triton's model statistics (GET /v2/models/{m}/stats)
-        self._batch: dict[str, Histogram] = {}
+        self._batch: dict[str, tuple[Histogram, Histogram]] = {}  # per model: batch size, batch seconds
+        self._ratio: dict[str, Histogram] = {}  # per model: batch seconds over the profile's
         self._exits: dict[int, Counter] = {}
 
     def attach(self, runtime: Runtime) -> None:
@@ -179,17 +180,22 @@ class PrometheusObserver(NullObserver):
         self.duplicates_c.inc()
 
     def batch(self, event: BatchEvent) -> None:
-        h = self._batch.get(event.model)
-        if h is None:
-            h = self._batch[event.model] = self.batch_h.labels(event.model)
-        h.observe(event.size)
+        model = event.model
+        children = self._batch.get(model)
+        if children is None:  # labels() per batch costs a lock and a tuple lookup: keep each model's children
+            children = self._batch[model] = (self.batch_h.labels(model), self.batch_s.labels(model))
+        size_h, seconds_h = children
+        size_h.observe(event.size)
         seconds = event.end - event.start
-        self.batch_s.labels(event.model).observe(seconds)
-        curve = self._curves.get(event.model)
+        seconds_h.observe(seconds)
+        curve = self._curves.get(model)
         if curve is not None and not event.failed:
-            planned_ms = float(curve.ms_at(event.size))
+            planned_ms = curve.ms_of(event.size)
             if planned_ms > 0:
-                self.batch_vs_profile.labels(event.model).observe(seconds * 1000.0 / planned_ms)
+                ratio_h = self._ratio.get(model)
+                if ratio_h is None:  # made on the first ratio only: a model never compared exports no series
+                    ratio_h = self._ratio[model] = self.batch_vs_profile.labels(model)
+                ratio_h.observe(seconds * 1000.0 / planned_ms)
         if not event.failed and event.size > event.answered:
             self.escalations_c.labels(event.model).inc(event.size - event.answered)
         self.stats.batch(event)

@@ -28,6 +28,7 @@ class RuntimeCurve:
     batch_sizes: tuple[int, ...]
     ms: tuple[float, ...]
     _cache: dict[int, list[float]] = field(default_factory=dict, compare=False, repr=False)
+    _ms_of: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.batch_sizes:
@@ -66,6 +67,14 @@ class RuntimeCurve:
             out = np.where(hi, ys[-1] + slope_hi * (b - xs[-1]), out)
             out = np.where(lo, ys[0] + slope_lo * (b - xs[0]), out)
         return np.asarray(np.maximum(out, _MIN_MS))
+
+    def ms_of(self, batch_size: int) -> float:
+        """``float(ms_at(batch_size))`` for one integer size, memoised: the serving observers ask it for every batch,
+        and ``ms_at`` on a scalar costs ~30 µs of numpy set-up on a 2-core host, against ~0.1 µs for a dict hit."""
+        ms = self._ms_of.get(batch_size)
+        if ms is None:
+            ms = self._ms_of[batch_size] = float(self.ms_at(batch_size))
+        return ms
 
     def seconds(self, batch_size: int) -> float:
         """Seconds for one batch (scalar convenience)."""

@@ -66,7 +66,7 @@ class CostMonitor(NullObserver):
         row = self._rows.get(event.model)
         if row is None or event.failed:
             return
-        profiled_s = float(self._curves[row].ms_at(event.size)) / 1000.0
+        profiled_s = self._curves[row].ms_of(event.size) / 1000.0
         seconds = event.end - event.start
         # the cost in force: the profile's, times the factor applied, slowed by the host's load as the plan assumed
         planned = contended(profiled_s * self.applied[event.model], self._busy[row], event.host_share)
