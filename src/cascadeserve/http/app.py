@@ -50,7 +50,7 @@ from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
-from cascadeserve.http.fastpath import InferFastPath, disconnected, server_error
+from cascadeserve.http.fastpath import InferFastPath, answered_or_gone, outcome, read_body, server_error
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
@@ -233,14 +233,7 @@ class _Api:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise ProtocolError(f"body: {declared} bytes is over the limit of {limit} bytes", 413)
-        chunks = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ProtocolError(f"body: over the limit of {limit} bytes", 413)
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await read_body(request.receive, limit)
 
     def _sample_rows(self, arr: np.ndarray) -> list[Any]:
         index = self.model.sample_index
@@ -312,17 +305,11 @@ class _Api:
             return _error(str(e), 503, {"Retry-After": _retry_after(e.retry_after_s)})
         except ServingError as e:
             return _error(str(e), e.status)
-        waiting = asyncio.gather(*(r.future for r in reqs), return_exceptions=True)
-        gone = asyncio.ensure_future(disconnected(request.receive))
-        try:
-            await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
-            if not waiting.done():  # the client went away: drop its rows that have not started
-                self.runtime.cancel(reqs)
-                results = await waiting
-            else:
-                results = waiting.result()
-        finally:
-            gone.cancel()
+        futures = [r.future for r in reqs]
+        if not await answered_or_gone(futures, request.receive):  # the client went away: drop rows not started
+            self.runtime.cancel(reqs)
+            await asyncio.gather(*futures, return_exceptions=True)
+        results = [outcome(f) for f in futures]
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             worst = max(errors, key=lambda e: getattr(e, "status", 500))

@@ -5,14 +5,18 @@ Split from :mod:`cascadeserve.http.app`: it decides nothing, it only routes one 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["InferFastPath", "disconnected", "server_error"]
+from cascadeserve.http.v2 import ProtocolError
+
+__all__ = ["InferFastPath", "answered_or_gone", "disconnected", "outcome", "read_body", "server_error"]
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
@@ -58,3 +62,65 @@ async def disconnected(receive: Receive) -> None:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
+
+
+async def answered_or_gone(futures: Sequence[asyncio.Future[Any]], receive: Receive) -> bool:
+    """Wait until every future is done (``True``) or the client disconnects first (``False``).
+
+    What ``asyncio.wait((gather(*futures), disconnected-task), FIRST_COMPLETED)`` did, without the gathering future
+    and ``wait``'s own future and callbacks: a count of the futures still pending, one future to wake on. The
+    disconnect watch is still a task (only a read of ``receive`` tells a disconnect), cancelled once answered.
+    """
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+    left = len(futures)
+
+    def wake(_: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    def one_done(_: object) -> None:
+        nonlocal left
+        left -= 1
+        if not left:
+            wake()
+
+    for f in futures:
+        f.add_done_callback(one_done)
+    gone = loop.create_task(disconnected(receive))
+    gone.add_done_callback(wake)
+    try:
+        await woken
+    finally:
+        gone.cancel()
+    return not left
+
+
+def outcome(future: asyncio.Future[Any]) -> Any:
+    """A done future's result, or its exception (as ``gather(..., return_exceptions=True)`` gives them)."""
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception() or future.result()
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The request body; past ``limit`` bytes a :class:`ProtocolError` (413) naming the limit.
+
+    Starlette's ``Request.stream`` reads the same messages, through an async generator whose set-up and three
+    resumptions cost more than the one message a small infer request is; a disconnect raises as it does there.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise ProtocolError(f"body: over the limit of {limit} bytes", 413)
+            if chunk:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
