@@ -71,9 +71,11 @@ async def answered_or_gone(futures: Sequence[asyncio.Future[Any]], receive: Rece
     and ``wait``'s own future and callbacks: a count of the futures still pending, one future to wake on. The
     disconnect watch is still a task (only a read of ``receive`` tells a disconnect), cancelled once answered.
     """
+    left = sum(not f.done() for f in futures)
+    if not left:  # answered already (or nothing to wait for): no disconnect watch to start
+        return True
     loop = asyncio.get_running_loop()
     woken: asyncio.Future[None] = loop.create_future()
-    left = len(futures)
 
     def wake(_: object = None) -> None:
         if not woken.done():
@@ -86,7 +88,8 @@ async def answered_or_gone(futures: Sequence[asyncio.Future[Any]], receive: Rece
             wake()
 
     for f in futures:
-        f.add_done_callback(one_done)
+        if not f.done():  # a done one is not in `left`: its callback would count it again
+            f.add_done_callback(one_done)
     gone = loop.create_task(disconnected(receive))
     gone.add_done_callback(wake)
     try:
