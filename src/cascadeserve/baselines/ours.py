@@ -75,21 +75,24 @@ class CascadeServe(System):
         self.n_ranges = n_ranges
         self.alpha = alpha
         self.votes = votes
-        self._voted: dict[int, Profile] = {}
+        self._voted: dict[int, Profile | None] = {}  # per profile: with its vote stages (None: none worth offering)
+
+    def _with_votes(self, w: Workload) -> Profile | None:
+        key = id(w.profile)
+        if key not in self._voted:  # the votes are searched once per profile, not per device count and setting
+            offered = useful_votes(w.profile, self.votes)
+            self._voted[key] = with_votes(w.profile, offered) if offered else None
+        return self._voted[key]
 
     def _profile(self, w: Workload, votes: bool = False) -> Profile:
-        if not votes:
-            return w.profile
-        hit = self._voted.get(id(w.profile))
-        if hit is None:
-            hit = self._voted[id(w.profile)] = with_votes(w.profile, useful_votes(w.profile, self.votes))
-        return hit
+        voted = self._with_votes(w) if votes else None
+        return w.profile if voted is None else voted
 
     def configs(self, w: Workload, devices: int) -> list[Config]:
         slos: list[Config] = [{"slo": "p95_ms", "value": v} for v in w.latency_slos_ms] + [
             {"slo": "accuracy", "value": v} for v in w.accuracy_targets
         ]
-        if not useful_votes(w.profile, self.votes):
+        if self._with_votes(w) is None:
             return slos
         # planned with the vote stages first, then without: the planner's search is a heuristic, and a model more
         # to choose from can lead it to a worse plan in a cell (seen once: 2 devices with the vote, 1 without)
