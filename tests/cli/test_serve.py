@@ -72,3 +72,19 @@ def test_serve_on_a_port_in_use_fails_with_exit_2(toy_profile: Profile, tmp_path
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert f"could not listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_the_thread_warning_names_the_models_file_and_a_count_that_fits(tmp_path: Path) -> None:
+    import os
+
+    from cascadeserve.cli.serve_checks import thread_note
+
+    shipped = Path(__file__).resolve().parents[2] / "examples" / "llm" / "models.yaml"
+    assert thread_note(shipped, 1) is None  # one thread per device: fits any host
+    cores = os.cpu_count() or 1
+    over = tmp_path / "models.yaml"
+    over.write_text(shipped.read_text().replace("\nthreads: 1\n", f"\nthreads: {cores}\n"))
+    note = thread_note(over, 2)
+    assert note is not None
+    assert note.startswith(f"warning: {over}: 2 devices × {cores} intra-op threads")
+    assert f"set 'threads: {max(1, cores // 2)}'" in note

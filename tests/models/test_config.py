@@ -118,3 +118,43 @@ def test_serve_reads_an_adapter_config_through_the_runtime_hook(tmp_path: Path, 
     cfg = load_model_config(p)
     assert set(cfg.models) == {"a"} and cfg.input.name == "x" and cfg.input.shape == (-1, 4)
     assert np.asarray(cfg.models["a"](np.ones((2, 4)))).shape == (2, 3)
+
+
+def _threads_config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "models.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("top", "per_model", "devices", "cores", "asked"),
+    [
+        ("threads: 2\n", "", 2, 2, 4),  # the old LLM example: 2 devices × 2 threads on 2 cores
+        ("", "", 2, 2, 4),  # unset: torch's default is one thread per core
+        ("threads: 1\n", "    threads: 3\n", 1, 2, 3),  # a model's own count wins over the file's
+        ("threads: 2\n", "", 3, 4, 6),
+    ],
+)
+def test_devices_asking_for_more_threads_than_cores_are_named(
+    tmp_path: Path, top: str, per_model: str, devices: int, cores: int, asked: int
+) -> None:
+    body = f"{top}models:\n  - name: a\n    adapter: llm\n    ref: m:f\n{per_model}"
+    cfg = load_models_config(_threads_config(tmp_path, body))
+    note = cfg.oversubscription(devices, cores)
+    assert note is not None
+    assert f"ask for {asked} threads on {cores} cores" in note
+    assert f"threads: {max(1, cores // devices)}" in note
+
+
+@pytest.mark.parametrize(
+    ("body", "devices", "cores"),
+    [
+        ("threads: 1\nmodels:\n  - {name: a, adapter: llm, ref: 'm:f'}\n", 2, 2),
+        ("threads: 2\nmodels:\n  - {name: a, adapter: torch, ref: 'm:f'}\n", 2, 4),
+        # scikit-learn runs on the device's own thread; a GPU model's threads are not the host's cores
+        ("threads: 8\nmodels:\n  - {name: a, adapter: sklearn, ref: 'm:f'}\n", 2, 2),
+        ("threads: 8\nmodels:\n  - {name: a, adapter: torch, ref: 'm:f', device: cuda}\n", 2, 2),
+    ],
+)
+def test_threads_that_fit_the_cores_raise_no_warning(tmp_path: Path, body: str, devices: int, cores: int) -> None:
+    assert load_models_config(_threads_config(tmp_path, body)).oversubscription(devices, cores) is None

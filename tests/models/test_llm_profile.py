@@ -18,7 +18,7 @@ from cascadeserve.profile.llm_side import read_calibration, read_costs, read_sig
 
 CONFIG = """
 certainty: option-margin
-threads: 2
+threads: 1
 models:
   - name: smollm2-135m
     adapter: llm
@@ -113,3 +113,20 @@ def test_certainty_names_resolve_per_task() -> None:
     assert resolve_signal("llm-scoring", "mean-logprob") == ("option-margin", False)
     with pytest.raises(ModelLoadError, match="unknown LLM certainty signal 'bogus'"):
         resolve_signal("llm-scoring", "bogus")
+
+
+def test_a_batch_size_costs_its_whole_set_mean_not_its_draws_luck() -> None:
+    from cascadeserve.models.llm_profile import _whole_set_mean
+
+    same = np.full(50, 20)
+    # every prompt is 20 tokens: the draws' longest was 20 too, so the timed mean stands
+    assert _whole_set_mean(300.0, 2, (np.full(8, 20.0), 3.0), (np.zeros(8), 9.0), (same, np.zeros(50))) == 300.0
+    # the draws happened to be short (longest 10 on average): 10 tokens more at 3 ms each, and 2 answer tokens more
+    # at 9 ms a step
+    got = _whole_set_mean(300.0, 4, (np.full(8, 10.0), 3.0), (np.zeros(8), 9.0), (same, np.full(50, 2)))
+    assert got == pytest.approx(300.0 + 30.0 + 18.0)
+    # one long prompt in a set of short ones: a batch of 4 holds it about 4/50 of the time, so the expected longest
+    # rises by about (100 - 10) * (1 - (49/50)^4) tokens
+    mixed = np.r_[np.full(49, 10), 100]
+    got = _whole_set_mean(300.0, 4, (np.full(8, 10.0), 1.0), (np.zeros(8), 0.0), (mixed, np.zeros(50)))
+    assert got == pytest.approx(300.0 + 90 * (1 - (49 / 50) ** 4), rel=0.1)

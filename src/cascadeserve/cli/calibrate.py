@@ -111,6 +111,7 @@ def _now() -> str:
 def _measure_here(
     prof: Profile, models: Path, validation: str, devices: int, seconds: float
 ) -> tuple[dict[str, float], dict[str, float], str]:
+    from cascadeserve.cli.serve_checks import thread_note
     from cascadeserve.eval.hostcost import measure_host_costs
     from cascadeserve.models import load_validation
     from cascadeserve.runtime import load_model_config
@@ -120,6 +121,9 @@ def _measure_here(
     if missing:
         raise CascadeServeError(f"--models: {models} lacks model(s) {', '.join(missing)} of the profile")
     data = load_validation(validation)
+    warning = thread_note(models, devices)
+    if warning is not None:
+        err_console.print(warning, highlight=False)
     err_console.print(f"serving {len(prof.model_names)} models on {devices} devices for {seconds:g} s ...")
     rows = np.asarray(data.inputs, dtype=object if isinstance(data.inputs, list) else None)
     costs = measure_host_costs(prof, config, rows, devices=devices, seconds=seconds)

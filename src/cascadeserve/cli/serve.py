@@ -58,7 +58,14 @@ from cascadeserve.cli.common import (
 )
 from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, err_console
-from cascadeserve.cli.serve_checks import check_options, cost_settings, loopback, record_costs_in, slowdowns
+from cascadeserve.cli.serve_checks import (
+    check_options,
+    cost_settings,
+    loopback,
+    record_costs_in,
+    slowdowns,
+    thread_note,
+)
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.clipper import ClipperOptions
@@ -292,9 +299,12 @@ def serve(
             "the port can run inference",
             highlight=False,
         )
-    note = _headroom_note(gear_plan, emulate=emulate, replan=replan)  # after every option is checked
-    if note is not None:
-        err_console.print(note, highlight=False)
+    notes = [_headroom_note(gear_plan, emulate=emulate, replan=replan)]  # after every option is checked
+    if models is not None and not emulate and backend == "local":
+        notes.append(thread_note(models, len(gear_plan.devices)))
+    for note in notes:
+        if note is not None:
+            err_console.print(note, highlight=False)
     mode = ("emulated devices" if emulate else "devices") + f" on the {engine.name} backend"
 
     def banner() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -14,7 +15,19 @@ from cascadeserve.policy.costs import CostSettings
 from cascadeserve.profile import record_costs
 from cascadeserve.profile.slowdown import Slowdown, Slowdowns
 
-__all__ = ["check_options", "cost_settings", "loopback", "record_costs_in", "slowdowns"]
+__all__ = ["check_options", "cost_settings", "loopback", "record_costs_in", "slowdowns", "thread_note"]
+
+
+def thread_note(models: Path, devices: int) -> str | None:
+    """A warning when the plan's devices would ask for more intra-op threads than this host has cores (the models
+    config's ``threads``; see :meth:`cascadeserve.models.config.ModelsConfig.oversubscription`)."""
+    from cascadeserve.models.config import ModelsConfig, load_models_file  # deferred: the models package
+
+    cfg = load_models_file(models)
+    if not isinstance(cfg, ModelsConfig):
+        return None
+    note = cfg.oversubscription(devices, os.cpu_count() or 1)
+    return None if note is None else f"warning: {models}: {note}"
 
 
 def cost_settings(tolerance: float, window_s: float) -> CostSettings:

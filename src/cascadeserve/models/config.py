@@ -81,6 +81,9 @@ __all__ = [
 Hook = Callable[[Any], Any]
 _C = TypeVar("_C", bound=BaseModel)
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+# adapters whose frameworks run intra-op thread teams (scikit-learn and callables run on the calling thread; an
+# upstream runs elsewhere)
+_THREADED = frozenset({"torch", "onnx", "hf", "llm"})
 _DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "FP16", "FP32", "FP64", "BYTES")
 
 
@@ -168,6 +171,29 @@ class ModelsConfig(_Strict):
     def build(self) -> dict[str, Adapter]:
         """One (not yet loaded) adapter per model, in the config's order."""
         return {m.name: build_model(m, self.base_dir, default_threads=self.threads) for m in self.models}
+
+    def oversubscription(self, devices: int, cores: int) -> str | None:
+        """A warning when ``devices`` CPU devices, each running its largest threaded model at once, ask for more
+        intra-op threads than the host has ``cores``; ``None`` when they fit.
+
+        Why it matters: two torch thread teams on shared cores spin-wait on each other, so a batch runs up to
+        2.6× slower while the other device is busy than alone (SmolLM2 at batch 1, 2 devices × 2 threads on 2
+        cores), more at small batches than large: no profile of each model alone, nor one busy factor per model,
+        describes that. With one thread per core the same batches ran ×0.9–1.06 busy against alone
+        (``benchmarks/RESULTS.md``, contention per batch size)."""
+        threaded = [m for m in self.models if m.adapter in _THREADED and m.device == "cpu"]
+        if not threaded or devices < 1:
+            return None
+        # torch and ONNX Runtime default to one thread per core when none is set
+        per_device = max((m.threads or self.threads or cores) for m in threaded)
+        if per_device * devices <= cores:
+            return None
+        fit = max(1, cores // devices)
+        return (
+            f"{devices} devices × {per_device} intra-op threads ask for {per_device * devices} threads on "
+            f"{cores} cores: batches slow each other more than any profile says; set 'threads: {fit}' in the "
+            "models config (and profile with it)"
+        )
 
 
 class FactoryRef(_Strict):
