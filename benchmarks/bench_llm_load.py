@@ -96,7 +96,11 @@ def served(plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse
         load = os.getloadavg()[0]
         prof = load_profile(prof_dir)
         if args.models:
-            data = load_validation(str(args.validation))
+            # the rows the profile was measured on (profile measure --limit N takes the first N), so that the
+            # served requests carry the prompts the simulation replays: SST-2's later rows are other lengths
+            data = load_validation(str(args.validation), limit=len(prof.sample_ids))
+            if [str(i) for i in data.sample_ids] != [str(i) for i in prof.sample_ids]:
+                raise SystemExit(f"{args.validation}: its first {len(prof.sample_ids)} rows are not the profile's")
             rows = np.asarray(data.inputs, dtype=object)
             rep = asyncio.run(run_load(url, "llm", arrivals, labels=data.labels, rows=rows, connections=1024))
         else:

@@ -196,3 +196,14 @@ def test_batches_are_timed_on_random_content_not_the_first_samples(
 def test_timed_mean_leaves_out_one_stall_from_five_runs() -> None:
     assert timed_mean([1.0, 2.0, 3.0]) == 2.0  # too few runs to call one a stall
     assert timed_mean([1.0, 1.0, 2.0, 2.0, 50.0]) == 1.5
+
+
+def test_a_profiles_source_carries_no_machine_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cascadeserve.models.profiler import _portable
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)
+    assert _portable(f"{checkout}/data/val.csv") == "data/val.csv"
+    assert _portable(f"{tmp_path}/shared/data/val.csv") == "../shared/data/val.csv"  # data beside the checkout
+    assert _portable("tweets:../shared/x") == "tweets:../shared/x"

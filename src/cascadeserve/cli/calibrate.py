@@ -120,7 +120,9 @@ def _measure_here(
     missing = sorted(set(prof.model_names) - set(config.models))
     if missing:
         raise CascadeServeError(f"--models: {models} lacks model(s) {', '.join(missing)} of the profile")
-    data = load_validation(validation)
+    # the rows the profile was measured on (profile measure --limit N takes the first N): what a batch costs follows
+    # its prompts' lengths, and the factors compare against the profile's batches
+    data = load_validation(validation, limit=len(prof.sample_ids))
     warning = thread_note(models, devices)
     if warning is not None:
         err_console.print(warning, highlight=False)

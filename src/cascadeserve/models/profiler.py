@@ -123,9 +123,9 @@ def _rss_mb() -> float:
 
 
 def _portable(source: str) -> str:
-    """A data source as a committed profile may carry it: no machine path (relative to the working directory, or
-    under ``~``)."""
-    for root, short in ((Path.cwd(), ""), (Path.home(), "~/")):
+    """A data source as a committed profile may carry it: no machine path (relative to the working directory or its
+    parent, where data sits beside a checkout, or under ``~``)."""
+    for root, short in ((Path.cwd(), ""), (Path.cwd().parent, "../"), (Path.home(), "~/")):
         prefix = str(root).rstrip("/") + "/"
         if prefix in source and prefix != "/":
             source = source.replace(prefix, short)
