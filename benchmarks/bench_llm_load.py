@@ -52,7 +52,7 @@ def plans(prof: Profile, args: argparse.Namespace) -> dict[str, GearPlan]:
     out: dict[str, GearPlan] = {}
     variants = (("gears", args.ranges, args.peak), ("fixed@base", 1, args.base), ("fixed@peak", 1, args.peak))
     for name, ranges, qps in variants:
-        p = Planner(n_ranges=ranges).fit(prof, devices, slo, qps * 1.1)
+        p = Planner(n_ranges=ranges, max_busy=args.max_busy).fit(prof, devices, slo, qps * 1.1)
         assert p.plan_ is not None
         out[name] = p.plan_
     return out
@@ -84,7 +84,46 @@ def phases(arrivals: np.ndarray, lat_ms: np.ndarray, correct: np.ndarray, args: 
     return out
 
 
-def served(plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse.Namespace) -> tuple[Any, float]:
+def gear_shares(plan: GearPlan, arrivals: np.ndarray, gear: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
+    """Per phase, the share of answered requests each distinct gear (``plan.gear_runs``) admitted: where the served
+    gears and the simulated ones part, the QPS meters saw the load differently (-1: not answered)."""
+    run_of = np.full(len(plan.gears) + 1, -1)
+    for k, (lo, hi) in enumerate(plan.gear_runs):
+        run_of[lo : hi + 1] = k
+    runs = np.where(gear >= 0, run_of[np.clip(gear, 0, len(plan.gears))], -1)
+    spike = (arrivals >= args.spike_at_s) & (arrivals < args.spike_at_s + args.spike_width_s)
+    out: dict[str, Any] = {}
+    for name, m in (("spike", spike), ("outside", ~spike)):
+        ok = m & (runs >= 0)
+        out[name] = [round(float(np.mean(runs[ok] == k)), 3) if ok.any() else None for k in range(len(plan.gear_runs))]
+    return out
+
+
+def speed_probe() -> float:
+    """The host's speed just before a served run: ms for a fixed single-thread matrix workload (lower is faster; the
+    same probe as ``host_fidelity.sh``, in its own process with one BLAS thread). On a shared host it moves between
+    minutes, and a plan near saturation follows it."""
+    code = (
+        "import time, numpy as np\na = np.random.default_rng(0).random((256, 256)); t = time.perf_counter()\n"
+        "for _ in range(300): a @ a\nprint(round((time.perf_counter() - t) * 1000, 1))"
+    )
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    return float(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout)
+
+
+def _gear_switches(url: str) -> int:
+    """The server's gear switches so far (its Prometheus counter)."""
+    import httpx
+
+    for line in httpx.get(f"{url}/metrics", timeout=30.0).text.splitlines():
+        if line.startswith("cascadeserve_gear_switches_total "):
+            return int(float(line.split()[1]))
+    return -1
+
+
+def served(
+    plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse.Namespace
+) -> tuple[Any, float, int]:
     cmd = [*CS, "serve", "--plan", str(plan_path), "--profile", str(prof_dir), "--name", "llm", "--port",
            str(args.port)]  # fmt: skip
     cmd += ["--models", str(args.models)] if args.models else ["--emulate"]
@@ -94,6 +133,7 @@ def served(plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse
     try:
         wait_ready(url, proc, timeout_s=900.0)  # real LLMs load (and convert, the first time) for minutes
         load = os.getloadavg()[0]
+        args.speed_ms = speed_probe()
         prof = load_profile(prof_dir)
         if args.models:
             # the rows the profile was measured on (profile measure --limit N takes the first N), so that the
@@ -106,7 +146,8 @@ def served(plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse
         else:
             ids, labels = prof.sample_ids, prof.labels
             rep = asyncio.run(run_load(url, "llm", arrivals, sample_ids=ids, labels=labels, connections=1024))
-        return rep, load
+        switches = _gear_switches(url)
+        return rep, load, switches
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -126,6 +167,7 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=2)
     ap.add_argument("--device-memory-mb", type=float, default=16000.0)
     ap.add_argument("--ranges", type=int, default=8, help="QPS ranges of the gear plan.")
+    ap.add_argument("--max-busy", type=float, default=1.0, help="Device headroom of every plan (plan --max-busy).")
     ap.add_argument("--models", type=Path, help="Serve the real models (else emulated devices).")
     ap.add_argument("--validation", type=Path, help="With --models: the labelled JSONL the profile was measured on.")
     ap.add_argument("--plans", default="gears,fixed@base,fixed@peak")
@@ -155,19 +197,26 @@ def main() -> None:
             # the same simulation priced by batch size alone (what every engine charged before token costs)
             by_size = dataclasses.replace(prof, models=tuple(dataclasses.replace(m, tokens=None) for m in prof.models))
             sim0 = simulate(by_size, plan, arrivals, admission=AdmissionPolicy(4096, 1.0, budget))
-            rep, load = served(path, prof_dir, arrivals, args)
+            rep, load, switches = served(path, prof_dir, arrivals, args)
             lat = np.full(len(arrivals), np.nan)
             lat[rep.ok_index] = rep.latency_ms
             corr = np.zeros(len(arrivals), dtype=bool)
             corr[rep.ok_index] = rep.correct
+            served_gear = np.full(len(arrivals), -1)
+            served_gear[rep.ok_index] = rep.gear
+            sim_gear = np.where(np.isfinite(sim.finish), sim.gear, -1)
             gears = [(round(g.qps_high, 2), "+".join(g.models), [round(t, 3) for t in g.thresholds])
                      for g in plan.gears]  # fmt: skip
             print(json.dumps({
                 "plan": name,
                 "gears": [gears[i] for i, _ in plan.gear_runs],
                 "load_avg": round(load, 2),
+                "speed_probe_ms": args.speed_ms,
                 "sent": rep.sent, "answered": rep.ok, "shed": rep.shed, "errors": rep.errors,
                 "simulated_shed": sim.n_shed,
+                "gear_switches": {"simulated": sim.gear_switches, "served": switches},
+                "gear_shares": {"simulated": gear_shares(plan, arrivals, sim_gear, args),
+                                "served": gear_shares(plan, arrivals, served_gear, args)},
                 "simulated": phases(arrivals, sim_lat, sim.correct, args),
                 "simulated_by_size_only": phases(arrivals, sim0.latency_s * 1000.0, sim0.correct, args),
                 "served": phases(arrivals, lat, corr, args),

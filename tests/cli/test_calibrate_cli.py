@@ -93,6 +93,7 @@ def test_read_a_live_servers_costs(
     with Server(app, "127.0.0.1", 0, grace_s=2.0) as server:
         report = asyncio.run(run_load(server.url, "sleepers", np.linspace(0, 1.0, 40), rows=rows))
         assert report.ok == 40
+        assert report.gear.tolist() == [0] * 40  # the load report says which gear answered (one here)
         out, url = tmp_path / "live", server.url
         argv = ["profile", "calibrate", "--profile", str(prof_dir), "--url", url, "--out", str(out)]
         code = run([*argv, "--min-batches", "5"])

@@ -62,12 +62,14 @@ class LoadReport:
     ok_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False, compare=False)
     # per answered request: whether its label was right (all False without labels)
     correct: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False, compare=False)
+    # per answered request: the gear that answered it (-1 where the server did not say), to set beside a simulation's
+    gear: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The summary, floats rounded (milliseconds to 0.01, rates to 0.1, accuracy to 1e-4)."""
         out: dict[str, Any] = {}
         for k, v in asdict(self).items():
-            if k in ("latency_ms", "server_ms", "ok_index", "correct"):
+            if k in ("latency_ms", "server_ms", "ok_index", "correct", "gear"):
                 continue
             if isinstance(v, float):
                 v = round(v, 4 if k == "accuracy" else 1 if k.endswith("qps") else 2)
@@ -149,6 +151,7 @@ async def run_load(
     correct = np.zeros(n, dtype=bool)
     status = np.zeros(n, dtype=np.int64)
     fallback = 0
+    gear = np.full(n, -1, dtype=np.int64)
     lag = np.zeros(n)
     done = 0
     connector = aiohttp.TCPConnector(limit=connections, force_close=False)
@@ -178,6 +181,7 @@ async def run_load(
                     obj = json.loads(payload)
                     params = obj.get("parameters", {})
                     server[i] = (params.get("queue_ms", 0.0) + params.get("compute_ms", 0.0)) / 1000.0
+                    gear[i] = int(params.get("gear", -1))
                     if params.get("fallback"):
                         fallback += 1
                     if lab is not None:
@@ -248,4 +252,5 @@ async def run_load(
         server_ms=server[ok_mask] * 1000.0,
         ok_index=np.flatnonzero(ok_mask),
         correct=correct[ok_mask],
+        gear=gear[ok_mask],
     )
