@@ -446,7 +446,8 @@ def _layer_options(
 
 def _headroom_note(plan: GearPlan, *, emulate: bool, replan: str) -> str | None:
     """A hint when re-planning on emulated devices from a plan with no device headroom: such a runtime's per-batch
-    cost grows with load, and a re-plan made to sit near saturation then misses the SLO (RESULTS.md, issue 17)."""
+    cost grows with load, and a re-plan made to sit near saturation then misses the SLO
+    (RESULTS.md, "Device headroom closes load drift's p95 on the runtime")."""
     if not emulate or replan == "off" or plan.max_busy < 1:
         return None
     return (
