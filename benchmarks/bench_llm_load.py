@@ -46,13 +46,15 @@ from cascadeserve.traces import synthetic_trace
 CS = [str(Path(sys.executable).with_name("cascadeserve"))]
 
 
-def plans(prof: Profile, args: argparse.Namespace) -> dict[str, GearPlan]:
+def plans(prof: Profile, args: argparse.Namespace, spec: str) -> dict[str, GearPlan]:
     devices = tuple(Device(name=f"dev{i}", memory_mb=args.device_memory_mb) for i in range(args.devices))
     slo = SLO(kind="p95_ms", value=args.slo_ms)
     out: dict[str, GearPlan] = {}
     variants = (("gears", args.ranges, args.peak), ("fixed@base", 1, args.base), ("fixed@peak", 1, args.peak))
     for name, ranges, qps in variants:
-        p = Planner(n_ranges=ranges, max_busy=args.max_busy).fit(prof, devices, slo, qps * 1.1)
+        # the ranges weighted by the time the trace spends in each (what a user plans with: plan --qps-dist trace:…)
+        planner = Planner(n_ranges=ranges, max_busy=args.max_busy, qps_dist=f"trace:{spec}")
+        p = planner.fit(prof, devices, slo, qps * 1.1)
         assert p.plan_ is not None
         out[name] = p.plan_
     return out
@@ -185,7 +187,7 @@ def main() -> None:
         prof_dir = Path(d) / "profile"
         shutil.copytree(args.profile, prof_dir)  # serve reads it; nothing is written into the user's copy
         prof = load_profile(prof_dir)
-        for name, plan in plans(prof, args).items():
+        for name, plan in plans(prof, args, spec).items():
             if name not in args.plans.split(","):
                 continue
             path = Path(d) / f"{name.replace('@', '-')}.json"
