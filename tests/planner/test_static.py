@@ -107,3 +107,35 @@ def test_where_algorithm_1_finds_no_plan_on_one_device_the_static_cascade_is_the
     assert planner.plan_.notes["static_cascade"] == planner.report_.static_cascade
     res = simulate(prof, planner.plan_, trace.arrivals)
     assert res.percentile_ms(95) <= 100.0 and res.accuracy == static
+
+
+def test_without_a_gear_plan_each_range_still_takes_the_best_static_cascade_that_holds_there() -> None:
+    """Two real LLMs at 6.6 QPS on 2 CPU devices (the committed profile): Algorithm 1 finds no plan, and one static
+    cascade for every load would escalate as little at 1 QPS as at the peak. Each range instead takes the most
+    accurate static cascade that holds at its top: more escalations at low load, fewer near the peak."""
+    from pathlib import Path
+
+    from cascadeserve.profile import load_profile
+
+    prof = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "llm-sst2")
+    slo = SLO(kind="p95_ms", value=2500.0)
+    hw = [Device(name=f"d{i}", memory_mb=16000.0) for i in range(2)]
+    planner = Planner(n_ranges=8).fit(prof, hw, slo, 6.6)
+    plan = planner.plan_
+    assert plan is not None
+    assert "Algorithm 1 found no plan" in plan.notes["static_cascade"]
+    runs = [plan.gears[lo] for lo, _ in plan.gear_runs]
+    assert len(runs) >= 2  # gears, not one static cascade
+    assert [g.models for g in runs] == [("smollm2-135m", "gemma3-270m")] * len(runs)
+    thresholds = [g.thresholds[0] for g in runs]
+    assert thresholds == sorted(thresholds, reverse=True)  # fewer prompts escalate as the load rises
+    assert all(g.predicted_p95_ms is not None and g.predicted_p95_ms <= slo.value for g in plan.gears)
+    low = [replay_accuracy(prof, Cascade(g.models, g.thresholds), 0) for g in (plan.gears[0], plan.gears[-1])]
+    assert low[0] > low[1]  # the base load's gear is more accurate than the peak's
+    assert plan.qps_min_arrivals == planner.qps_min_arrivals  # the meter its ranges were judged with
+    # the plan as served holds the SLO below the peak's range, every request answered, without switching on noise
+    for qps in (runs[0].qps_high, plan.gears[-2].qps_low):
+        arrivals = poisson(qps, 60.0, seed=1).arrivals
+        sim = simulate(prof, plan, arrivals)
+        assert sim.completed == len(arrivals)
+        assert sim.percentile_ms(95) <= slo.value

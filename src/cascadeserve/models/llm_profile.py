@@ -65,7 +65,8 @@ __all__ = ["DEFAULT_CERTAINTY", "LLMMeasurement", "measure_llm", "resolve_signal
 DEFAULT_CERTAINTY = {TASK_SCORING: "option-margin", TASK_GENERATION: "mean-logprob"}
 CHUNK = 8  # items per forward pass while predicting: enough to batch, small enough for Gemma's vocabulary
 DECODE_STEPS = 8
-MIN_DRAWS = 16  # random batches timed per batch size at least: a batch's cost spreads by a third of its mean (±9 % on 16)
+# random batches timed per batch size at least: a batch's cost spreads by a third of its mean (±9 % on 16)
+MIN_DRAWS = 16
 
 Progress = Callable[[str, str, int, int], None]
 

@@ -37,7 +37,15 @@ from cascadeserve.planner.tracecheck import TraceCheck, rank
 from cascadeserve.policy import sure_mask
 from cascadeserve.profile import Profile
 
-__all__ = ["STATIC_CANDIDATES", "Judge", "best_static", "replay_accuracy", "static_cascades", "static_plan"]
+__all__ = [
+    "STATIC_CANDIDATES",
+    "Judge",
+    "best_static",
+    "replay_accuracy",
+    "static_cascades",
+    "static_gears",
+    "static_plan",
+]
 
 STATIC_CANDIDATES = 8
 
@@ -149,3 +157,55 @@ def best_static(
                 return c, plan, check
             return None
     return None
+
+
+def static_gears(
+    profile: Profile,
+    frontier: Frontier,
+    devices: Sequence[Device],
+    slo: SLO,
+    judge_at: Callable[[float], Judge],
+    top: tuple[Cascade, GearPlan, TraceCheck],
+    *,
+    overhead_ms: float,
+    max_qps: float,
+    n_ranges: int,
+) -> tuple[GearPlan, list[tuple[Cascade, TraceCheck]]] | None:
+    """Static cascades per QPS range: for each of ``n_ranges`` equal ranges below the top one, the most accurate
+    static cascade that meets ``slo`` at the range's top QPS (``judge_at(qps)`` judges there), the ``top`` one above;
+    as one gear plan whose placement is the union of theirs. Under a latency SLO the cascade that holds the peak is
+    seldom the best one at the base load: when Algorithm 1 finds no plan, one static cascade for every load gives
+    up the gears' point (fewer escalations only under load). ``None`` when the ranges all pick the top cascade or
+    the union of placements does not fit the devices' memory."""
+    top_cascade, top_plan, _ = top
+    width = max_qps / n_ranges
+    chosen: list[tuple[Cascade, GearPlan, TraceCheck]] = []
+    for r in range(n_ranges - 1):
+        q = width * (r + 1)
+        found = best_static(
+            profile, frontier, devices, slo, judge_at(q), overhead_ms=overhead_ms, max_qps=q, load_qps=q,
+            n_requests=0, beat=None,
+        )  # fmt: skip
+        chosen.append(found if found is not None else top)
+    chosen.append(top)
+    if all(c == top_cascade for c, _, _ in chosen):
+        return None
+    replicas = {rep.id: rep for _, plan, _ in chosen for rep in plan.replicas}
+    for d in devices:
+        if sum(profile.model(rep.model).memory_mb for rep in replicas.values() if rep.device == d.name) > d.memory_mb:
+            return None
+    gears = tuple(
+        plan.gears[0].model_copy(
+            update={
+                "qps_low": width * r,
+                "qps_high": max_qps if r == n_ranges - 1 else width * (r + 1),
+                "predicted_p95_ms": round(check.p95_ms, 3),
+                "predicted_accuracy": round(check.accuracy, 6),
+            }
+        )
+        for r, (_, plan, check) in enumerate(chosen)
+    )
+    order = {rep.id: i for i, rep in enumerate(top_plan.replicas)}
+    placed = tuple(sorted(replicas.values(), key=lambda rep: (order.get(rep.id, len(order)), rep.id)))
+    plan = top_plan.model_copy(update={"gears": gears, "replicas": placed})
+    return GearPlan.model_validate(plan.model_dump()), [(c, check) for c, _, check in chosen]
