@@ -106,8 +106,8 @@ def _random_batches(
 ) -> list[tuple[float, np.ndarray]]:
     """(ms, sample indices) of timed runs of ``run`` on batches of ``size`` drawn at random (seeded; without
     replacement while the set is large enough): an LLM batch's time follows its tokens, so a fixed batch would
-    describe its own prompts only. At least ``MIN_DRAWS`` runs (the token fit needs them), then up to ``repeats``
-    while ``budget_s`` lasts."""
+    describe its own prompts only. At least ``MIN_DRAWS`` runs (the mean and the token fit need them; no more than
+    the set holds distinct batches, and at least 3), then up to ``repeats`` while ``budget_s`` lasts."""
     n = len(validation)
 
     def draw() -> np.ndarray:
@@ -117,13 +117,14 @@ def _random_batches(
         run(validation.take(draw()))
     out: list[tuple[float, np.ndarray]] = []
     start = time.perf_counter()
-    while len(out) < max(repeats, MIN_DRAWS):
+    least = min(MIN_DRAWS, max(3, n // size))  # no more than the set holds distinct batches (a small set's tests)
+    while len(out) < max(repeats, least):
         idx = draw()
         batch = validation.take(idx)
         t0 = time.perf_counter()
         run(batch)
         out.append(((time.perf_counter() - t0) * 1000.0, idx))
-        if len(out) >= MIN_DRAWS and time.perf_counter() - start > budget_s:
+        if len(out) >= least and time.perf_counter() - start > budget_s:
             break
     return out
 

@@ -180,14 +180,18 @@ def static_gears(
     top_cascade, top_plan, _ = top
     width = max_qps / n_ranges
     chosen: list[tuple[Cascade, GearPlan, TraceCheck]] = []
-    for r in range(n_ranges - 1):
+    for r in range(n_ranges):  # the top range too: judged like the others, it may need a safer cascade than ``top``
         q = width * (r + 1)
         found = best_static(
             profile, frontier, devices, slo, judge_at(q), overhead_ms=overhead_ms, max_qps=q, load_qps=q,
             n_requests=0, beat=None,
         )  # fmt: skip
         chosen.append(found if found is not None else top)
-    chosen.append(top)
+    # accuracy never rises with the load: a cascade judged to hold above a range holds in it, so a range whose own
+    # pick is less accurate (a judgement's noise) takes the pick of the range above
+    for r in range(n_ranges - 2, -1, -1):
+        if replay_accuracy(profile, chosen[r][0], 0) < replay_accuracy(profile, chosen[r + 1][0], 0):
+            chosen[r] = chosen[r + 1]
     if all(c == top_cascade for c, _, _ in chosen):
         return None
     replicas = {rep.id: rep for _, plan, _ in chosen for rep in plan.replicas}
