@@ -382,21 +382,15 @@ class Planner:
             ),
         )
         if beat is None and arrivals is None and latency is not None and self.n_ranges > 1:
-            # no gear plan: still give each QPS range the most accurate static cascade that holds at its top
-            # each range judged above its top by the QPS meter's noise, as SP4 judges Algorithm 1's ranges
-            def judge_range(q: float) -> Judge:
-                return judge_at(check_qps(q, opts.tick_s, min_arrivals=self.qps_min_arrivals))
-
+            # no gear plan: each range still takes the best static cascade, judged above its top as SP4 judges
             ranged = static_gears(
-                profile, frontier, hardware, slo, judge_range, found,
+                profile, frontier, hardware, slo,
+                lambda q: judge_at(check_qps(q, opts.tick_s, min_arrivals=self.qps_min_arrivals)), found,
                 overhead_ms=opts.batch_overhead_ms, max_qps=max_qps, n_ranges=self.n_ranges,
             )  # fmt: skip
             if ranged is not None:
-                plan, picks = ranged
-                gears = plan.gears
-                said += "; below its top each range takes the most accurate static cascade that holds there: " + (
-                    ", ".join(f"{g.qps_high:g} QPS {c}" for g, (c, _) in zip(gears, picks, strict=True))
-                )
+                plan, ranges = ranged
+                gears, said = plan.gears, f"{said}; {ranges}"
         self.plan_ = plan.model_copy(
             update={
                 "gears": gears,

@@ -170,12 +170,13 @@ def static_gears(
     overhead_ms: float,
     max_qps: float,
     n_ranges: int,
-) -> tuple[GearPlan, list[tuple[Cascade, TraceCheck]]] | None:
-    """Static cascades per QPS range: for each of ``n_ranges`` equal ranges below the top one, the most accurate
-    static cascade that meets ``slo`` at the range's top QPS (``judge_at(qps)`` judges there), the ``top`` one above;
-    as one gear plan whose placement is the union of theirs. Under a latency SLO the cascade that holds the peak is
-    seldom the best one at the base load: when Algorithm 1 finds no plan, one static cascade for every load gives
-    up the gears' point (fewer escalations only under load). ``None`` when the ranges all pick the top cascade or
+) -> tuple[GearPlan, str] | None:
+    """Static cascades per QPS range: for each of ``n_ranges`` equal ranges, the most accurate static cascade that
+    meets ``slo`` at the range's top QPS (``judge_at(qps)`` judges there; ``top`` where none does), accuracy never
+    rising with the load; as one gear plan whose placement is the union of theirs, and a line saying which. Under a
+    latency SLO the cascade that holds the peak is seldom the best one at the base load: when Algorithm 1 finds no
+    plan, one static cascade for every load gives up the gears' point (fewer escalations only under load).
+    ``None`` when the ranges all pick the top cascade or
     the union of placements does not fit the devices' memory."""
     top_cascade, top_plan, _ = top
     width = max_qps / n_ranges
@@ -212,4 +213,5 @@ def static_gears(
     order = {rep.id: i for i, rep in enumerate(top_plan.replicas)}
     placed = tuple(sorted(replicas.values(), key=lambda rep: (order.get(rep.id, len(order)), rep.id)))
     plan = top_plan.model_copy(update={"gears": gears, "replicas": placed})
-    return GearPlan.model_validate(plan.model_dump()), [(c, check) for c, _, check in chosen]
+    said = ", ".join(f"{g.qps_high:g} QPS {c}" for g, (c, _, _) in zip(gears, chosen, strict=True))
+    return GearPlan.model_validate(plan.model_dump()), f"each range takes the most accurate that holds there: {said}"
