@@ -72,7 +72,7 @@ def test_measure_here_scales_every_model_by_what_its_batches_cost(
     before, after = load_profile(prof_dir), load_profile(out)
     for m in ("a", "b"):
         f = summary["factors"][m]
-        assert 1.9 < f < 50  # 4 ms of sleep against 2 ms profiled, plus the host's share (a busy CI box)
+        assert 1.9 < f < 1000  # 4 ms of sleep against 2 ms profiled, plus the host's share (a busy box: x64 seen)
         assert after.model(m).runtime.ms == pytest.approx(tuple(v * f for v in before.model(m).runtime.ms))
     assert after.calibration.startswith("runtimes a x") and "this host under serving conditions" in after.calibration
     assert before.calibration == ""  # the input is never rewritten
