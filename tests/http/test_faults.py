@@ -152,3 +152,22 @@ def test_hot_swap_under_load_answers_everything_exactly_once(toy_profile: Profil
         assert metric(text, "cascadeserve_duplicate_answers_refused_total") == 0
         assert metric(text, "cascadeserve_plan_swaps_total") == 2
         assert metric(text, "cascadeserve_in_flight") == 0
+
+
+def test_shed_requests_count_in_the_load_the_gear_is_chosen_for(toy_profile: Profile, backend: Backend) -> None:
+    """With 2 slots and batches held for 200 ms, a burst of 40 calls is mostly shed, some before their body is read;
+    the QPS meter the gear is chosen by counts every one of them (an overload that admission sheds must still read
+    as the overload it is), and ``cascadeserve_qps`` shows its reading."""
+    plan = toy_plan(toy_profile, min_queue=16, max_wait_ms=200.0)
+    with serving(toy_profile, plan, max_in_flight=2, backend=backend) as server:
+        url = f"{server.url}/v2/models/toy/infer"
+
+        async def blast() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=10) as client:
+                return await asyncio.gather(*(client.post(url, json=_body([i])) for i in range(40)))
+
+        codes = [r.status_code for r in asyncio.run(blast())]
+        assert codes.count(503) >= 30 and codes.count(503) + codes.count(200) == 40
+        assert server.app.runtime.producer.meter.total == 40
+        text = httpx.get(f"{server.url}/metrics").text
+        assert "\ncascadeserve_qps " in text  # the meter's last reading, for a dashboard beside the gear

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.runtime.runtime_helpers import two_gear_plan
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
@@ -46,3 +47,17 @@ def test_each_arrival_is_admitted_against_the_answers_given_before_it(toy_profil
     assert res.shed is not None and res.shed.tolist() == [False, True, False, True, False]
     assert res.finish[~res.shed].tolist() == pytest.approx([0.001, 0.003, 0.0045])
     assert res.tick_qps.tolist() == [0.0]  # one tick: nothing measured yet
+
+
+@pytest.mark.parametrize("engine", ["compiled", "reference"])
+def test_the_gear_follows_the_offered_load_not_the_admitted(toy_profile: Profile, engine: str) -> None:
+    """100 arrivals at one instant of the first tick with room for 2: the meter reads 1,000 QPS (not the 20
+    admitted), so the producer takes the fast gear (above 30 QPS) and the next arrival is admitted under it.
+    Metering only what admission let in would read an overload as a light load and keep the costly gear."""
+    plan = two_gear_plan(low_high=30.0)
+    arrivals = np.concatenate([np.full(100, 0.05), [0.15]])
+    res = simulate(toy_profile, plan, arrivals, admission=AdmissionPolicy(2), engine=engine)  # type: ignore[arg-type]
+    assert res.n_shed == 98
+    assert res.tick_qps[1] == pytest.approx(1000.0)
+    assert res.tick_gear[1] == 1
+    assert res.gear[-1] == 1 and not res.shed[-1]

@@ -289,7 +289,7 @@ class _Api:
             return bad
         retry = self.runtime.shed_now()
         if retry is not None:  # full even for one row: refuse before reading and decoding the body
-            self.runtime.observer.shed(1)
+            self.runtime.shed(1)
             return _error("admission queue full", 503, {"Retry-After": _retry_after(retry)})
         try:
             body = await self._body(request)

@@ -225,14 +225,19 @@ class _RuntimeCollector(Collector):
         q = GaugeMetricFamily("cascadeserve_queue_length", "Requests waiting per replica.", labels=["replica"])
         gear = GaugeMetricFamily("cascadeserve_gear", "The gear in force (index into the plan's gears).")
         flight = GaugeMetricFamily("cascadeserve_in_flight", "Requests admitted and not yet answered.")
+        qps = GaugeMetricFamily(
+            "cascadeserve_qps", "The load the gear was last chosen for: requests per second offered, shed ones too."
+        )
         if rt.accepting or rt.generations:
             for rid, n in rt.queue_lengths().items():
                 q.add_metric([rid], n)
             with contextlib.suppress(RuntimeError):  # not started yet
                 gear.add_metric([], rt.gear)
+                qps.add_metric([], rt.producer.last_qps)
         flight.add_metric([], rt.in_flight)
         yield q
         yield gear
+        yield qps
         yield flight
         tuning = rt.tuning if rt.accepting or rt.generations else None
         if tuning is not None:

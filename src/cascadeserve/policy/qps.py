@@ -66,6 +66,11 @@ class QpsMeter:
         """Count ``n`` arrivals in the current window."""
         self._count += n
 
+    @property
+    def total(self) -> int:
+        """Every arrival counted so far."""
+        return self._cum[-1] + self._count
+
     def tick(self, now: float) -> float:
         """Close the window at ``now`` and return the rate in requests per second."""
         self._cum.append(self._cum[-1] + self._count)

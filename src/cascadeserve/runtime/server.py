@@ -294,9 +294,10 @@ class Runtime:
         adm = self.admission
         decision = self.admission_policy.decide(n, adm.in_flight, self._drain())
         if not decision.accepted:
-            self.observer.shed(n)
-            if decision.verdict == "too_large":
+            if decision.verdict == "too_large":  # a call no load could admit: a client's error, not offered load
+                self.observer.shed(n)
                 raise TooLarge(decision.reason())
+            self.shed(n)
             if self._full_since is None:
                 self._full_since = self.clock.now()
             raise Overloaded(decision.reason(), decision.retry_after_s or self.options.retry_after_s)
@@ -310,6 +311,13 @@ class Runtime:
             for req in reqs:
                 self.set_deadline(req, timeout_s)
         return reqs
+
+    def shed(self, n: int) -> None:
+        """Count ``n`` refused rows: in the metrics, and in the QPS meter, whose gear follows the *offered* load (an
+        overload that admission sheds must still read as an overload, or the costlier gear stays and sheds more)."""
+        self.observer.shed(n)
+        if self._producer is not None:
+            self._producer.meter.record(n)
 
     def shed_now(self) -> float | None:
         """If even one row would be shed now, its Retry-After (seconds); else ``None``. Lets the front end refuse a

@@ -11,7 +11,8 @@ online tuning, load drift), each applied as the server applies it, all off by de
 * ``cache`` (:class:`~cascadeserve.policy.cache.PredictionCache` keyed by sample id): an arrival whose sample
   the cache holds is answered at its arrival and never queued; every cascade answer is stored;
 * ``admission`` (:class:`~cascadeserve.policy.AdmissionPolicy`): each arrival is admitted or shed against the
-  requests in flight at its arrival, as the server's admission does; the QPS meter counts the admitted ones;
+  requests in flight at its arrival, as the server's admission does; the QPS meter counts every arrival, shed
+  ones too (the gear follows the offered load);
 * ``slowdowns`` (:class:`~cascadeserve.profile.slowdown.Slowdowns`, a fault hook): multiplies the runtime of a
   batch starting on a device after its slowdown time, as the emulated devices do;
 * ``gear_schedule`` (:class:`~cascadeserve.policy.GearSchedule`): the gear of every tick, decided in advance

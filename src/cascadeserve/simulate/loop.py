@@ -154,20 +154,17 @@ def _ticks(  # type: ignore[no-untyped-def]
     admitted_n = 0
     answered_n = 0
 
-    # The QPS meter counts the requests admitted (a shed one never reached the producer): without admission every
-    # arrival, ``bounds``; with it, ``counted[w]``, the requests admitted before tick w, filled as the run goes.
-    counted = np.zeros(n_ticks + 1 if use_admission else 0, np.int64)
+    # The QPS meter counts every arrival, ``bounds``, shed or admitted: the gear follows the offered load (metering
+    # only the admitted would read an overload that admission sheds as a lighter load and keep the costlier gear).
     for w in range(n_ticks + 1):
         lo = 0  # arrivals [lo, hi) are routed at once (known in advance); with admission, one by one on arrival
         hi = 0
         nxt_arrival = 0
         if w < n_ticks:
             t_w = w * tick
-            if use_admission:
-                counted[w] = admitted_n
             if w > 0:
                 qps, q0, new_gear = _gear_tick(
-                    w, counted if use_admission else bounds, tick_times, qps_min, qps_ticks,
+                    w, bounds, tick_times, qps_min, qps_ticks,
                     route_of[gear, first_row[gear]], route_len, route_reps, route_start, rq, use_schedule, schedule,
                     qps_scales, highs, alpha, gear,
                 )  # fmt: skip
