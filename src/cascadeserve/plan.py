@@ -216,8 +216,10 @@ class GearPlan(_Frozen):
     # Where the plan is served: on "ray" every stage a request passes that sits in another process than the last
     # costs a hop (an actor call and its answer's way back), ``hop_ms`` each, which the simulator adds to the
     # request's latency (simulate/hops.py; latency only, no device time). 0 with "ray": the profile's ray_hop_ms.
+    # ``hop_p95_ms`` above ``hop_ms``: each hop is drawn from a distribution of that mean and p95 (the measured tail).
     backend: Literal["local", "ray"] = "local"
     hop_ms: float = Field(default=0.0, ge=0)
+    hop_p95_ms: float = Field(default=0.0, ge=0)
     # Adaptive batching (policy/adaptive.py): "plan" keeps the planner's triggers only; "aimd" and "quantile" add
     # Clipper's per-replica cap, sized against batch_target_ms (default: derived from the p95 SLO).
     batching: Literal["plan", "aimd", "quantile"] = "plan"
@@ -404,7 +406,7 @@ def fixed_plan(
     This is the hand-made plan for tests and baselines; the planner does better. ``batch_caps`` sets each named
     model's per-replica batch cap (e.g. :func:`cascadeserve.planner.default_batch_caps`, the planner's rule).
     ``batch_overhead_ms`` defaults to the profile's recorded per-batch overhead; a plan for the ``"ray"`` backend
-    charges the profile's recorded ``ray_hop_ms`` per hop.
+    charges the profile's recorded ``ray_hop_ms`` (and its ``ray_hop_p95_ms``) per hop.
     """
     for m in cascade.models:
         profile.index(m)  # unknown model -> KeyError with the list of known ones
@@ -447,4 +449,5 @@ def fixed_plan(
         batch_overhead_ms=profile.batch_overhead_ms if batch_overhead_ms is None else batch_overhead_ms,
         backend=backend,
         hop_ms=profile.ray_hop_ms if backend == "ray" else 0.0,
+        hop_p95_ms=profile.ray_hop_p95_ms if backend == "ray" else 0.0,
     )

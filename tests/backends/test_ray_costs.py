@@ -5,6 +5,7 @@ Mechanism only: nothing here compares a simulated with a served latency (``bench
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from cascadeserve.eval.overhead import measure_batch_overhead
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.profile import Profile, load_profile, save_profile
 from cascadeserve.simulate import simulate
-from cascadeserve.simulate.hops import expected_hops
+from cascadeserve.simulate.hops import charge_hops, expected_hops
 
 pytest.importorskip("ray")
 from cascadeserve.backends.ray import RayBackend
@@ -29,6 +30,7 @@ def test_the_start_up_run_on_a_ray_server_measures_a_positive_finite_hop(toy_pro
     got = measure_batch_overhead(toy_profile, seconds=0.3, backend=RayBackend())
     assert got.samples > 0 and got.model == "m0"
     assert math.isfinite(got.hop_ms) and got.hop_ms > 0  # an actor call and its answer are never free
+    assert math.isfinite(got.hop_p95_ms) and got.hop_p95_ms > 0
     assert math.isfinite(got.median_ms) and 0.0 <= got.median_ms <= got.p95_ms
     assert measure_batch_overhead(toy_profile, seconds=0.2).hop_ms == 0.0  # the local runtime has no hop
 
@@ -43,14 +45,17 @@ def test_serve_records_the_ray_costs_and_a_ray_plan_is_charged_exactly_them(
     _measure_costs(toy_profile, plan, RayBackend(), d, d)  # what serve --emulate --backend ray --out DIR does
     prof = load_profile(d)
     assert math.isfinite(prof.ray_hop_ms) and prof.ray_hop_ms > 0
+    assert math.isfinite(prof.ray_hop_p95_ms) and prof.ray_hop_p95_ms > 0
     assert math.isfinite(prof.batch_overhead_ms) and prof.batch_overhead_ms >= 0
-    # simulate charges the recorded hop per expected hop, on top of the same replay
+    # simulate charges the recorded hop (mean and p95) per hop, on top of the same replay
     arrivals = np.arange(200) * 0.01
     local = plan.model_copy(update={"backend": "local", "batch_overhead_ms": prof.batch_overhead_ms})
     ray = plan.model_copy(update={"batch_overhead_ms": prof.batch_overhead_ms})
     a, b = simulate(prof, local, arrivals), simulate(prof, ray, arrivals)
+    assert np.array_equal(b.finish, charge_hops(a, ray, prof.ray_hop_ms, prof.ray_hop_p95_ms).finish)
+    const = simulate(dataclasses.replace(prof, ray_hop_p95_ms=0.0), ray, arrivals)  # without the p95: the mean
     hops = expected_hops(ray)[0][a.answer_stage]
-    assert np.allclose(b.finish - a.finish, hops * prof.ray_hop_ms / 1000.0, rtol=0, atol=1e-9)
+    assert np.allclose(const.finish - a.finish, hops * prof.ray_hop_ms / 1000.0, rtol=0, atol=1e-9)
     # a second serve measures nothing: the profile records both costs
     before = (d / "profile.yaml").read_text()
     _measure_costs(prof, plan, RayBackend(), d, d)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from cascadeserve.plan import SLO, Device, Gear, GearPlan, GearReplica, Replica,
 from cascadeserve.planner import Planner
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, load_profile, record_costs, save_profile
 from cascadeserve.simulate import simulate
-from cascadeserve.simulate.hops import expected_hops
+from cascadeserve.simulate.hops import expected_hops, hop_costs, lognormal_sigma
 
 THREE = Cascade(("m0", "m1", "m2"), (0.12, 0.2))
 
@@ -140,3 +141,51 @@ def test_the_planner_checks_a_ray_plan_with_its_hops() -> None:
     with pytest.raises(InfeasibleError):  # a 25 ms hop alone breaks a 20 ms SLO
         fit("ray", 25.0)
     assert fit("local", 25.0).backend == "local"  # the local backend never pays it
+
+
+def test_lognormal_sigma_matches_the_mean_and_p95() -> None:
+    assert lognormal_sigma(5.0, 5.0) == 0.0 and lognormal_sigma(5.0, 4.0) == 0.0 and lognormal_sigma(0.0, 9.0) == 0.0
+    for sigma in (0.1, 0.5, 1.2):
+        ratio = math.exp(1.6448536269514722 * sigma - sigma * sigma / 2)
+        assert lognormal_sigma(4.0, 4.0 * ratio) == pytest.approx(sigma)
+    assert lognormal_sigma(1.0, 100.0) == pytest.approx(1.6448536269514722)  # wider than a log-normal can be
+
+
+def test_a_measured_p95_draws_each_hop_with_that_mean_and_tail(toy_profile: Profile) -> None:
+    """One device: every request crosses once. With a p95 of 3× the mean, the charges keep the mean and take the
+    measured tail; the same run is charged the same."""
+    local = fixed_plan(toy_profile, THREE, _devices(1))
+    ray = local.model_copy(update={"backend": "ray", "hop_ms": 4.0, "hop_p95_ms": 12.0})
+    arrivals = np.arange(20_000) * 0.002
+    base = simulate(toy_profile, local, arrivals)
+    hop = (simulate(toy_profile, ray, arrivals).finish - base.finish) * 1000.0
+    assert hop.min() > 0
+    assert hop.mean() == pytest.approx(4.0, rel=0.03)
+    assert np.percentile(hop, 95) == pytest.approx(12.0, rel=0.05)
+    again = (simulate(toy_profile, ray, arrivals).finish - base.finish) * 1000.0
+    assert np.array_equal(hop, again)
+
+
+def test_drawn_hops_cross_devices_as_often_as_expected(toy_profile: Profile) -> None:
+    """Two devices, an even split: a request answered at stage k pays 1 + k/2 hops on average, drawn or not."""
+    local = fixed_plan(toy_profile, THREE, _devices(2))
+    ray = local.model_copy(update={"backend": "ray", "hop_ms": 2.0, "hop_p95_ms": 4.0})
+    arrivals = np.arange(20_000) * 0.002
+    base = simulate(toy_profile, local, arrivals)
+    hop = (simulate(toy_profile, ray, arrivals).finish - base.finish) * 1000.0
+    for k, hops in enumerate(expected_hops(ray)[0]):
+        at = base.answer_stage == k
+        assert at.sum() > 1000
+        assert hop[at].mean() == pytest.approx(2.0 * hops, rel=0.05)
+
+
+def test_serve_records_the_hops_p95_and_plans_carry_it(toy_profile: Profile, tmp_path: Path) -> None:
+    d = save_profile(toy_profile, tmp_path / "toy")
+    record_costs(d, ray_hop_ms=3.0, ray_hop_p95_ms=7.5)
+    prof = load_profile(d)
+    assert (prof.ray_hop_ms, prof.ray_hop_p95_ms) == (3.0, 7.5)
+    plan = fixed_plan(prof, THREE, _devices(1), backend="ray")
+    assert (plan.hop_ms, plan.hop_p95_ms) == (3.0, 7.5)
+    assert hop_costs(prof, plan) == (3.0, 7.5)
+    assert hop_costs(prof, plan.model_copy(update={"hop_ms": 0.0, "hop_p95_ms": 0.0})) == (3.0, 7.5)
+    assert hop_costs(prof, fixed_plan(prof, THREE, _devices(1))) == (0.0, 0.0)  # a local plan pays none

@@ -157,6 +157,7 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
         extra.append(f"batch overhead {plan.batch_overhead_ms:g} ms")
     if plan.backend == "ray":
         hop = f"{plan.hop_ms:g} ms" if plan.hop_ms else "the profile's ray_hop_ms"
+        hop += f" (p95 {plan.hop_p95_ms:g} ms)" if plan.hop_ms and plan.hop_p95_ms else ""
         extra.append(f"for the Ray backend: {hop} per process hop")
     if plan.max_busy < 1:
         extra.append(f"devices at most {plan.max_busy:.0%} busy")

@@ -354,8 +354,8 @@ def _measure_costs(
     measured = measure_batch_overhead(prof, backend=engine if ray else None)
     costs = {"batch_overhead_ms": measured.median_ms} if need_batch else {}
     if need_hop:
-        costs["ray_hop_ms"] = measured.hop_ms
-    hop = f", Ray process hop {measured.hop_ms:.3f} ms" if need_hop else ""
+        costs["ray_hop_ms"], costs["ray_hop_p95_ms"] = measured.hop_ms, measured.hop_p95_ms
+    hop = f", Ray process hop {measured.hop_ms:.3f} ms (p95 {measured.hop_p95_ms:.3f})" if need_hop else ""
     where = "not recorded; --out DIR records them in a copy of the profile"
     if out is not None:
         where = f"recorded in {record_costs_in(source or out, out, costs)}"

@@ -51,6 +51,7 @@ from cascadeserve.policy import PlanTables
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import simulate as run_simulation
+from cascadeserve.simulate.hops import hop_costs
 from cascadeserve.simulate.replan import simulate_replanning
 
 __all__ = ["read_sample_order", "simulate"]
@@ -161,12 +162,13 @@ def simulate(
     else:
         tuning = tuning_for(gear_plan) if tune else None
         res = run_simulation(prof, gear_plan, tr.arrivals, samples=samples, tuning=tuning)
-    hop_ms = gear_plan.hop_ms or (prof.ray_hop_ms if gear_plan.backend == "ray" else 0.0)  # what the run charged
+    hop_ms, hop_p95_ms = hop_costs(prof, gear_plan)  # what the run charged
     summary = {
         "trace": tr.source,
         "batch_overhead_ms": gear_plan.batch_overhead_ms,
         "backend": gear_plan.backend,
         "hop_ms": hop_ms,
+        "hop_p95_ms": hop_p95_ms,
         **res.summary(),
         # which engine ran, and why the reference did when it did (the same trajectory either way)
         "engine": res.engine if not res.engine_note else f"{res.engine} ({res.engine_note})",

@@ -53,6 +53,7 @@ def replan(profile: Profile, plan: GearPlan, weights: Sequence[float] | np.ndarr
             "batching": plan.batching,
             "batch_target_ms": plan.batch_target_ms,
             "hop_ms": plan.hop_ms,
+            "hop_p95_ms": plan.hop_p95_ms,
             "notes": {**new.notes, "replanned_from": plan.notes.get("qps_dist", "")},
         }
     )

@@ -4,7 +4,8 @@
 
     PROFILE_DIR/
       profile.yaml             name, task, device, source, certainty, batch_overhead_ms (optional),
-                               ray_hop_ms (optional: the Ray backend's latency per process hop),
+                               ray_hop_ms, ray_hop_p95_ms (optional: the Ray backend's latency per process
+                               hop, mean and 95th percentile),
                                calibration (optional: how runtimes were scaled to a serving host),
                                models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
                                          max_batch (optional: the largest batch the model's server forms),
@@ -301,6 +302,7 @@ def load_profile(directory: str | Path) -> Profile:
             _number(ypath, top["batch_overhead_ms"], "batch_overhead_ms") if meta("batch_overhead_ms") else 0.0
         ),
         ray_hop_ms=_number(ypath, top["ray_hop_ms"], "ray_hop_ms") if meta("ray_hop_ms") else 0.0,
+        ray_hop_p95_ms=_number(ypath, top["ray_hop_p95_ms"], "ray_hop_p95_ms") if meta("ray_hop_p95_ms") else 0.0,
         calibration=meta("calibration"),
     )
 
@@ -344,6 +346,8 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
         doc["batch_overhead_ms"] = float(profile.batch_overhead_ms)
     if profile.ray_hop_ms:
         doc["ray_hop_ms"] = float(profile.ray_hop_ms)
+    if profile.ray_hop_p95_ms:
+        doc["ray_hop_p95_ms"] = float(profile.ray_hop_p95_ms)
     if profile.calibration:
         doc["calibration"] = profile.calibration
     models: list[dict[str, Any]] = []
@@ -399,10 +403,10 @@ def record_batch_overhead(directory: str | Path, overhead_ms: float) -> Path:
 
 
 def record_costs(directory: str | Path, **costs_ms: float) -> Path:
-    """Set the measured serving costs ``costs_ms`` (``batch_overhead_ms``, ``ray_hop_ms``) in a profile
-    directory's ``profile.yaml``, after the metadata (the rest of the file is kept; comments are not)."""
+    """Set the measured serving costs ``costs_ms`` (``batch_overhead_ms``, ``ray_hop_ms``, ``ray_hop_p95_ms``) in
+    a profile directory's ``profile.yaml``, after the metadata (the rest of the file is kept; comments are not)."""
     for key, value in costs_ms.items():
-        if key not in ("batch_overhead_ms", "ray_hop_ms"):
+        if key not in ("batch_overhead_ms", "ray_hop_ms", "ray_hop_p95_ms"):
             raise ValueError(f"{key} is not a serving cost a profile records")
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{key} must be a finite number ≥ 0, got {value!r}")

@@ -85,6 +85,9 @@ class Profile:
     # The Ray backend's latency per process hop (a stage's actor call and its answer's way back; no device time),
     # measured by ``serve --emulate --backend ray`` at start-up; plans made for Ray charge it (simulate/hops.py).
     ray_hop_ms: float = 0.0
+    # and the hop's 95th percentile: with it the simulator draws each hop from a log-normal of that mean and p95
+    # (a hop's tail is long on a busy host, and a request's p95 sees it); 0: every hop costs the mean
+    ray_hop_p95_ms: float = 0.0
     calibration: str = ""  # how the runtimes were calibrated to a serving host (profile/calibration.py); "" if not
     _index: dict[str, int] = field(init=False, repr=False)
 
@@ -107,8 +110,9 @@ class Profile:
             raise ValueError("certainties must lie in [0, 1]")
         if not (np.isfinite(self.batch_overhead_ms) and self.batch_overhead_ms >= 0):
             raise ValueError("batch_overhead_ms must be a finite number ≥ 0")
-        if not (np.isfinite(self.ray_hop_ms) and self.ray_hop_ms >= 0):
-            raise ValueError("ray_hop_ms must be a finite number ≥ 0")
+        for name in ("ray_hop_ms", "ray_hop_p95_ms"):
+            if not (np.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be a finite number ≥ 0")
         for m in self.models:
             if m.tokens is not None and len(m.tokens.prompt_tokens) != n:
                 raise ValueError(f"model {m.name!r}: token counts for {len(m.tokens.prompt_tokens)} samples, not {n}")

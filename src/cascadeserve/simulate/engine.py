@@ -35,7 +35,7 @@ from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.simulate.compiled import Engine, run_compiled, unsupported
-from cascadeserve.simulate.hops import charge_hops
+from cascadeserve.simulate.hops import charge_hops, hop_costs
 from cascadeserve.simulate.reference import run_reference
 from cascadeserve.simulate.result import SimResult
 from cascadeserve.simulate.scenario import Scenario
@@ -108,5 +108,5 @@ def simulate(
     else:
         res = run_reference(scn, arr, sample_of, qps_scale, wall0)
         res.engine_note = "forced" if engine == "reference" else f"the compiled engine does not apply {why}"
-    hop_ms = plan.hop_ms or (profile.ray_hop_ms if plan.backend == "ray" else 0.0)
-    return charge_hops(res, plan, hop_ms)
+    hop_ms, hop_p95_ms = hop_costs(profile, plan)
+    return charge_hops(res, plan, hop_ms, hop_p95_ms)

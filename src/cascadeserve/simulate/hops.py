@@ -12,22 +12,30 @@ sample is on, so the chance that stage ``k + 1`` runs on another device than sta
 ``1 − Σ_d p_k(d)·p_{k+1}(d)``, with ``p_k(d)`` the share of stage ``k``'s load that device ``d`` takes. Forwarded
 samples also reach their next queue a little later than the replay has them, which this leaves out (it moves whole
 streams by the same small delay; what a p95 sees is the sum above).
+
+A hop's time is not a constant: on a busy host its tail is long, and a request's p95 sees that tail. Where the
+profile records the hop's 95th percentile as well as its mean (``serve --emulate --backend ray`` measures both),
+each request's hops are drawn instead: its first hop always, each later one with the chance above, and each hop's
+time from the log-normal distribution of that mean and p95 (seeded: the same run is charged the same). The mean
+charge is the same as the expectation's; the tail is the measured one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from cascadeserve.plan import GearPlan
+from cascadeserve.profile import Profile
 from cascadeserve.simulate.result import SimResult
 
-__all__ = ["charge_hops", "expected_hops"]
+__all__ = ["charge_hops", "expected_hops", "hop_costs", "lognormal_sigma"]
 
 
-def expected_hops(plan: GearPlan) -> np.ndarray:
-    """``[gear, stage]``: the expected number of process hops of a request answered at that stage (1 at stage 0)."""
+def _crossings(plan: GearPlan) -> np.ndarray:
+    """``[gear, stage]``: the chance that reaching that stage costs a hop (1 at stage 0; 0 past the gear's last)."""
     depth = max(len(g.models) for g in plan.gears)
     out = np.zeros((len(plan.gears), depth))
     devices = [d.name for d in plan.devices]
@@ -36,23 +44,60 @@ def expected_hops(plan: GearPlan) -> np.ndarray:
         for r in gear.replicas:
             spread[gear.models.index(r.model), devices.index(r.device)] += r.share
         spread /= np.maximum(spread.sum(axis=1, keepdims=True), 1e-12)
-        hops = 1.0
-        out[gi, 0] = hops
+        out[gi, 0] = 1.0
         for k in range(1, len(gear.models)):
-            hops += 1.0 - float(spread[k - 1] @ spread[k])
-            out[gi, k] = hops
-        out[gi, len(gear.models) :] = hops
+            out[gi, k] = 1.0 - float(spread[k - 1] @ spread[k])
     return out
 
 
-def charge_hops(res: SimResult, plan: GearPlan, hop_ms: float) -> SimResult:
-    """``res`` with every answered request ``hop_ms × expected hops`` later (cache hits never leave the front end,
+def expected_hops(plan: GearPlan) -> np.ndarray:
+    """``[gear, stage]``: the expected number of process hops of a request answered at that stage (1 at stage 0)."""
+    return np.cumsum(_crossings(plan), axis=1)
+
+
+def hop_costs(profile: Profile, plan: GearPlan) -> tuple[float, float]:
+    """The hop's mean and p95 (ms) a simulation of ``plan`` charges: the plan's own ``hop_ms`` and ``hop_p95_ms``,
+    else on a plan made for Ray the profile's measured ``ray_hop_ms`` and ``ray_hop_p95_ms``, else none."""
+    if plan.hop_ms:
+        return plan.hop_ms, plan.hop_p95_ms
+    if plan.backend == "ray":
+        return profile.ray_hop_ms, profile.ray_hop_p95_ms
+    return 0.0, 0.0
+
+
+def lognormal_sigma(mean_ms: float, p95_ms: float) -> float:
+    """The σ of the log-normal whose mean and 95th percentile are these (0: a constant). ``p95/mean =
+    exp(1.645σ − σ²/2)``, whose largest value is at σ = 1.645; a wider ratio than that takes σ = 1.645."""
+    if mean_ms <= 0 or p95_ms <= mean_ms:
+        return 0.0
+    z = 1.6448536269514722
+    disc = z * z - 2.0 * math.log(p95_ms / mean_ms)
+    return z - math.sqrt(disc) if disc > 0 else z
+
+
+def charge_hops(res: SimResult, plan: GearPlan, hop_ms: float, hop_p95_ms: float = 0.0, seed: int = 0) -> SimResult:
+    """``res`` with every answered request its process hops later: ``hop_ms × expected hops``, or, with a
+    ``hop_p95_ms`` above ``hop_ms``, hops drawn as the module docstring says (cache hits never leave the front end,
     shed and unanswered requests have no finish to move); ``res`` itself when there is nothing to charge."""
     if hop_ms <= 0 or not len(res.finish):
         return res
-    hops = expected_hops(plan)[res.gear, np.clip(res.answer_stage, 0, None)]
+    stage = np.clip(res.answer_stage, 0, None)
     charged = np.isfinite(res.finish) & (res.answer_stage >= 0)
     if res.cached is not None:
         charged &= ~res.cached
-    finish = np.where(charged, res.finish + hops * (hop_ms / 1000.0), res.finish)
+    sigma = lognormal_sigma(hop_ms, hop_p95_ms)
+    if sigma == 0.0:
+        delay = expected_hops(plan)[res.gear, stage] * hop_ms
+    else:  # stage by stage, so the memory is one value per request whatever the cascade's depth
+        cross = _crossings(plan)
+        rng = np.random.default_rng(seed)
+        mu = math.log(hop_ms) - sigma * sigma / 2.0
+        delay = np.zeros(len(res.finish))
+        for k in range(cross.shape[1]):
+            idx = np.flatnonzero(charged & (stage >= k))
+            if not len(idx):
+                break
+            hopped = idx[rng.random(len(idx)) < cross[res.gear[idx], k]]
+            delay[hopped] += rng.lognormal(mu, sigma, len(hopped))
+    finish = np.where(charged, res.finish + delay / 1000.0, res.finish)
     return dataclasses.replace(res, finish=finish)
