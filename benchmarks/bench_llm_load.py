@@ -113,19 +113,48 @@ def speed_probe() -> float:
     return float(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout)
 
 
-def _gear_switches(url: str) -> int:
-    """The server's gear switches so far (its Prometheus counter)."""
+def _server_stats(url: str) -> dict[str, Any]:
+    """From the server's Prometheus metrics: its gear switches, and per model its batches, their mean size and their
+    mean run time against the profile's at that size (``cascadeserve_batch_vs_profile``): where a served p95 departs
+    from the simulated one, this says whether the batches ran slower or were other sizes."""
     import httpx
 
+    sums: dict[tuple[str, str], float] = {}
+    switches = -1
     for line in httpx.get(f"{url}/metrics", timeout=30.0).text.splitlines():
         if line.startswith("cascadeserve_gear_switches_total "):
-            return int(float(line.split()[1]))
-    return -1
+            switches = int(float(line.split()[1]))
+        for fam in ("cascadeserve_batch_size", "cascadeserve_batch_vs_profile"):
+            for part in ("_sum", "_count"):
+                if line.startswith(f"{fam}{part}{{"):
+                    model = line.split('model="', 1)[1].split('"', 1)[0]
+                    sums[(model, fam + part)] = float(line.rsplit(" ", 1)[1])
+    models = sorted({m for m, _ in sums})
+    per_model = {}
+    for m in models:
+        n = sums.get((m, "cascadeserve_batch_size_count"), 0.0)
+        r = sums.get((m, "cascadeserve_batch_vs_profile_count"), 0.0)
+        per_model[m] = {
+            "batches": int(n),
+            "mean_size": round(sums.get((m, "cascadeserve_batch_size_sum"), 0.0) / n, 2) if n else None,
+            "mean_vs_profile": round(sums.get((m, "cascadeserve_batch_vs_profile_sum"), 0.0) / r, 3) if r else None,
+        }
+    return {"switches": switches, "models": per_model}
+
+
+def _sim_batches(prof: Any, res: Any) -> dict[str, dict[str, Any]]:
+    """Per model the simulated batches and their mean size (the served side of :func:`_server_stats`)."""
+    out = {}
+    for row, m in enumerate(prof.models):
+        sizes = [b.size for b in res.batches if b.row == row]
+        if sizes:
+            out[m.name] = {"batches": len(sizes), "mean_size": round(float(np.mean(sizes)), 2)}
+    return out
 
 
 def served(
     plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse.Namespace
-) -> tuple[Any, float, int]:
+) -> tuple[Any, float, dict[str, Any]]:
     cmd = [*CS, "serve", "--plan", str(plan_path), "--profile", str(prof_dir), "--name", "llm", "--port",
            str(args.port)]  # fmt: skip
     cmd += ["--models", str(args.models)] if args.models else ["--emulate"]
@@ -148,8 +177,9 @@ def served(
         else:
             ids, labels = prof.sample_ids, prof.labels
             rep = asyncio.run(run_load(url, "llm", arrivals, sample_ids=ids, labels=labels, connections=1024))
-        switches = _gear_switches(url)
-        return rep, load, switches
+        stats = _server_stats(url)
+        stats["speed_probe_after_ms"] = speed_probe()
+        return rep, load, stats
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -194,12 +224,12 @@ def main() -> None:
             plan.save(path)
             # the admission `cascadeserve serve` applies by default (count bound 4096, shed past 2 SLOs of wait)
             budget = WaitBudget.from_plan(plan.max_qps, args.slo_ms, max_wait_slos=2.0)
-            sim = simulate(prof, plan, arrivals, admission=AdmissionPolicy(4096, 1.0, budget))
+            sim = simulate(prof, plan, arrivals, admission=AdmissionPolicy(4096, 1.0, budget), record_batches=True)
             sim_lat = sim.latency_s * 1000.0
             # the same simulation priced by batch size alone (what every engine charged before token costs)
             by_size = dataclasses.replace(prof, models=tuple(dataclasses.replace(m, tokens=None) for m in prof.models))
             sim0 = simulate(by_size, plan, arrivals, admission=AdmissionPolicy(4096, 1.0, budget))
-            rep, load, switches = served(path, prof_dir, arrivals, args)
+            rep, load, stats = served(path, prof_dir, arrivals, args)
             lat = np.full(len(arrivals), np.nan)
             lat[rep.ok_index] = rep.latency_ms
             corr = np.zeros(len(arrivals), dtype=bool)
@@ -213,10 +243,11 @@ def main() -> None:
                 "plan": name,
                 "gears": [gears[i] for i, _ in plan.gear_runs],
                 "load_avg": round(load, 2),
-                "speed_probe_ms": args.speed_ms,
+                "speed_probe_ms": [args.speed_ms, stats["speed_probe_after_ms"]],  # before and after
                 "sent": rep.sent, "answered": rep.ok, "shed": rep.shed, "errors": rep.errors,
                 "simulated_shed": sim.n_shed,
-                "gear_switches": {"simulated": sim.gear_switches, "served": switches},
+                "gear_switches": {"simulated": sim.gear_switches, "served": stats["switches"]},
+                "batches": {"simulated": _sim_batches(prof, sim), "served": stats["models"]},
                 "gear_shares": {"simulated": gear_shares(plan, arrivals, sim_gear, args),
                                 "served": gear_shares(plan, arrivals, served_gear, args)},
                 "simulated": phases(arrivals, sim_lat, sim.correct, args),
