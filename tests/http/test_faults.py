@@ -51,17 +51,23 @@ def test_model_that_raises_gives_500_and_server_keeps_serving(toy_profile: Profi
         assert wrong.status_code == 400 and "shape" in wrong.json()["error"]
 
 
+def _burst(url: str, n: int) -> list[httpx.Response]:
+    """``n`` one-row infer calls sent at once, their responses in order."""
+
+    async def send() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            return await asyncio.gather(*(client.post(url, json=_body([i])) for i in range(n)))
+
+    return asyncio.run(send())
+
+
 def test_overload_sheds_with_503_and_loses_nothing(toy_profile: Profile, backend: Backend) -> None:
     # Batches wait for 16 samples or 200 ms, so requests pile up; only 8 may be in flight.
     plan = toy_plan(toy_profile, min_queue=16, max_wait_ms=200.0)
     with serving(toy_profile, plan, max_in_flight=8, backend=backend) as server:
         url = f"{server.url}/v2/models/toy/infer"
 
-        async def blast() -> list[httpx.Response]:
-            async with httpx.AsyncClient(timeout=10) as client:
-                return await asyncio.gather(*(client.post(url, json=_body([i])) for i in range(40)))
-
-        responses = asyncio.run(blast())
+        responses = _burst(url, 40)
         codes = [r.status_code for r in responses]
         assert set(codes) <= {200, 503}
         shed = [r for r in responses if r.status_code == 503]
@@ -162,11 +168,7 @@ def test_shed_requests_count_in_the_load_the_gear_is_chosen_for(toy_profile: Pro
     with serving(toy_profile, plan, max_in_flight=2, backend=backend) as server:
         url = f"{server.url}/v2/models/toy/infer"
 
-        async def blast() -> list[httpx.Response]:
-            async with httpx.AsyncClient(timeout=10) as client:
-                return await asyncio.gather(*(client.post(url, json=_body([i])) for i in range(40)))
-
-        codes = [r.status_code for r in asyncio.run(blast())]
+        codes = [r.status_code for r in _burst(url, 40)]
         assert codes.count(503) >= 30 and codes.count(503) + codes.count(200) == 40
         assert server.app.runtime.producer.meter.total == 40
         text = httpx.get(f"{server.url}/metrics").text
