@@ -81,7 +81,7 @@ def free_port() -> int:
 def recorded_costs(profile: Path) -> dict[str, float]:
     """What ``serve`` measured at start-up and recorded in the profile (the simulator charges these)."""
     doc = yaml.safe_load((profile / "profile.yaml").read_text())
-    return {k: float(doc.get(k, 0.0)) for k in ("batch_overhead_ms", "ray_hop_ms")}
+    return {k: float(doc.get(k, 0.0)) for k in ("batch_overhead_ms", "ray_hop_ms", "ray_hop_p95_ms")}
 
 
 def load_average() -> float:
@@ -95,7 +95,9 @@ def serve_and_bench(
     url = f"http://127.0.0.1:{port}"
     err = (work / f"serve-{tag}.err").open("wb")
     args = ["serve", "--plan", str(plan), "--profile", str(profile), "--emulate", "--name", "fid"]
-    args += ["--port", str(port), "--backend", backend, "--grace-s", "1"]
+    # --out names the work copy of the profile itself: the first serve records its start-up costs there (serve never
+    # rewrites a profile it was not told to), and every later serve and simulate reads them
+    args += ["--port", str(port), "--backend", backend, "--grace-s", "1", "--out", str(profile)]
     proc = subprocess.Popen(cli(*args), stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         t0 = time.monotonic()
