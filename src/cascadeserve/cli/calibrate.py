@@ -10,7 +10,9 @@ Two ways to measure, one result:
   seconds (:func:`cascadeserve.eval.hostcost.measure_host_costs`);
 * from a server under real load: serve a plan made from the profile (``serve --models``), load it (``bench``, or
   real traffic), then ``cascadeserve profile calibrate --profile PROFILE --url http://127.0.0.1:8000 --out NEW`` reads
-  ``GET /v2/cascade/costs`` (per model, the mean measured / profiled batch time since the server started).
+  ``GET /v2/cascade/costs`` (per model, the mean measured / profiled batch time since the server started; on
+  ``--backend ray`` also the process hop as serving saw it, which replaces the profile's ``ray_hop_ms`` and
+  ``ray_hop_p95_ms``).
 
 Either way it writes a new profile whose runtimes are multiplied by those factors, with a ``calibration`` line
 saying by how much and where (:mod:`cascadeserve.profile.calibration`). Plan from the new profile: its plans say in
@@ -87,7 +89,7 @@ def calibrate_cmd(
         err_console.print(
             f"warning: the server serves profile {snap.get('profile')!r}, not {prof.name!r}", highlight=False
         )
-    from cascadeserve.eval.hostcost import snapshot_factors
+    from cascadeserve.eval.hostcost import snapshot_factors, snapshot_hop
 
     factors, busy, notes = snapshot_factors(snap, min_batches)
     for name in [m for m in factors if Vote.parse(m, prof.model_names) is not None]:
@@ -101,7 +103,8 @@ def calibrate_cmd(
     if not factors:
         raise CascadeServeError(f"--url: no model has {min_batches} measured batches yet; put load on it first")
     total = sum(int(m.get("batches") or 0) for m in snap.get("models", []))
-    _write(prof, factors, busy, f"{server} ({total} batches, {_now()})", out, notes, as_json)
+    hop = snapshot_hop(snap, min_batches)
+    _write(prof, factors, busy, f"{server} ({total} batches, {_now()})", out, notes, as_json, hop)
 
 
 def _now() -> str:
@@ -142,12 +145,18 @@ def _write(
     out: Path,
     notes: list[str],
     as_json: bool,
+    hop: tuple[float, float] | None = None,
 ) -> None:
-    new = calibrate(prof, factors, source=source, busy=busy)
+    # on Ray the hop as serving saw it replaces the start-up run's, which saw a quieter host
+    new = calibrate(prof, factors, source=source, busy=busy, hop=hop)
     save_profile(new, out)
     for n in notes:
         err_console.print(n, highlight=False)
     if as_json:
-        print_json({"out": str(out), "factors": factors, "busy_factors": busy, "calibration": new.calibration})
+        doc: dict[str, object] = {"out": str(out), "factors": factors, "busy_factors": busy}
+        doc["calibration"] = new.calibration
+        if hop is not None:
+            doc |= {"ray_hop_ms": hop[0], "ray_hop_p95_ms": hop[1]}
+        print_json(doc)
         return
     console.print(f"wrote {out}: {new.calibration}", highlight=False, soft_wrap=True)

@@ -35,7 +35,7 @@ from cascadeserve.profile import Profile
 from cascadeserve.runtime import ModelConfig
 from cascadeserve.traces import poisson
 
-__all__ = ["HostCosts", "measure_host_costs", "probe_plan", "snapshot_factors"]
+__all__ = ["HostCosts", "measure_host_costs", "probe_plan", "snapshot_factors", "snapshot_hop"]
 
 
 @dataclass(frozen=True)
@@ -121,3 +121,12 @@ def snapshot_factors(
         else:
             factors[name] = float(mean)
     return factors, busy, notes
+
+
+def snapshot_hop(snapshot: dict[str, Any], min_answers: int) -> tuple[float, float] | None:
+    """From a ``/v2/cascade/costs`` answer of a server on Ray: the process hop's mean and p95 (ms) as serving saw
+    it, per first-stage answer; None on another backend or with fewer than ``min_answers`` answers."""
+    hop = snapshot.get("hop") or {}
+    if snapshot.get("backend") != "ray" or int(hop.get("answers") or 0) < min_answers:
+        return None
+    return float(hop["mean_ms"]), float(hop["p95_ms"])

@@ -32,6 +32,7 @@ import numpy as np
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
+from cascadeserve.policy.costs import mean_and_p95
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import Backend, MonotonicClock, Runtime, emulated_runtime
 from cascadeserve.traces import poisson
@@ -95,15 +96,6 @@ async def _replay(
     return out
 
 
-def _hop(samples: np.ndarray) -> tuple[float, float]:
-    """The hop's mean and 95th percentile, its top 1 % left out (a cold first call is not the steady state). Both,
-    not a median: the hop adds to a request's latency and to nothing else, and what a p95 sees of an independent
-    heavy-tailed delay is more than its median (the hop's tail is long on a busy host); the simulator draws each hop
-    from a distribution of this mean and p95 (:mod:`cascadeserve.simulate.hops`)."""
-    kept = samples[samples <= np.percentile(samples, 99)]
-    return float(np.mean(kept)), float(np.percentile(kept, 95))
-
-
 def measure_batch_overhead(
     profile: Profile, *, seconds: float = 1.0, seed: int = 0, backend: Backend | None = None
 ) -> BatchOverhead:
@@ -133,6 +125,6 @@ def measure_batch_overhead(
     # The local runtime has no hop: the whole excess is its per-batch overhead, as it always was measured.
     total, server = np.maximum(got[:, 0], 0.0), np.maximum(got[:, 1], 0.0)
     samples = total if backend is None else server
-    hop, hop_p95 = (0.0, 0.0) if backend is None else _hop(np.maximum(total - server, 0.0))
+    hop, hop_p95 = (0.0, 0.0) if backend is None else mean_and_p95(np.maximum(total - server, 0.0))
     median, p95 = float(np.median(samples)), float(np.percentile(samples, 95))
     return BatchOverhead(median, p95, len(samples), model, hop_ms=hop, hop_p95_ms=hop_p95)

@@ -83,7 +83,9 @@ def build_app(
     plan.check_against(profile)
     metrics = PrometheusObserver(profile=profile)
     # every batch against the profile's costs (GET /v2/cascade/costs, cost metrics, serve --replan on cost drift)
-    monitor = CostMonitor(profile, costs, overhead_ms=plan.batch_overhead_ms, devices=len(plan.devices))
+    monitor = CostMonitor(
+        profile, costs, overhead_ms=plan.batch_overhead_ms, devices=len(plan.devices), backend=engine.name
+    )
     metrics.registry.register(CostCollector(monitor))
     obs: Observer = Fanout(metrics, monitor) if observer is None else Fanout(metrics, monitor, observer)
 

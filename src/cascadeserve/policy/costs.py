@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CostDrift", "CostSettings", "CostWatch", "ModelCost", "calibrated_factors", "trimmed_mean"]
+__all__ = ["CostDrift", "CostSettings", "CostWatch", "ModelCost", "calibrated_factors", "mean_and_p95", "trimmed_mean"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +94,18 @@ def trimmed_mean(values: Iterable[float], cut: float = 0.01) -> float:
     if not len(a):
         return math.nan
     return float(a[: max(1, len(a) - math.ceil(len(a) * cut))].mean())
+
+
+def mean_and_p95(values: Iterable[float], cut: float = 0.01) -> tuple[float, float]:
+    """The mean and 95th percentile with the top ``cut`` share left out (as :func:`trimmed_mean`); (0, 0) for no
+    values. Both, not a median, for a delay that adds to a request's latency and to nothing else (a process hop): what
+    a p95 sees of an independent heavy-tailed delay is more than its median, and the simulator draws it from a
+    distribution of this mean and p95 (:mod:`cascadeserve.simulate.hops`)."""
+    a = np.sort(np.fromiter(values, dtype=np.float64))
+    if not len(a):
+        return 0.0, 0.0
+    kept = a[: max(1, len(a) - math.ceil(len(a) * cut))]
+    return float(kept.mean()), float(np.percentile(kept, 95))
 
 
 def calibrated_factors(costs: tuple[ModelCost, ...] | list[ModelCost]) -> dict[str, float]:

@@ -38,13 +38,19 @@ def describe_factors(factors: Mapping[str, float]) -> str:
 
 
 def calibrate(
-    profile: Profile, factors: Mapping[str, float], *, source: str, busy: Mapping[str, float] | None = None
+    profile: Profile,
+    factors: Mapping[str, float],
+    *,
+    source: str,
+    busy: Mapping[str, float] | None = None,
+    hop: tuple[float, float] | None = None,
 ) -> Profile:
     """``profile`` with each named model's runtimes multiplied by its factor (others unchanged), and each model named
     in ``busy`` given that ``busy_factor`` (measured afresh: how much slower its batches run with the host's other
     devices all busy, :mod:`cascadeserve.profile.host`), recording how.
 
-    Factors compose: calibrating a calibrated profile multiplies again, and the new line says so.
+    ``hop`` (mean, p95 in ms), measured while serving on Ray, replaces the profile's ``ray_hop_ms`` and
+    ``ray_hop_p95_ms``. Factors compose: calibrating a calibrated profile multiplies again, and the new line says so.
     """
     busy = dict(busy or {})
     unknown = sorted((set(factors) | set(busy)) - set(profile.model_names))
@@ -53,6 +59,8 @@ def calibrate(
     for name, f in factors.items():
         if not (f > 0 and math.isfinite(f)):
             raise ValueError(f"calibration factor of model {name!r} must be a positive number, got {f!r}")
+    if hop is not None and not (0 <= hop[0] <= hop[1] and math.isfinite(hop[1])):
+        raise ValueError(f"Ray hop must be finite with 0 <= mean <= p95, got {hop!r}")
     for name, f in busy.items():
         if not (f >= 1 and math.isfinite(f)):
             raise ValueError(f"busy factor of model {name!r} must be a number >= 1, got {f!r}")
@@ -65,10 +73,13 @@ def calibrate(
     parts = [f"runtimes {describe_factors(factors)}"] if factors else []
     if busy:
         parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy),")
+    if hop is not None:
+        parts.append(f"Ray process hop {hop[0]:.3g} ms (p95 {hop[1]:.3g} ms)")
     line = f"{', '.join(parts) or 'nothing'} as measured on {source}"
     if profile.calibration:
         line = f"{line}; before that: {profile.calibration}"
-    return dataclasses.replace(profile, models=tuple(models), calibration=line)
+    out = dataclasses.replace(profile, models=tuple(models), calibration=line)
+    return out if hop is None else dataclasses.replace(out, ray_hop_ms=hop[0], ray_hop_p95_ms=hop[1])
 
 
 def costs_note(profile: Profile) -> str:

@@ -12,6 +12,12 @@ after a re-plan with measured costs), so after a swap the watch compares batches
 assumed, not the stale ones. Besides the watch's window, the monitor keeps the last ``keep`` ratios per model
 since the start (or the last recalibration): that is what ``profile calibrate --url`` reads after a ``bench``
 run, when the window may already have emptied.
+
+It also keeps, per answer at the first stage, the time the request spent beyond its server time (queues and
+batches): on the local backend a few microseconds, on Ray the process hop there and back as it is while serving
+(:mod:`cascadeserve.simulate.hops`). ``profile calibrate --url`` records its mean and p95 as the profile's
+``ray_hop_ms`` / ``ray_hop_p95_ms`` when the server runs on Ray: the start-up run that measures it first (one
+second, the cheapest model, no HTTP) sees a quieter host than serving does.
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch, trimmed_mean
+from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch, mean_and_p95, trimmed_mean
 from cascadeserve.profile import Profile
 from cascadeserve.profile.host import HostFit, contended, fit_contention
 from cascadeserve.runtime.observer import BatchEvent, NullObserver
+from cascadeserve.runtime.request import Answer, Request, ServingError
 
 __all__ = ["CostMonitor"]
 
@@ -44,6 +51,7 @@ class CostMonitor(NullObserver):
         overhead_ms: float = 0.0,
         keep: int = 20_000,
         devices: int = 1,
+        backend: str = "local",
     ) -> None:
         self.profile = profile
         self.overhead_s = overhead_ms / 1000.0
@@ -56,6 +64,9 @@ class CostMonitor(NullObserver):
         # per model, each batch's share of the other devices busy when it started, beside its ratio (profile/host.py)
         self.devices = devices
         self._shares: list[deque[float]] = [deque(maxlen=keep) for _ in profile.models]
+        # per first-stage answer, its latency beyond its server time (s): one hop each way on Ray (docstring)
+        self.backend = backend
+        self._hops: deque[float] = deque(maxlen=keep)
         self.listeners: list[Callable[[CostDrift], None]] = []
         self.drifts = 0
         self.last: CostDrift | None = None
@@ -76,6 +87,13 @@ class CostMonitor(NullObserver):
             self._shares[row].append(event.host_share)
         self.now = max(self.now, event.end)
 
+    def answered(self, req: Request, answer: Answer | None, error: ServingError | None, now: float) -> None:
+        # a first-stage answer crossed to its server and back once; a cached one never left, and a fallback's time
+        # is its deadline's
+        if answer is None or answer.stage != 0 or answer.cached or answer.fallback:
+            return
+        self._hops.append(max(now - req.arrival - answer.queue_s - answer.compute_s, 0.0))
+
     def on_tick(self, t: float, qps: float) -> None:
         self.now = max(self.now, t)
         decision = self.watch.check(t)
@@ -94,7 +112,7 @@ class CostMonitor(NullObserver):
         for m, f in factors.items():
             self.applied[m] *= f
         self.watch.reset(now)
-        for d in (*self._since, *self._shares):
+        for d in (*self._since, *self._shares, self._hops):
             d.clear()
 
     # -- what GET /v2/cascade/costs shows ------------------------------------------------------------------------
@@ -127,8 +145,12 @@ class CostMonitor(NullObserver):
                 }
             )
         s = self.watch.settings
+        hop_ms, hop_p95_ms = mean_and_p95(self._hops)
         return {
             "profile": self.profile.name,
+            "backend": self.backend,
+            # first-stage answers' time beyond their server time: the process hop on Ray (module docstring)
+            "hop": {"answers": len(self._hops), "mean_ms": hop_ms * 1000.0, "p95_ms": hop_p95_ms * 1000.0},
             "calibration": self.profile.calibration,
             "tolerance": s.tolerance,
             "window_s": s.window_s,

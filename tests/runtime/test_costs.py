@@ -1,0 +1,49 @@
+"""The runtime's cost monitor: what it keeps of each answer beside each batch (the hop; batches are covered where
+the server's costs are read: tests/cli/test_calibrate_cli.py, tests/http)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cascadeserve.profile import Profile
+from cascadeserve.runtime.costs import CostMonitor
+from cascadeserve.runtime.request import Answer, Request, ServingError
+
+
+class _Gen:
+    def release(self, req: Request, answer: Answer | None, error: ServingError | None) -> None:
+        pass
+
+    def answer_early(self, req: Request, now: float, error: ServingError) -> bool:
+        return False
+
+
+def _answered(
+    mon: CostMonitor, arrival: float, now: float, stage: int, queue_s: float, compute_s: float, **kw: bool
+) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        req = Request(0, None, arrival, _Gen(), 0, loop.create_future())
+        ans = Answer(1, 0.9, "m0", stage, 0, queue_s, compute_s, now, **kw)
+        mon.answered(req, ans, None, now)
+    finally:
+        loop.close()
+
+
+def test_first_stage_answers_time_beyond_their_server_time_is_the_hop(toy_profile: Profile) -> None:
+    mon = CostMonitor(toy_profile, backend="ray")
+    for i in range(99):  # 1 ms .. 99 ms beyond 3 ms in queues and batches
+        _answered(mon, 10.0, 10.0 + 0.003 + (i + 1) / 1000.0, 0, 0.001, 0.002)
+    _answered(mon, 10.0, 11.0, 1, 0.0, 0.0)  # a later stage: more than one hop, not counted
+    _answered(mon, 10.0, 11.0, 0, 0.0, 0.0, cached=True)  # never left the front end
+    _answered(mon, 10.0, 11.0, 0, 0.0, 0.0, fallback=True)  # its time is its deadline's
+    mon.answered(Request(0, None, 0.0, _Gen(), 0, None), None, ServingError("x", 503), 1.0)  # type: ignore[arg-type]
+    hop = mon.snapshot()["hop"]
+    assert mon.snapshot()["backend"] == "ray" and hop["answers"] == 99
+    # the top 1 % (one value: 99 ms) left out: 1..98 ms, mean 49.5, p95 by linear interpolation
+    assert hop["mean_ms"] == pytest.approx(49.5, abs=1e-6)
+    assert hop["p95_ms"] == pytest.approx(1 + 0.95 * 97, abs=1e-6)
+    mon.recalibrated({}, 20.0)  # a new plan's costs: the hop is measured afresh too
+    assert mon.snapshot()["hop"] == {"answers": 0, "mean_ms": 0.0, "p95_ms": 0.0}
