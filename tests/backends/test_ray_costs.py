@@ -78,18 +78,20 @@ def test_a_server_on_ray_measures_the_hop_while_serving_and_calibrate_records_it
     d = save_profile(dataclasses.replace(toy_profile, ray_hop_ms=0.5, ray_hop_p95_ms=0.6), tmp_path / "toy")
     prof = load_profile(d)
     devices = [Device(name=f"d{i}", memory_mb=1000) for i in range(2)]
-    plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.3,)), devices, backend="ray", max_wait_ms=5.0)
+    # threshold 0: every sample exits at the first stage, one hop there and back each
+    plan = fixed_plan(prof, Cascade(("m0", "m1"), (0.0,)), devices, backend="ray", max_wait_ms=5.0)
     app = build_app(prof, plan, emulate=True, name="toy", backend=RayBackend())
     with Server(app, "127.0.0.1", 0, grace_s=2.0) as server:
         report = asyncio.run(run_load(server.url, "toy", np.linspace(0, 2.0, 100), sample_ids=np.arange(100)))
         assert report.ok == 100
         snap = httpx.get(f"{server.url}/v2/cascade/costs", timeout=60).json()
         out = tmp_path / "cal"
-        code = run(["profile", "calibrate", "--profile", str(d), "--url", server.url, "--out", str(out)])
+        argv = ["profile", "calibrate", "--profile", str(d), "--url", server.url, "--out", str(out)]
+        code = run([*argv, "--min-batches", "5"])
     assert code == 0
     hop = snap["hop"]
     assert snap["backend"] == "ray"
-    assert 0 < hop["answers"] < 100  # the first stage answers some (threshold 0.3), the second the rest
+    assert hop["answers"] == 100
     assert 0 < hop["mean_ms"] <= hop["p95_ms"] and math.isfinite(hop["p95_ms"])  # an actor call is never free
     after = load_profile(out)
     assert (after.ray_hop_ms, after.ray_hop_p95_ms) == pytest.approx((hop["mean_ms"], hop["p95_ms"]), rel=1e-5)

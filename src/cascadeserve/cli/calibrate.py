@@ -54,7 +54,12 @@ def calibrate_cmd(
     devices: Annotated[int, typer.Option(help="With --models: devices to serve on (as you will).", min=1)] = 2,
     duration_s: Annotated[float, typer.Option(help="With --models: how long to load the server (s).", min=1.0)] = 8.0,
     min_batches: Annotated[
-        int, typer.Option(help="Models with fewer measured batches keep their runtimes.", min=1)
+        int,
+        typer.Option(
+            help="Models with fewer measured batches keep their runtimes (on Ray: the hop, with fewer first-stage "
+            "answers).",
+            min=1,
+        ),
     ] = 20,
     auth_token: Annotated[
         str | None, typer.Option(envvar="CASCADESERVE_AUTH_TOKEN", help="Bearer token, if the server needs one.")
@@ -104,6 +109,8 @@ def calibrate_cmd(
         raise CascadeServeError(f"--url: no model has {min_batches} measured batches yet; put load on it first")
     total = sum(int(m.get("batches") or 0) for m in snap.get("models", []))
     hop = snapshot_hop(snap, min_batches)
+    if hop is None and snap.get("backend") == "ray":
+        notes.append(f"Ray hop: fewer than --min-batches {min_batches} first-stage answers measured: unchanged")
     _write(prof, factors, busy, f"{server} ({total} batches, {_now()})", out, notes, as_json, hop)
 
 
