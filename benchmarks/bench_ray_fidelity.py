@@ -20,9 +20,9 @@ The figure is the client's p95 over HTTP (what ``bench`` prints) against the sim
 embedded backend (the ±3 % reference).
 
 ``--calibrate`` first does what the docs tell a user whose plans miss on their host: serve plan B (every model),
-``bench`` it at its rate for ``--duration`` s, and ``profile calibrate --url`` that server (the batches' costs and,
-on Ray, the process hop as serving saw it); the three plans are then made, served and simulated from the calibrated
-profile.
+``bench`` it at its rate for ``--duration`` s, and ``profile calibrate --url --bench`` that server (the batches'
+costs, on Ray the process hop as serving saw it, and the front door the client saw); the three plans are then
+made, served and simulated from the calibrated profile.
 """
 
 from __future__ import annotations
@@ -122,9 +122,12 @@ def serve_and_bench(
         got = run_json("bench", "--url", url, "--model", "fid", "--trace", trace, "--profile", str(profile))
         if calibrate_to is not None:
             shutil.rmtree(calibrate_to, ignore_errors=True)
+            result = work / f"bench-{tag}.json"
+            result.write_text(json.dumps(got))
             got["calibration"] = run_json(
-                "profile", "calibrate", "--profile", str(profile), "--url", url, "--out", str(calibrate_to)
-            )
+                "profile", "calibrate", "--profile", str(profile), "--url", url, "--bench", str(result),
+                "--out", str(calibrate_to),
+            )  # fmt: skip
         return got
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -180,6 +183,7 @@ def main() -> None:
         for i in range(args.runs):
             b = serve_and_bench(prof, plan, trace, args.backend, work, f"{spec.name}{i}")
             runs.append({"p95_ms": b["p95_ms"], "server_p95_ms": b["server_p95_ms"], "p50_ms": b["p50_ms"],
+                         "front_door_ms": b.get("front_door_ms"), "front_door_p95_ms": b.get("front_door_p95_ms"),
                          "shed": b["shed"], "errors": b["errors"], "load": round(load_average(), 2)})  # fmt: skip
             print(f"plan {spec.name} run {i}: {runs[-1]}", file=sys.stderr, flush=True)
         sim = run_json("simulate", "--profile", str(prof), "--plan", str(plan), "--trace", trace)

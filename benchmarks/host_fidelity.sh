@@ -6,7 +6,8 @@
 #        tweets:../shared/data/datasets/tweeteval_sentiment tweets 150 40 80 3
 #
 # 1. plan the profile as measured (2 devices), serve that plan with the real models, bench the Twitter excerpt at
-#    QPS_HIGH, and `profile calibrate --url` from that run (the supported path: no file is edited by hand);
+#    QPS_HIGH, and `profile calibrate --url --bench` from that run (the batches' costs and the front door the client
+#    saw; the supported path: no file is edited by hand);
 # 2. plan the calibrated profile;
 # 3. at QPS_LOW and QPS_HIGH: RUNS times serve + bench (a fresh server each run), and simulate the same plan and
 #    trace once; print simulated p95, served p95 (client side and server side) and the error.
@@ -42,7 +43,8 @@ $CS plan --profile "$W/raw" --devices 2 --device-memory-mb 8192 --slo-p95-ms "$S
     --out "$W/plan0.json" > /dev/null
 serve "$W/plan0.json" "$W/raw"
 bench "$HIGH" "$W/calibration-bench.json"
-$CS profile calibrate --profile "$W/raw" --url "http://127.0.0.1:$PORT" --out "$W/cal"
+$CS profile calibrate --profile "$W/raw" --url "http://127.0.0.1:$PORT" --bench "$W/calibration-bench.json" \
+    --out "$W/cal"
 stop
 $CS plan --profile "$W/cal" --devices 2 --device-memory-mb 8192 --slo-p95-ms "$SLO" --max-qps "$HIGH" \
     --out "$W/plan.json" > /dev/null

@@ -4,6 +4,7 @@ or read from a live server (--server); the new profile's runtimes are the old on
 from __future__ import annotations
 
 import asyncio
+import json
 import textwrap
 from pathlib import Path
 
@@ -94,13 +95,20 @@ def test_read_a_live_servers_costs(
         report = asyncio.run(run_load(server.url, "sleepers", np.linspace(0, 1.0, 40), rows=rows))
         assert report.ok == 40
         assert report.gear.tolist() == [0] * 40  # the load report says which gear answered (one here)
+        # the client saw each answer later than the server's admission-to-answer time, by the front door
+        assert 0 < report.front_door_ms <= report.front_door_p95_ms < report.p95_ms
+        result = tmp_path / "bench.json"
+        result.write_text(json.dumps(report.to_dict()))
         out, url = tmp_path / "live", server.url
         argv = ["profile", "calibrate", "--profile", str(prof_dir), "--url", url, "--out", str(out)]
-        code = run([*argv, "--min-batches", "5"])
+        code = run([*argv, "--min-batches", "5", "--bench", str(result)])
     assert code == 0, capsys.readouterr().err
     after = load_profile(out)
     assert after.model("a").runtime.ms[0] > 3.8 and after.model("b").runtime.ms[0] > 3.8
-    assert f"as measured on {url} (" in after.calibration
+    assert f"as measured on {url} (" in after.calibration and "front door" in after.calibration
+    door = (after.front_door_ms, after.front_door_p95_ms)
+    assert door == pytest.approx((report.front_door_ms, report.front_door_p95_ms), abs=0.006)  # JSON: 0.01 ms
+    assert (after.ray_hop_ms, after.ray_hop_p95_ms) == (0.0, 0.0)  # the local backend has no process hop
 
 
 def test_a_live_server_with_a_vote_stage_calibrates_its_members_only(
@@ -170,6 +178,7 @@ def test_a_live_server_measures_how_much_slower_batches_run_on_a_busy_host(
         (["--url", "http://127.0.0.1:9", "--models", "m.yaml"], "give --url URL"),
         (["--url", "http://127.0.0.1:9"], "--url: cannot read"),
         (["--models", "m.yaml"], "--validation: needed with --models"),
+        (["--url", "http://127.0.0.1:9", "--bench", "/nonexistent/bench.json"], "--bench: cannot read"),
     ],
 )
 def test_bad_options_are_one_line_exit_2(
@@ -181,3 +190,24 @@ def test_bad_options_are_one_line_exit_2(
     assert code == 2 and named in err and len(err.strip().splitlines()) == 1
     assert run(["profile", "calibrate", "--profile", str(prof_dir), "--out", str(prof_dir), "--url", "http://x"]) == 2
     assert "is the input profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("doc", "named"),
+    [
+        ({"p95_ms": 3.0}, "has no front_door_ms"),
+        ({"front_door_ms": 3.0, "front_door_p95_ms": 1.0}, "are not usable"),
+        ({"front_door_ms": "x", "front_door_p95_ms": 1.0}, "has no front_door_ms"),
+    ],
+)
+def test_a_bench_result_without_a_usable_front_door_is_one_line_exit_2(
+    family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: dict[str, object],
+    named: str,
+) -> None:
+    _, _, prof_dir = family
+    result = tmp_path / "bench.json"
+    result.write_text(json.dumps(doc))
+    argv = ["profile", "calibrate", "--profile", str(prof_dir), "--out", str(tmp_path / "x")]
+    code = run([*argv, "--url", "http://127.0.0.1:9", "--bench", str(result)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--bench: {result}" in err and named in err and len(err.strip().splitlines()) == 1

@@ -1,7 +1,9 @@
-"""Process hops: a plan made for Ray pays its measured hop per process crossing, as latency only."""
+"""Process hops: a plan made for Ray pays its measured hop per process crossing, as latency only; and every plan
+pays its profile's front door per answer."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from cascadeserve.plan import SLO, Device, Gear, GearPlan, GearReplica, Replica,
 from cascadeserve.planner import Planner
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, load_profile, record_costs, save_profile
 from cascadeserve.simulate import simulate
-from cascadeserve.simulate.hops import expected_hops, hop_costs, lognormal_sigma
+from cascadeserve.simulate.hops import charge_front_door, expected_hops, hop_costs, lognormal_sigma
 
 THREE = Cascade(("m0", "m1", "m2"), (0.12, 0.2))
 
@@ -189,3 +191,31 @@ def test_serve_records_the_hops_p95_and_plans_carry_it(toy_profile: Profile, tmp
     assert hop_costs(prof, plan) == (3.0, 7.5)
     assert hop_costs(prof, plan.model_copy(update={"hop_ms": 0.0, "hop_p95_ms": 0.0})) == (3.0, 7.5)
     assert hop_costs(prof, fixed_plan(prof, THREE, _devices(1))) == (0.0, 0.0)  # a local plan pays none
+
+
+def test_the_front_door_delays_every_answer_on_every_backend_and_nothing_else(toy_profile: Profile) -> None:
+    """A profile's front door (what ``bench`` saw beyond the server's time) finishes every answered request that
+    much later, local or Ray, the mean itself without a p95 and drawn with one (the measured mean and tail)."""
+    plan = fixed_plan(toy_profile, THREE, _devices(2))
+    arrivals = np.arange(20_000) * 0.002
+    base = simulate(toy_profile, plan, arrivals)
+    door = dataclasses.replace(toy_profile, front_door_ms=3.0)
+    const = simulate(door, plan, arrivals)
+    assert np.allclose(const.finish - base.finish, 0.003, rtol=0, atol=1e-12)
+    assert np.array_equal(const.answer_stage, base.answer_stage) and np.array_equal(const.tick_busy, base.tick_busy)
+    drawn = (simulate(dataclasses.replace(door, front_door_p95_ms=6.0), plan, arrivals).finish - base.finish) * 1000
+    assert drawn.min() > 0 and drawn.mean() == pytest.approx(3.0, rel=0.03)
+    assert np.percentile(drawn, 95) == pytest.approx(6.0, rel=0.05)
+    # on Ray it comes on top of the hops
+    ray = plan.model_copy(update={"backend": "ray", "hop_ms": 2.0})
+    hops = simulate(toy_profile, ray, arrivals).finish
+    assert np.allclose(simulate(door, ray, arrivals).finish - hops, 0.003, rtol=0, atol=1e-12)
+
+
+def test_a_shed_request_pays_no_front_door(toy_profile: Profile) -> None:
+    res = simulate(toy_profile, fixed_plan(toy_profile, THREE, _devices(1)), np.arange(10) * 0.1)
+    shed = np.zeros(10, dtype=bool)
+    shed[3] = True  # as admission marks a request it refused
+    got = charge_front_door(dataclasses.replace(res, shed=shed), 2.0)
+    assert got.finish[3] == res.finish[3]
+    assert np.allclose(np.delete(got.finish, 3) - np.delete(res.finish, 3), 0.002, rtol=0, atol=1e-12)

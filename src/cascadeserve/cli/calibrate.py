@@ -12,7 +12,8 @@ Two ways to measure, one result:
   real traffic), then ``cascadeserve profile calibrate --profile PROFILE --url http://127.0.0.1:8000 --out NEW`` reads
   ``GET /v2/cascade/costs`` (per model, the mean measured / profiled batch time since the server started; on
   ``--backend ray`` also the process hop as serving saw it, which replaces the profile's ``ray_hop_ms`` and
-  ``ray_hop_p95_ms``).
+  ``ray_hop_p95_ms``). With ``--bench RESULT.json`` (``cascadeserve bench --json`` of that run) it also records the
+  front door: what the client saw of each request beyond the server's own time, which every simulation charges.
 
 Either way it writes a new profile whose runtimes are multiplied by those factors, with a ``calibration`` line
 saying by how much and where (:mod:`cascadeserve.profile.calibration`). Plan from the new profile: its plans say in
@@ -64,6 +65,13 @@ def calibrate_cmd(
     auth_token: Annotated[
         str | None, typer.Option(envvar="CASCADESERVE_AUTH_TOKEN", help="Bearer token, if the server needs one.")
     ] = None,
+    bench: Annotated[
+        Path | None,
+        typer.Option(
+            help="A `bench --json` result of a run against the server: record its front door (what the client saw "
+            "of each request beyond the server's time, mean and p95), which every simulation then charges."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     workload: WorkloadOpt = None,
 ) -> None:
@@ -74,11 +82,12 @@ def calibrate_cmd(
         raise CascadeServeError(f"--out: {out} is the input profile; give a new directory")
     if (url is None) == (models is None):
         raise CascadeServeError("give --url URL (a live server's costs) or --models and --validation (measure here)")
+    door = None if bench is None else _front_door(bench)
     if models is not None:
         if validation is None:
             raise CascadeServeError("--validation: needed with --models (the inputs to send)")
         factors, busy, source = _measure_here(prof, models, validation, devices, duration_s)
-        _write(prof, factors, busy, source, out, [], as_json)
+        _write(prof, factors, busy, source, out, [], as_json, front_door=door)
         return
     assert url is not None
     server, url = url, url.rstrip("/") + "/v2/cascade/costs"
@@ -111,7 +120,26 @@ def calibrate_cmd(
     hop = snapshot_hop(snap, min_batches)
     if hop is None and snap.get("backend") == "ray":
         notes.append(f"Ray hop: fewer than --min-batches {min_batches} first-stage answers measured: unchanged")
-    _write(prof, factors, busy, f"{server} ({total} batches, {_now()})", out, notes, as_json, hop)
+    _write(prof, factors, busy, f"{server} ({total} batches, {_now()})", out, notes, as_json, hop, door)
+
+
+def _front_door(path: Path) -> tuple[float, float]:
+    """The front door's mean and p95 (ms) from a ``bench --json`` result."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CascadeServeError(f"--bench: cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        mean, p95 = float(doc["front_door_ms"]), float(doc["front_door_p95_ms"])
+    except (KeyError, TypeError, ValueError):
+        raise CascadeServeError(
+            f"--bench: {path} has no front_door_ms and front_door_p95_ms (a `cascadeserve bench --json` result)"
+        ) from None
+    if not (0 <= mean <= p95 < float("inf")):
+        raise CascadeServeError(f"--bench: {path}: front_door_ms {mean!r} and front_door_p95_ms {p95!r} are not usable")
+    return mean, p95
 
 
 def _now() -> str:
@@ -153,9 +181,10 @@ def _write(
     notes: list[str],
     as_json: bool,
     hop: tuple[float, float] | None = None,
+    front_door: tuple[float, float] | None = None,
 ) -> None:
     # on Ray the hop as serving saw it replaces the start-up run's, which saw a quieter host
-    new = calibrate(prof, factors, source=source, busy=busy, hop=hop)
+    new = calibrate(prof, factors, source=source, busy=busy, hop=hop, front_door=front_door)
     save_profile(new, out)
     for n in notes:
         err_console.print(n, highlight=False)
@@ -164,6 +193,8 @@ def _write(
         doc["calibration"] = new.calibration
         if hop is not None:
             doc |= {"ray_hop_ms": hop[0], "ray_hop_p95_ms": hop[1]}
+        if front_door is not None:
+            doc |= {"front_door_ms": front_door[0], "front_door_p95_ms": front_door[1]}
         print_json(doc)
         return
     console.print(f"wrote {out}: {new.calibration}", highlight=False, soft_wrap=True)

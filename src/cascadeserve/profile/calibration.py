@@ -44,13 +44,16 @@ def calibrate(
     source: str,
     busy: Mapping[str, float] | None = None,
     hop: tuple[float, float] | None = None,
+    front_door: tuple[float, float] | None = None,
 ) -> Profile:
     """``profile`` with each named model's runtimes multiplied by its factor (others unchanged), and each model named
     in ``busy`` given that ``busy_factor`` (measured afresh: how much slower its batches run with the host's other
     devices all busy, :mod:`cascadeserve.profile.host`), recording how.
 
     ``hop`` (mean, p95 in ms), measured while serving on Ray, replaces the profile's ``ray_hop_ms`` and
-    ``ray_hop_p95_ms``. Factors compose: calibrating a calibrated profile multiplies again, and the new line says so.
+    ``ray_hop_p95_ms``; ``front_door`` (mean, p95 in ms, what ``bench`` saw of each request beyond the server's
+    time) replaces ``front_door_ms`` and ``front_door_p95_ms``. Factors compose: calibrating a calibrated profile
+    multiplies again, and the new line says so.
     """
     busy = dict(busy or {})
     unknown = sorted((set(factors) | set(busy)) - set(profile.model_names))
@@ -59,8 +62,9 @@ def calibrate(
     for name, f in factors.items():
         if not (f > 0 and math.isfinite(f)):
             raise ValueError(f"calibration factor of model {name!r} must be a positive number, got {f!r}")
-    if hop is not None and not (0 <= hop[0] <= hop[1] and math.isfinite(hop[1])):
-        raise ValueError(f"Ray hop must be finite with 0 <= mean <= p95, got {hop!r}")
+    for what, pair in (("Ray hop", hop), ("front door", front_door)):
+        if pair is not None and not (0 <= pair[0] <= pair[1] and math.isfinite(pair[1])):
+            raise ValueError(f"{what} must be finite with 0 <= mean <= p95, got {pair!r}")
     for name, f in busy.items():
         if not (f >= 1 and math.isfinite(f)):
             raise ValueError(f"busy factor of model {name!r} must be a number >= 1, got {f!r}")
@@ -75,11 +79,17 @@ def calibrate(
         parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy),")
     if hop is not None:
         parts.append(f"Ray process hop {hop[0]:.3g} ms (p95 {hop[1]:.3g} ms)")
+    if front_door is not None:
+        parts.append(f"front door {front_door[0]:.3g} ms (p95 {front_door[1]:.3g} ms) per request")
     line = f"{', '.join(parts) or 'nothing'} as measured on {source}"
     if profile.calibration:
         line = f"{line}; before that: {profile.calibration}"
     out = dataclasses.replace(profile, models=tuple(models), calibration=line)
-    return out if hop is None else dataclasses.replace(out, ray_hop_ms=hop[0], ray_hop_p95_ms=hop[1])
+    if hop is not None:
+        out = dataclasses.replace(out, ray_hop_ms=hop[0], ray_hop_p95_ms=hop[1])
+    if front_door is not None:
+        out = dataclasses.replace(out, front_door_ms=front_door[0], front_door_p95_ms=front_door[1])
+    return out
 
 
 def costs_note(profile: Profile) -> str:

@@ -6,6 +6,8 @@
       profile.yaml             name, task, device, source, certainty, batch_overhead_ms (optional),
                                ray_hop_ms, ray_hop_p95_ms (optional: the Ray backend's latency per process
                                hop, mean and 95th percentile),
+                               front_door_ms, front_door_p95_ms (optional: a request's latency a client sees
+                               beyond the server's, mean and 95th percentile),
                                calibration (optional: how runtimes were scaled to a serving host),
                                models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
                                          max_batch (optional: the largest batch the model's server forms),
@@ -303,6 +305,10 @@ def load_profile(directory: str | Path) -> Profile:
         ),
         ray_hop_ms=_number(ypath, top["ray_hop_ms"], "ray_hop_ms") if meta("ray_hop_ms") else 0.0,
         ray_hop_p95_ms=_number(ypath, top["ray_hop_p95_ms"], "ray_hop_p95_ms") if meta("ray_hop_p95_ms") else 0.0,
+        front_door_ms=_number(ypath, top["front_door_ms"], "front_door_ms") if meta("front_door_ms") else 0.0,
+        front_door_p95_ms=(
+            _number(ypath, top["front_door_p95_ms"], "front_door_p95_ms") if meta("front_door_p95_ms") else 0.0
+        ),
         calibration=meta("calibration"),
     )
 
@@ -348,6 +354,10 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
         doc["ray_hop_ms"] = float(profile.ray_hop_ms)
     if profile.ray_hop_p95_ms:
         doc["ray_hop_p95_ms"] = float(profile.ray_hop_p95_ms)
+    if profile.front_door_ms:
+        doc["front_door_ms"] = float(profile.front_door_ms)
+    if profile.front_door_p95_ms:
+        doc["front_door_p95_ms"] = float(profile.front_door_p95_ms)
     if profile.calibration:
         doc["calibration"] = profile.calibration
     models: list[dict[str, Any]] = []

@@ -88,6 +88,11 @@ class Profile:
     # and the hop's 95th percentile: with it the simulator draws each hop from a log-normal of that mean and p95
     # (a hop's tail is long on a busy host, and a request's p95 sees it); 0: every hop costs the mean
     ray_hop_p95_ms: float = 0.0
+    # The front door's latency per request as a client sees it beyond the server's admission-to-answer time (HTTP
+    # parsing and encoding, the event loop's other work, the client's own share of the CPU), mean and p95, measured
+    # by ``bench`` and recorded by ``profile calibrate --bench``; every simulated answer pays a draw (simulate/hops.py)
+    front_door_ms: float = 0.0
+    front_door_p95_ms: float = 0.0
     calibration: str = ""  # how the runtimes were calibrated to a serving host (profile/calibration.py); "" if not
     _index: dict[str, int] = field(init=False, repr=False)
 
@@ -110,7 +115,7 @@ class Profile:
             raise ValueError("certainties must lie in [0, 1]")
         if not (np.isfinite(self.batch_overhead_ms) and self.batch_overhead_ms >= 0):
             raise ValueError("batch_overhead_ms must be a finite number ≥ 0")
-        for name in ("ray_hop_ms", "ray_hop_p95_ms"):
+        for name in ("ray_hop_ms", "ray_hop_p95_ms", "front_door_ms", "front_door_p95_ms"):
             if not (np.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be a finite number ≥ 0")
         for m in self.models:

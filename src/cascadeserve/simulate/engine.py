@@ -35,7 +35,7 @@ from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.profile import Profile
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.simulate.compiled import Engine, run_compiled, unsupported
-from cascadeserve.simulate.hops import charge_hops, hop_costs
+from cascadeserve.simulate.hops import charge_front_door, charge_hops, hop_costs
 from cascadeserve.simulate.reference import run_reference
 from cascadeserve.simulate.result import SimResult
 from cascadeserve.simulate.scenario import Scenario
@@ -109,4 +109,5 @@ def simulate(
         res = run_reference(scn, arr, sample_of, qps_scale, wall0)
         res.engine_note = "forced" if engine == "reference" else f"the compiled engine does not apply {why}"
     hop_ms, hop_p95_ms = hop_costs(profile, plan)
-    return charge_hops(res, plan, hop_ms, hop_p95_ms)
+    res = charge_hops(res, plan, hop_ms, hop_p95_ms)
+    return charge_front_door(res, profile.front_door_ms, profile.front_door_p95_ms)

@@ -18,6 +18,11 @@ profile records the hop's 95th percentile as well as its mean (``serve --emulate
 each request's hops are drawn instead: its first hop always, each later one with the chance above, and each hop's
 time from the log-normal distribution of that mean and p95 (seeded: the same run is charged the same). The mean
 charge is the same as the expectation's; the tail is the measured one.
+
+The **front door** is charged the same way, on every backend: where the profile records what a client sees of a
+request beyond the server's admission-to-answer time (``front_door_ms`` and its p95: HTTP parsing and encoding, the
+event loop's other work, the client's own share of the CPU; ``bench`` measures it, ``profile calibrate --bench``
+records it), every answered request, cache hits included, finishes one draw of it later.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
 from cascadeserve.simulate.result import SimResult
 
-__all__ = ["charge_hops", "expected_hops", "hop_costs", "lognormal_sigma"]
+__all__ = ["charge_front_door", "charge_hops", "expected_hops", "hop_costs", "lognormal_sigma"]
 
 
 def _crossings(plan: GearPlan) -> np.ndarray:
@@ -101,3 +106,21 @@ def charge_hops(res: SimResult, plan: GearPlan, hop_ms: float, hop_p95_ms: float
             delay[hopped] += rng.lognormal(mu, sigma, len(hopped))
     finish = np.where(charged, res.finish + delay / 1000.0, res.finish)
     return dataclasses.replace(res, finish=finish)
+
+
+def charge_front_door(res: SimResult, mean_ms: float, p95_ms: float = 0.0, seed: int = 1) -> SimResult:
+    """``res`` with every answered request (cache hits too: they cross the front door as well) one front-door draw
+    later: a log-normal of that mean and p95, seeded (the mean itself with no p95 above it); ``res`` itself when
+    there is nothing to charge."""
+    if mean_ms <= 0 or not len(res.finish):
+        return res
+    charged = np.isfinite(res.finish) & (res.answer_stage >= 0)
+    if res.shed is not None:
+        charged &= ~res.shed
+    sigma = lognormal_sigma(mean_ms, p95_ms)
+    if sigma == 0.0:
+        delay = np.full(len(res.finish), mean_ms)
+    else:
+        mu = math.log(mean_ms) - sigma * sigma / 2.0
+        delay = np.random.default_rng(seed).lognormal(mu, sigma, len(res.finish))
+    return dataclasses.replace(res, finish=np.where(charged, res.finish + delay / 1000.0, res.finish))

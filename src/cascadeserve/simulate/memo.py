@@ -79,7 +79,8 @@ def _fingerprint(obj: object, make: str) -> str:
     else:
         assert isinstance(obj, Profile)
         models = repr([(m.name, m.memory_mb, m.runtime.as_mapping(), m.max_batch) for m in obj.models])
-        costs = repr((obj.batch_overhead_ms, obj.ray_hop_ms, obj.ray_hop_p95_ms, obj.task))
+        latency = (obj.ray_hop_ms, obj.ray_hop_p95_ms, obj.front_door_ms, obj.front_door_p95_ms)
+        costs = repr((obj.batch_overhead_ms, *latency, obj.task))
         fp = _digest(
             models.encode(),
             costs.encode(),
