@@ -320,7 +320,7 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.simulate.reference": ["run_reference"],
     "cascadeserve.simulate.scenario": ["Scenario"],
     "cascadeserve.runtime.virtual": ["VirtualClock", "VirtualDeadlock", "run_virtual"],
-    "cascadeserve.simulate.hops": ["charge_hops", "expected_hops", "hop_costs", "lognormal_sigma"],
+    "cascadeserve.simulate.hops": ["charge_front_door", "charge_hops", "expected_hops", "hop_costs", "lognormal_sigma"],
     "cascadeserve.planner": [
         "STATIC_CANDIDATES",
         "SUBMODULES",
