@@ -35,7 +35,7 @@ def test_busy_factors_are_set_afresh_and_round_trip(tmp_path: Path) -> None:
     cal = calibrate(prof, {"lr-chars": 1.5}, source="here", busy={"lr-chars": 1.8, "nb-words": 1.2})
     assert cal.model("lr-chars").busy_factor == 1.8 and cal.model("lr-words").busy_factor == 1.0
     assert cal.calibration == (
-        "runtimes lr-chars x1.5, busy factors lr-chars x1.8, nb-words x1.2 (slower with every other device busy),"
+        "runtimes lr-chars x1.5; busy factors lr-chars x1.8, nb-words x1.2 (slower with every other device busy)"
         " as measured on here"
     )
     back = load_profile(save_profile(cal, tmp_path / "cal"))

@@ -76,12 +76,12 @@ def calibrate(
         models.append(dataclasses.replace(m, runtime=curve, busy_factor=busy.get(m.name, m.busy_factor)))
     parts = [f"runtimes {describe_factors(factors)}"] if factors else []
     if busy:
-        parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy),")
+        parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy)")
     if hop is not None:
         parts.append(f"Ray process hop {hop[0]:.3g} ms (p95 {hop[1]:.3g} ms)")
     if front_door is not None:
         parts.append(f"front door {front_door[0]:.3g} ms (p95 {front_door[1]:.3g} ms) per request")
-    line = f"{', '.join(parts) or 'nothing'} as measured on {source}"
+    line = f"{'; '.join(parts) or 'nothing'} as measured on {source}"  # "; ": a part lists factors with ", "
     if profile.calibration:
         line = f"{line}; before that: {profile.calibration}"
     out = dataclasses.replace(profile, models=tuple(models), calibration=line)
