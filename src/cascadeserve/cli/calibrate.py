@@ -183,7 +183,7 @@ def _write(
     hop: tuple[float, float] | None = None,
     front_door: tuple[float, float] | None = None,
 ) -> None:
-    # on Ray the hop as serving saw it replaces the start-up run's, which saw a quieter host
+    # on Ray the hop as serving saw it replaces the start-up run's (one second of other conditions)
     new = calibrate(prof, factors, source=source, busy=busy, hop=hop, front_door=front_door)
     save_profile(new, out)
     for n in notes:

@@ -17,7 +17,8 @@ It also keeps, per answer at the first stage, the time the request spent beyond 
 batches): on the local backend a few microseconds, on Ray the process hop there and back as it is while serving
 (:mod:`cascadeserve.simulate.hops`). ``profile calibrate --url`` records its mean and p95 as the profile's
 ``ray_hop_ms`` / ``ray_hop_p95_ms`` when the server runs on Ray: the start-up run that measures it first (one
-second, the cheapest model, no HTTP) sees a quieter host than serving does.
+second, the cheapest model, no HTTP, a Ray instance still warming up) is one sample of other conditions, and read
+2.3x the serving figure on a quiet host (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
