@@ -34,6 +34,23 @@ def content_cost():
     return f
 
 
+def padded_cost():
+    # like a text encoder: a batch is padded to its longest input and costs 0.5 ms per token of it
+    import time
+    def f(batch):
+        time.sleep(0.0005 * np.asarray(batch, dtype=float)[:, 0].max())
+        return np.zeros((len(batch), 3)) + np.arange(3)
+    return f
+
+
+def count_f0(batch):
+    return np.asarray(batch, dtype=float)[:, 0].astype(int)
+
+
+def count_one(batch):
+    return [1]
+
+
 def idle_sensitive():
     # like a GPU that went idle: a call more than 20 ms after the last one takes 5 ms longer
     import time
@@ -207,3 +224,50 @@ def test_a_profiles_source_carries_no_machine_path(tmp_path: Path, monkeypatch: 
     assert _portable(f"{checkout}/data/val.csv") == "data/val.csv"
     assert _portable(f"{tmp_path}/shared/data/val.csv") == "../shared/data/val.csv"  # data beside the checkout
     assert _portable("tweets:../shared/x") == "tweets:../shared/x"
+
+
+def test_a_tokens_hook_prices_each_batch_by_its_longest_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model with a ``tokens`` hook (a text encoder) gets a token cost model fitted on the timed batches: a fixed
+    part and a price per token of the batch's longest input; the simulator then charges a long input more."""
+    from cascadeserve.cascade import Cascade
+    from cascadeserve.plan import Device, fixed_plan
+    from cascadeserve.profile.vote import vote_front
+    from cascadeserve.simulate import simulate
+
+    f0 = [2 + (i * 7) % 19 for i in range(40)]  # 2..20 tokens
+    argv = _one_model_argv(tmp_path, monkeypatch, "padded_cost", f0)
+    cfg = tmp_path / "models.yaml"
+    cfg.write_text(
+        'models:\n  - {name: m, adapter: callable, ref: "cs_measure_factories:padded_cost",'
+        ' tokens: "cs_measure_factories:count_f0"}\n'
+    )
+    assert run([*argv, "--repeats", "8", "--json", "--out", str(tmp_path / "p")]) == 0
+    prof = load_profile(tmp_path / "p")
+    tc = prof.model("m").tokens
+    assert tc is not None and tc.costs.task == "encode"
+    assert tc.prompt_tokens.tolist() == f0 and not tc.output_tokens.any() and not tc.scored_tokens.any()
+    for b in (1, 2):  # 0.5 ms per token of the longest, and sleep's own overshoot in the fixed part
+        assert 0.4 <= tc.costs.prefill_ms_per_token[b] <= 1.5 and tc.costs.fixed_ms[b] >= 0
+    assert [v.members for v, _, _ in vote_front(prof)] == [("m",)]  # an encoder still votes: its answers are labels
+    plan = fixed_plan(prof, Cascade(("m",), ()), [Device(name="d0", memory_mb=1e6)])
+    arrivals = np.arange(2) * 1.0  # far apart: one batch of one each
+    short, long = (f0.index(2), f0.index(20))
+    res = simulate(prof, plan, arrivals, samples=np.array([short, long]))
+    lat = (res.finish - res.arrivals) * 1000.0
+    # the rule keeps the runtime curve's mean over random batches and splits it as fitted (profile/tokens.py)
+    per_token = tc.costs.prefill_ms_per_token[1] / tc.costs.batch_ms(1, tc.prompt_tokens.mean(), 0.0)
+    assert lat[1] - lat[0] == pytest.approx(18 * per_token * prof.model("m").runtime.ms_at(1), rel=1e-6)
+    assert lat[1] - lat[0] > 0.5 * (lat[0] + lat[1]) / 2  # and a 20-token input clearly costs more than a 2-token one
+
+
+def test_a_tokens_hook_that_miscounts_is_one_line_naming_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = _one_model_argv(tmp_path, monkeypatch, "padded_cost", [3] * 10)
+    (tmp_path / "models.yaml").write_text(
+        'models:\n  - {name: m, adapter: callable, ref: "cs_measure_factories:padded_cost",'
+        ' tokens: "cs_measure_factories:count_one"}\n'
+    )
+    assert run([*argv, "--out", str(tmp_path / "p")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]  # after progress
+    assert len(errors) == 1 and "model 'm': its tokens hook returned (1,) values for 10 inputs" in errors[0]

@@ -146,6 +146,9 @@ class ModelSpec(_Strict):
     preprocess: Preprocess | None = None
     postprocess: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    # module:callable, raw inputs -> token count per input: a model whose batch is padded to its longest input (a
+    # text encoder) is then profiled and priced by that longest input, as an LLM stage is (profile/tokens.py)
+    tokens: str | None = None
 
 
 class ModelsConfig(_Strict):

@@ -21,6 +21,12 @@ fingerprint of the model's config, the validation data and the options) are writ
 rewritten for the models measured so far. A rerun skips every model whose fingerprint matches, so an interrupted
 run resumes where it stopped; change a model's config and only that model is measured again.
 
+A model with a ``tokens`` hook in the config (a text encoder, whose batch is padded to its longest input) also gets
+a token cost model: each validation sample's token count, and per batch size a fixed part and a price per token of
+the batch's longest input, fitted on the same random batches that were timed (``llm/costs.json`` with task
+``encode``, ``llm/tokens/<model>.csv``). Every engine then prices its batches by their longest input, as it does an
+LLM stage's prompts (:mod:`cascadeserve.profile.tokens`); the runtime curve stays the mean over random batches.
+
 An LLM stage (:class:`~cascadeserve.models.llm_adapter.LLMAdapter`) on a labelled LLM set is measured by
 :mod:`cascadeserve.models.llm_profile`, which also writes the profile's ``llm/`` side files (every certainty
 signal, token counts, the token cost model, calibration).
@@ -43,13 +49,14 @@ import numpy as np
 
 from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import ModelLoadError
-from cascadeserve.models.config import ModelsConfig
+from cascadeserve.models.config import ModelsConfig, resolve
 from cascadeserve.models.dataset import ValidationSet
 from cascadeserve.models.llm_adapter import LLMAdapter
 from cascadeserve.models.llm_profile import measure_llm
-from cascadeserve.models.timing import timed_mean
+from cascadeserve.models.timing import fit_fixed_and_slope, timed_mean
 from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, certainty_function, load_profile, save_profile
+from cascadeserve.profile.llm_side import LLMCosts, write_costs, write_tokens
 
 __all__ = ["DEFAULT_BATCH_SIZES", "TIMING_SEED", "MeasureOptions", "ModelRecord", "measure", "timed_mean"]
 
@@ -147,11 +154,51 @@ def _fingerprint(spec: Mapping[str, Any], validation: ValidationSet, options: Me
     return h.hexdigest()[:16]
 
 
-def _batch(validation: ValidationSet, size: int, rng: np.random.Generator) -> Any:
-    """``size`` samples drawn at random (without replacement while the set is large enough)."""
+def _draw(validation: ValidationSet, size: int, rng: np.random.Generator) -> np.ndarray:
+    """The rows of ``size`` samples drawn at random (without replacement while the set is large enough)."""
     n = len(validation)
-    idx = rng.choice(n, size, replace=size > n)
-    return validation.take(np.sort(idx))
+    return np.sort(rng.choice(n, size, replace=size > n))
+
+
+def _token_counts(name: str, count: Callable[[Any], Any], validation: ValidationSet, chunk: int) -> np.ndarray:
+    """Every validation sample's token count from the model's ``tokens`` hook (in chunks)."""
+    n = len(validation)
+    parts = []
+    for start in range(0, n, chunk):
+        idx = np.arange(start, min(start + chunk, n))
+        got = np.asarray(count(validation.take(idx)))
+        if got.shape != (len(idx),) or not np.all(np.isfinite(got)) or (len(got) and got.min() < 0):
+            raise ModelLoadError(
+                f"model {name!r}: its tokens hook returned {got.shape} values for {len(idx)} inputs at "
+                f"{validation.where(start)}; it must return one count >= 0 per input"
+            )
+        parts.append(got.astype(np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _write_token_costs(
+    out: Path, name: str, validation: ValidationSet, tokens: np.ndarray, fits: dict[int, tuple[float, float]],
+    memory_mb: float,
+) -> None:
+    """An encoder's token cost model (module docstring): no decoding, no KV cache; its own weights."""
+    zeros = [0] * len(tokens)
+    write_tokens(out, name, validation.sample_ids.tolist(), tokens.tolist(), zeros, zeros)
+    write_costs(
+        out,
+        name,
+        LLMCosts(
+            task="encode",
+            prefill_ms_per_token={b: slope for b, (_, slope) in fits.items()},
+            decode_ms_per_step=dict.fromkeys(fits, 0.0),
+            weights_mb=round(memory_mb, 4),
+            kv_cache_mb_per_token=0.0,
+            prompt_tokens=int(np.median(tokens)) if len(tokens) else 0,
+            decode_steps=0,
+            mean_prompt_tokens=float(tokens.mean()) if len(tokens) else 0.0,
+            mean_output_tokens=0.0,
+            fixed_ms={b: fixed for b, (fixed, _) in fits.items()},
+        ),
+    )
 
 
 def _set_threads(threads: int) -> None:
@@ -214,6 +261,8 @@ def _measure_one(
     threads: int,
     fingerprint: str,
     progress: Progress | None,
+    count_tokens: Callable[[Any], Any] | None = None,
+    out: Path | None = None,
 ) -> ModelRecord:
     name = model.name
     if validation.task != "classification":
@@ -251,30 +300,39 @@ def _measure_one(
     scores = np.concatenate(chunks)
     preds = np.asarray(scores.argmax(axis=1), dtype=np.int64)
     certs = np.clip(np.asarray(certainty(scores), dtype=np.float64), 0.0, 1.0)
+    tokens = None if count_tokens is None else _token_counts(name, count_tokens, validation, options.predict_batch)
 
     runtime: dict[int, float] = {}
+    fits: dict[int, tuple[float, float]] = {}  # per batch size: ms no token pays for, ms per token of the longest
     for k, b in enumerate(options.batch_sizes):
         if progress:
             progress(name, "time", 2 + k, steps)
         rng = np.random.default_rng(TIMING_SEED + b)  # the same batches on every run of the profiler
         for _ in range(options.warmup):
-            model.predict(_batch(validation, b, rng))
+            model.predict(validation.take(_draw(validation, b, rng)))
         samples: list[float] = []
+        longest: list[int] = []
         t_start = time.perf_counter()
 
         def paused_s(runs: int) -> float:  # the budget counts work, not pauses
             return runs * options.pause_ms / 1000.0
 
         for _ in range(options.repeats):
-            batch = _batch(validation, b, rng)
+            rows = _draw(validation, b, rng)
+            batch = validation.take(rows)
             if options.pause_ms > 0:
                 time.sleep(options.pause_ms / 1000.0)
             t0 = time.perf_counter()
             model.predict(batch)
             samples.append((time.perf_counter() - t0) * 1000.0)
+            longest.append(0 if tokens is None else int(tokens[rows].max()))
             if len(samples) >= 3 and time.perf_counter() - t_start > options.budget_s + paused_s(len(samples)):
                 break
         runtime[b] = max(timed_mean(samples), 1e-4)
+        if tokens is not None:  # every run counts here: a slow one is a long input, which is what is fitted
+            fits[b] = fit_fixed_and_slope(np.asarray(longest, dtype=np.float64), np.asarray(samples), 0.0)
+    if tokens is not None and out is not None:
+        _write_token_costs(out, name, validation, tokens, fits, memory)
     if progress:
         progress(name, "done", steps, steps)
     return ModelRecord(
@@ -416,7 +474,10 @@ def measure(
                 cert = config.certainty.replace("_", "-")
                 rec = _measure_llm(model, spec.memory_mb, validation, cert, opts, threads, fp, out_dir, progress)
             else:
-                rec = _measure_one(model, spec.memory_mb, validation, certainty, opts, threads, fp, progress)
+                count = resolve(spec.tokens, what=f"model {spec.name!r}: tokens") if spec.tokens else None
+                rec = _measure_one(
+                    model, spec.memory_mb, validation, certainty, opts, threads, fp, progress, count, out_dir
+                )
             (out_dir / MEASURED_DIR / f"{spec.name}.json").write_text(
                 json.dumps(rec.to_json(), indent=2), encoding="utf-8"
             )

@@ -110,10 +110,15 @@ def vote_records(profile: Profile, vote: Vote) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(shares.argmax(axis=1), dtype=np.int64), margin(shares)
 
 
+def _llm(m: ModelProfile) -> bool:
+    """An LLM stage (its answers are text): token costs of another task than a text encoder's."""
+    return m.tokens is not None and m.tokens.costs.task != "encode"
+
+
 def vote_model(profile: Profile, vote: Vote) -> ModelProfile:
     """The stage's costs: members run one after the other on one device."""
     members = [profile.model(m) for m in vote.members]
-    if any(m.tokens is not None for m in members):
+    if any(_llm(m) for m in members):
         raise ValueError(f"vote {vote.name!r}: LLM stages cannot vote (their answers are text, not labels)")
     sizes = sorted({b for m in members for b in m.runtime.batch_sizes})
     ms = np.sum([m.runtime.ms_at(np.array(sizes)) for m in members], axis=0)
@@ -148,7 +153,7 @@ def vote_front(profile: Profile, min_accuracy: float = 0.0, tol: float = 0.0) ->
     """(vote, accuracy, ms per sample at batch 32) on the accuracy/cost Pareto front of the family's votes (single
     models are votes of one; in a family of more than 8, votes of at most 3), cheapest first; votes below
     ``min_accuracy - tol`` are left out."""
-    names = [m for m in profile.model_names if profile.model(m).tokens is None]
+    names = [m for m in profile.model_names if not _llm(profile.model(m))]
     # every subset up to 8 models (255 votes); past that, votes of at most 3 (a family of 20 has 1,350, not 10^6)
     largest = len(names) if len(names) <= 8 else 3
     cands: list[tuple[Vote, float, float]] = []

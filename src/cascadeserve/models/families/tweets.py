@@ -49,6 +49,7 @@ __all__ = [
     "l6_module",
     "prepare",
     "tfidf_lr",
+    "token_counts",
     "tokenize",
     "validation_set",
     "write_config",
@@ -115,6 +116,13 @@ def tokenize(batch: Any) -> dict[str, np.ndarray]:
         [str(t) for t in batch], padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="np"
     )
     return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
+
+
+def token_counts(batch: Any) -> np.ndarray:
+    """Raw texts -> tokens per text as :func:`tokenize` feeds the encoders (at most 64): what a batch padded to its
+    longest costs (a ``tokens:`` hook in ``models.yaml``)."""
+    enc = _tokenizer()([str(t) for t in batch], truncation=True, max_length=MAX_LENGTH)
+    return np.asarray([len(ids) for ids in enc["input_ids"]], dtype=np.int64)
 
 
 def _key(d: Path) -> str:
@@ -315,6 +323,7 @@ def write_config(path: str | Path, data: str | Path | None = None, threads: int 
                 "preprocess": {"function": f"{ref}:tokenize"},
                 "postprocess": f"{ref}:l3_head",
                 "options": {"output": "461"},
+                "tokens": f"{ref}:token_counts",
             },
             {
                 "name": "minilm-l6",
@@ -322,6 +331,7 @@ def write_config(path: str | Path, data: str | Path | None = None, threads: int 
                 "ref": f"{ref}:l6_module",
                 "kwargs": kw,
                 "preprocess": {"function": f"{ref}:tokenize"},
+                "tokens": f"{ref}:token_counts",
             },
         ],
     }
