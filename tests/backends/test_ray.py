@@ -7,7 +7,6 @@ The behaviour tests shared with the local backend live in tests/http (parametris
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
@@ -24,7 +23,7 @@ from cascadeserve.cascade import Cascade
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.policy import is_sure
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, save_profile
-from cascadeserve.runtime import Answer, Overloaded, Recorder, RuntimeOptions, ServingError
+from cascadeserve.runtime import Answer, Recorder, RuntimeOptions, ServingError
 
 ray = pytest.importorskip("ray")
 from cascadeserve.backends.ray import RayBackend, RayOptions, RayRuntime, server_actors  # noqa: E402
@@ -104,10 +103,10 @@ def test_killed_server_is_restarted_and_every_request_is_answered_exactly_once(t
 
 
 def test_gear_switch_reaches_every_server(toy_profile: Profile) -> None:
-    """Every server applies the producer's switch, after it and while the load lasts. How fast (within one 100 ms
-    tick while the servers keep up: 26-57 ms over 16 servers) is a benchmark figure (``benchmarks/bench_ray.py``),
-    not a test bound: on a busy machine a server process may not run for a few hundred ms, and this test then
-    failed while nothing was wrong."""
+    """Every server applies the producer's switch, after it (once it has worked through what was sent before).
+    How fast (within one 100 ms tick while the servers keep up: 26-57 ms over 16 servers) is a benchmark figure
+    (``benchmarks/bench_ray.py``), not a test bound: on a busy machine a server process may not run for a few
+    hundred ms, and this test then failed while nothing was wrong."""
     plan = two_gear_plan(low_high=60.0, max_wait_ms=10.0)
     rec = Recorder()
 
@@ -127,27 +126,22 @@ def test_gear_switch_reaches_every_server(toy_profile: Profile) -> None:
                 switched = gen.transport.switched_at
                 checked = True
         assert checked
-        # every server reports applying it after the switch. A server process that a busy machine did not run for a
-        # while reports late, so the load goes on (bounded) until every report is in: the producer then has had no
-        # reason to switch back, and what each server reports landing is this switch
-        # 100 req/s, above the gear's 60 QPS but not more: at 400 req/s a starved server (load 18 on 2 cores) fell
-        # so far behind that the producer's polls of it (5 s each) timed out for minutes and its report never came
+        # every server reports applying it after the switch. The load stops here: at load 12 a starved server fell
+        # so far behind a continued stream (even 100 req/s) that every 5 s poll of it timed out for minutes. The
+        # switch's broadcast waits in the server's queue behind the requests sent before it, so once the server has
+        # worked through them it applies the switch (and any switch back after it) and the next poll reports it.
         sets = rt.placement.fleet.gear_set_at
         deadline = time.monotonic() + PATIENCE_S
-        i = 400
         while time.monotonic() < deadline and not all(
             sets.get(d, {}).get(gen.number, -1.0) >= switched for d in ("d0", "d1")
         ):
-            with contextlib.suppress(Overloaded):  # a starved server may fill its queue: the load is what matters
-                reqs += rt.submit([i % 400])
-            i += 1
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
         # up first; on a starved machine the producer's own sending stalls, so its meter may read a lull and switch
         # back and up again: what this test checks is that every server applies the switch below
         assert next(t.decision.gear for t in rec.ticks if t.switched) == 1
         gears = [t.decision.gear for t in rec.ticks if t.switched]
         for device in ("d0", "d1"):
-            assert sets[device][gen.number] >= switched, (device, switched, sets, gears, i)
+            assert sets[device][gen.number] >= switched, (device, switched, sets, gears)
         await asyncio.wait_for(_gather(reqs), timeout=PATIENCE_S)
         await rt.stop(grace_s=1.0)
 
