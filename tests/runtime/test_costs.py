@@ -9,6 +9,7 @@ import pytest
 
 from cascadeserve.profile import Profile
 from cascadeserve.runtime.costs import CostMonitor
+from cascadeserve.runtime.observer import BatchEvent
 from cascadeserve.runtime.request import Answer, Request, ServingError
 
 
@@ -47,3 +48,17 @@ def test_first_stage_answers_time_beyond_their_server_time_is_the_hop(toy_profil
     assert hop["p95_ms"] == pytest.approx(1 + 0.95 * 97, abs=1e-6)
     mon.recalibrated({}, 20.0)  # a new plan's costs: the hop is measured afresh too
     assert mon.snapshot()["hop"] == {"answers": 0, "mean_ms": 0.0, "p95_ms": 0.0}
+
+
+def test_the_snapshot_gives_each_models_batch_ratios_mean_median_and_p95(toy_profile: Profile) -> None:
+    mon = CostMonitor(toy_profile)
+    profiled_s = toy_profile.model("m0").runtime.ms_of(1) / 1000.0
+    for i in range(100):  # ratios 1.01 .. 2.00
+        ratio = 1.0 + (i + 1) / 100.0
+        kw = {"device": 0, "replica": 0, "row": 0, "size": 1, "answered": 1, "device_name": "d0", "generation": 0}
+        mon.batch(BatchEvent(start=float(i), end=float(i) + ratio * profiled_s, model="m0", **kw))
+    row = next(m for m in mon.snapshot()["models"] if m["model"] == "m0")
+    assert row["batches"] == 100
+    assert row["factor_vs_profile"] == pytest.approx(1.505, abs=1e-9)
+    assert row["mean_factor_vs_profile"] == pytest.approx(1.5, abs=1e-9)  # the top 1 % (2.00) left out
+    assert row["p95_factor_vs_profile"] == pytest.approx(1.01 + 0.95 * 0.99, abs=1e-9)

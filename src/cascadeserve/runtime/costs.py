@@ -134,6 +134,8 @@ class CostMonitor(NullObserver):
                     # what calibration uses: a queue's wait grows with the mean service time, not its median, and
                     # under contention batches run long more often than short; the top 1 % (stalls) is left out
                     "mean_factor_vs_profile": trimmed_mean(since) if since else None,
+                    # the spread: a queue's tail grows with the service time's variance, which no mean describes
+                    "p95_factor_vs_profile": float(np.percentile(since, 95)) if since else None,
                     "batches": len(since),
                     "window_factor": None if w is None else w.factor,
                     "window_batches": 0 if w is None else w.batches,
