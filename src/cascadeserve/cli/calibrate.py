@@ -76,7 +76,7 @@ def calibrate_cmd(
     workload: WorkloadOpt = None,
 ) -> None:
     """Scale a profile's runtimes by what batches cost when served: measured here (--models) or read from a live
-    server (--url, GET /v2/cascade/costs)."""
+    server (--url, GET /v2/cascade/costs; on Ray also its process hop); --bench adds the front door a client saw."""
     prof = load_profile(profile)
     if out.resolve() == profile.resolve():
         raise CascadeServeError(f"--out: {out} is the input profile; give a new directory")
