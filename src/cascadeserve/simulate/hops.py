@@ -80,6 +80,16 @@ def lognormal_sigma(mean_ms: float, p95_ms: float) -> float:
     return z - math.sqrt(disc) if disc > 0 else z
 
 
+def _answered(res: SimResult) -> np.ndarray:
+    """Requests with an answer (and so a finish to move)."""
+    return np.asarray(np.isfinite(res.finish) & (res.answer_stage >= 0))
+
+
+def _draws(rng: np.random.Generator, mean_ms: float, sigma: float, n: int) -> np.ndarray:
+    """``n`` draws (ms) of the log-normal with this mean and σ."""
+    return np.asarray(rng.lognormal(math.log(mean_ms) - sigma * sigma / 2.0, sigma, n))
+
+
 def charge_hops(res: SimResult, plan: GearPlan, hop_ms: float, hop_p95_ms: float = 0.0, seed: int = 0) -> SimResult:
     """``res`` with every answered request its process hops later: ``hop_ms × expected hops``, or, with a
     ``hop_p95_ms`` above ``hop_ms``, hops drawn as the module docstring says (cache hits never leave the front end,
@@ -87,7 +97,7 @@ def charge_hops(res: SimResult, plan: GearPlan, hop_ms: float, hop_p95_ms: float
     if hop_ms <= 0 or not len(res.finish):
         return res
     stage = np.clip(res.answer_stage, 0, None)
-    charged = np.isfinite(res.finish) & (res.answer_stage >= 0)
+    charged = _answered(res)
     if res.cached is not None:
         charged &= ~res.cached
     sigma = lognormal_sigma(hop_ms, hop_p95_ms)
@@ -96,14 +106,13 @@ def charge_hops(res: SimResult, plan: GearPlan, hop_ms: float, hop_p95_ms: float
     else:  # stage by stage, so the memory is one value per request whatever the cascade's depth
         cross = _crossings(plan)
         rng = np.random.default_rng(seed)
-        mu = math.log(hop_ms) - sigma * sigma / 2.0
         delay = np.zeros(len(res.finish))
         for k in range(cross.shape[1]):
             idx = np.flatnonzero(charged & (stage >= k))
             if not len(idx):
                 break
             hopped = idx[rng.random(len(idx)) < cross[res.gear[idx], k]]
-            delay[hopped] += rng.lognormal(mu, sigma, len(hopped))
+            delay[hopped] += _draws(rng, hop_ms, sigma, len(hopped))
     finish = np.where(charged, res.finish + delay / 1000.0, res.finish)
     return dataclasses.replace(res, finish=finish)
 
@@ -114,13 +123,12 @@ def charge_front_door(res: SimResult, mean_ms: float, p95_ms: float = 0.0, seed:
     there is nothing to charge."""
     if mean_ms <= 0 or not len(res.finish):
         return res
-    charged = np.isfinite(res.finish) & (res.answer_stage >= 0)
+    charged = _answered(res)
     if res.shed is not None:
         charged &= ~res.shed
     sigma = lognormal_sigma(mean_ms, p95_ms)
     if sigma == 0.0:
         delay = np.full(len(res.finish), mean_ms)
     else:
-        mu = math.log(mean_ms) - sigma * sigma / 2.0
-        delay = np.random.default_rng(seed).lognormal(mu, sigma, len(res.finish))
+        delay = _draws(np.random.default_rng(seed), mean_ms, sigma, len(res.finish))
     return dataclasses.replace(res, finish=np.where(charged, res.finish + delay / 1000.0, res.finish))
