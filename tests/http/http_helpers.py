@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.http.app import FrontEnd
 from cascadeserve.plan import Device, GearPlan, fixed_plan
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import Backend, ModelConfig, RuntimeOptions
@@ -38,6 +39,7 @@ def serving(
     auth_token: str | None = None,
     runtime_options: RuntimeOptions | None = None,
     name: str = "toy",
+    front_ends: Sequence[FrontEnd] = (),
 ) -> Iterator[Server]:
     app = build_app(
         profile,
@@ -50,6 +52,7 @@ def serving(
             max_body_bytes=max_body_bytes, stop_grace_s=2.0, admin_token=admin_token, auth_token=auth_token
         ),
         backend=backend,
+        front_ends=front_ends,
     )
     server = Server(app, "127.0.0.1", 0, grace_s=2.0).start()
     try:

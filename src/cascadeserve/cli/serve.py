@@ -7,6 +7,9 @@ chooses among them from feedback (``POST /v2/models/{m}/feedback``); Clipper's R
 ``/{app}/update``) takes its SLO and default output from ``--slo-p95-ms`` and ``--default-output``; adaptive
 batching without a planned target sizes batches against that SLO too.
 
+``--grpc-port PORT`` also serves Triton's gRPC API (``tritonclient.grpc``) on ``--host``, beside HTTP, over the same
+runtime (TLS with the same ``--ssl-certfile``/``--ssl-keyfile``).
+
 ``--backend local`` (the default) runs every device in this process; ``--backend ray`` runs one inference-server
 actor per device on a Ray cluster (``--address``), with the same HTTP API (see :mod:`cascadeserve.backends.ray`).
 
@@ -68,6 +71,7 @@ from cascadeserve.cli.serve_checks import (
 )
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
+from cascadeserve.http.app import FrontEnd
 from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.plan import GearPlan, load_plan, plan_profile
 from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
@@ -97,6 +101,13 @@ def serve(
     name: Annotated[str | None, typer.Option(help="V2 model name (default: the profile's name).")] = None,
     host: Annotated[str, typer.Option(help="Address to bind; loopback unless you mean otherwise.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (0: any free port; the banner prints the one bound).")] = 8000,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Also serve Triton's gRPC API (tritonclient.grpc) on this TCP port of --host (0: any free port; "
+            "the banner prints it). Off unless given."
+        ),
+    ] = None,
     max_in_flight: Annotated[
         int, typer.Option(help="Hard bound on requests in flight, on top of the bound by time; past it 503.")
     ] = 4096,
@@ -229,6 +240,7 @@ def serve(
     for opt, f in (("--ssl-certfile", ssl_certfile), ("--ssl-keyfile", ssl_keyfile)):
         if f is not None and not f.is_file():
             raise CascadeServeError(f"{opt}: {f} is not a file")
+    front_ends = _grpc_front_end(host, grpc_port, ssl_certfile, ssl_keyfile)
     prof = load_profile(profile)
     gear_plan = load_plan(plan, prof)
     prof = plan_profile(prof, gear_plan)
@@ -284,6 +296,7 @@ def serve(
         clipper=layer,
         replan=replan_options,
         costs=costs,
+        front_ends=front_ends,
     )
     server = Server(
         built,
@@ -309,9 +322,10 @@ def serve(
 
     def banner() -> None:
         limit = built.runtime.admission_policy.limit
+        grpc = "" if server.grpc_port is None else f" and gRPC on {_address(host, server.grpc_port)}"
         err_console.print(
             f"serving model {built.model.name!r} ({len(gear_plan.gears)} gears, {len(gear_plan.devices)} {mode}) "
-            f"on {server.url}; admission holds at most {limit} requests, control plane "
+            f"on {server.url}{grpc}; admission holds at most {limit} requests, control plane "
             f"{'on' if admin_token else 'off'}",
             highlight=False,
             soft_wrap=True,  # one line, whatever the terminal's width: scripts read the port from it
@@ -327,7 +341,8 @@ def serve(
         server.run()
     if not server.server.started:
         # uvicorn logs a bind error and exits through SystemExit before it ever listens: that is a failure.
-        raise CascadeServeError(f"could not listen on {host}:{port} (is the port in use?)")
+        where = f"{host}:{port}" + ("" if grpc_port is None else f" (gRPC: {_address(host, grpc_port)})")
+        raise CascadeServeError(f"could not listen on {where} (is the port in use?)")
     err_console.print("stopped")
 
 
@@ -480,6 +495,22 @@ def _replan_options(
 
 
 
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 literal goes in brackets
+
+
+def _grpc_front_end(host: str, port: int | None, certfile: Path | None, keyfile: Path | None) -> list[FrontEnd]:
+    """``--grpc-port``: the gRPC front end beside HTTP (none without the option), with HTTP's TLS files."""
+    if port is None:
+        return []
+    if not 0 <= port <= 65535:
+        raise CascadeServeError(f"--grpc-port: {port} is not a TCP port (0-65535; 0: any free port)")
+    from cascadeserve.grpc import GrpcFrontEnd  # grpcio loads only when asked for
+
+    tls = None if certfile is None or keyfile is None else (keyfile.read_bytes(), certfile.read_bytes())
+    return [GrpcFrontEnd(host, port, tls=tls)]
 
 
 def _backend(name: str, address: str | None, models: Path | None) -> Backend:

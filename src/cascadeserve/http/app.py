@@ -22,7 +22,11 @@ version), 413 (body over the limit, or a call larger than admission can ever hol
 will not serve, naming the field), 500 (a model raised or returned garbage; named), 503 + Retry-After (shed: the
 wait would exceed the admission budget; the hint comes from the backlog) or 504 (the deadline, the request's
 ``parameters.timeout_ms`` or the server's default, passed before any stage ran). A client that disconnects has its
-rows that have not started dropped.
+rows that have not started dropped. The handler only decodes and encodes: the inference itself (checks, admission,
+answers, response parameters) is :class:`~cascadeserve.http.infer.InferCore`, which the gRPC front end shares.
+
+Other front ends (``front_ends``: the gRPC one, :mod:`cascadeserve.grpc`) start in the app's lifespan once the
+runtime has started, on the same event loop, and stop (with the grace period) before it stops.
 
 Routes come from one function per router (:func:`health_routes`, :func:`model_routes`, :func:`plan_routes`,
 :func:`metrics_routes`); a new router is one more function added to :data:`ROUTERS` (or passed as ``routers`` to
@@ -31,14 +35,12 @@ Routes come from one function per router (:func:`health_routes`, :func:`model_ro
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -50,26 +52,21 @@ from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
-from cascadeserve.http.fastpath import InferFastPath, answered_or_gone, outcome, read_body, server_error
+from cascadeserve.http.fastpath import InferFastPath, answered_or_gone, read_body, server_error
+from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
 from cascadeserve.http.tuning import tuned_plan_json
-from cascadeserve.http.v2 import (
-    DTYPES,
-    HEADER_LENGTH,
-    OutputTensor,
-    ProtocolError,
-    decode_infer_request,
-    encode_infer_response,
-)
+from cascadeserve.http.v2 import HEADER_LENGTH, ProtocolError, decode_infer_request, encode_infer_response
 from cascadeserve.plan import GearPlan
-from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
+from cascadeserve.runtime import Runtime
 from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.replanner import Replanner
 
 __all__ = [
     "ROUTERS",
+    "FrontEnd",
     "Router",
     "ServedModel",
     "ServerOptions",
@@ -79,17 +76,6 @@ __all__ = [
     "model_routes",
     "plan_routes",
 ]
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    """What the V2 front end exposes: the model name, its one input, and how rows become payloads."""
-
-    name: str
-    input: InputSpec = field(default_factory=InputSpec)
-    emulated: bool = False
-    sample_index: Mapping[int, int] | None = None  # emulated: validation sample id -> profile row
-    check_plan: Callable[[GearPlan], None] | None = None  # extra validation of a PUT plan (e.g. the profile)
 
 
 @dataclass(frozen=True)
@@ -108,36 +94,62 @@ def _retry_after(seconds: float) -> str:
     return str(max(1, math.ceil(seconds)))
 
 
+def _refused(e: ProtocolError) -> Response:
+    retry = e.retry_after_s if isinstance(e, InferError) else None
+    return _error(e.message, e.status, None if retry is None else {"Retry-After": _retry_after(retry)})
+
+
+class FrontEnd(Protocol):
+    """Another front end over the app's handlers (the gRPC one), started and stopped in the app's lifespan."""
+
+    name: str
+    port: int | None  # the port it listens on, once started
+
+    async def start(self, api: _Api) -> None: ...
+
+    async def stop(self, grace_s: float) -> None: ...
+
+
 class _Api:
     """The request handlers, holding the runtime, the model description and the metrics."""
 
-    def __init__(self, runtime: Runtime, model: ServedModel, metrics: PrometheusObserver, opts: ServerOptions):
+    def __init__(
+        self,
+        runtime: Runtime,
+        model: ServedModel,
+        metrics: PrometheusObserver,
+        opts: ServerOptions,
+        layer: ClipperLayer | None = None,
+    ):
         self.runtime = runtime
         self.model = model
         self.metrics = metrics
         self.opts = opts
-        self._dtype = DTYPES[model.input.datatype]
-        self._lookup: Callable[[np.ndarray], list[Any]] = self._sample_rows if model.emulated else self._rows
-        self.layer = ClipperLayer(runtime, model.name)  # selection, feedback, Clipper's REST (http/clipper.py)
+        # selection, feedback, Clipper's REST (http/clipper.py); the core submits through it
+        self.layer = layer or ClipperLayer(runtime, model.name)
+        self.core = InferCore(runtime, model, self.layer)
         self.replanner: Replanner | None = None  # serve --replan: its state goes into GET /v2/cascade/plan's notes
         self.costs: CostMonitor | None = None  # batch costs against the plan's (http/costs.py)
 
     # -- health and metadata -----------------------------------------------------------------------------------
+    def check_token(self, authorization: str | None) -> None:
+        """Pass when inference needs no token or ``authorization`` carries the inference (or admin) one; else raise
+        :class:`~cascadeserve.http.control.AuthError` (401/403). The gRPC front end calls it with its metadata."""
+        if self.opts.auth_token is None:
+            return
+        tokens = tuple(t for t in (self.opts.auth_token, self.opts.admin_token) if t is not None)
+        check_bearer(authorization, tokens, what="inference")
+
     def _auth(self, request: Request, *, admin: bool = False) -> Response | None:
         """``None`` when the request may go on; else the 401/403 answer."""
-        headers = request.headers
-        if admin:
-            if self.opts.admin_token is None:
-                return _error("the control plane is off: start the server with --admin-token to enable it", 403)
-            tokens: tuple[str, ...] = (self.opts.admin_token,)
-            what = "this endpoint"
-        else:
-            if self.opts.auth_token is None:
-                return None
-            tokens = tuple(t for t in (self.opts.auth_token, self.opts.admin_token) if t is not None)
-            what = "inference"
+        header = request.headers.get("authorization")
         try:
-            check_bearer(headers.get("authorization"), tokens, what=what)
+            if not admin:
+                self.check_token(header)
+            elif self.opts.admin_token is None:
+                return _error("the control plane is off: start the server with --admin-token to enable it", 403)
+            else:
+                check_bearer(header, (self.opts.admin_token,), what="this endpoint")
         except AuthError as e:
             return _error(e.message, e.status, {"WWW-Authenticate": "Bearer"} if e.status == 401 else None)
         return None
@@ -172,12 +184,10 @@ class _Api:
     def _check_name(self, request: Request) -> Response | None:
         if (bad := self._auth(request)) is not None:
             return bad
-        name = request.path_params["name"]
-        if name != self.model.name:
-            return _error(f"unknown model {name!r}; this server serves {self.model.name!r}", 404)
-        version = request.path_params.get("version")
-        if version is not None and version != "1":
-            return _error(f"model {name!r} has no version {version!r}; its only version is '1'", 404)
+        try:
+            self.core.check_name(request.path_params["name"], request.path_params.get("version"))
+        except ProtocolError as e:
+            return _error(e.message, e.status)
         return None
 
     @describe(responses=(401, 403, 404), secured=True)
@@ -193,11 +203,7 @@ class _Api:
                 "versions": ["1"],
                 "platform": "cascadeserve",
                 "inputs": [{"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}],
-                "outputs": [
-                    {"name": "label", "datatype": "INT64", "shape": [-1]},
-                    {"name": "certainty", "datatype": "FP32", "shape": [-1]},
-                    {"name": "model", "datatype": "BYTES", "shape": [-1]},
-                ],
+                "outputs": [{"name": n, "datatype": dt, "shape": [-1]} for n, dt in OUTPUTS],
                 "parameters": {
                     "emulated": self.model.emulated,
                     "models": ",".join(plan.models()),
@@ -235,116 +241,25 @@ class _Api:
             raise ProtocolError(f"body: {declared} bytes is over the limit of {limit} bytes", 413)
         return await read_body(request.receive, limit)
 
-    def _sample_rows(self, arr: np.ndarray) -> list[Any]:
-        index = self.model.sample_index
-        assert index is not None
-        rows = []
-        for sid in arr.tolist():
-            row = index.get(sid)
-            if row is None:
-                raise ProtocolError(f"input {self.model.input.name!r}: {sid} is not a validation sample id")
-            rows.append(row)
-        return rows
-
-    def _rows(self, arr: np.ndarray) -> list[Any]:
-        return list(arr)
-
-    def _payloads(self, inputs: Mapping[str, np.ndarray]) -> list[Any]:
-        spec = self.model.input
-        arr = inputs.get(spec.name)
-        if arr is None:
-            raise ProtocolError(f"input {spec.name!r} is missing (got {', '.join(inputs) or 'none'})")
-        for other in inputs:
-            if other != spec.name:
-                raise ProtocolError(f"input {other!r} is unknown; this model takes only {spec.name!r}")
-        if arr.dtype != self._dtype:
-            got = next(k for k, v in DTYPES.items() if v == arr.dtype)
-            raise ProtocolError(f"input {spec.name!r}: datatype {got}, expected {spec.datatype}")
-        if arr.ndim != len(spec.shape) or any(s != -1 and s != a for s, a in zip(spec.shape, arr.shape, strict=True)):
-            raise ProtocolError(f"input {spec.name!r}: shape {list(arr.shape)} does not match {list(spec.shape)}")
-        if arr.shape[0] == 0:
-            raise ProtocolError(f"input {spec.name!r}: the batch has no rows")
-        if arr.dtype.kind == "f" and not spec.allow_non_finite:
-            finite = np.isfinite(arr).reshape(len(arr), -1).all(axis=1)
-            if not finite.all():
-                row = int(np.argmin(finite))
-                raise ProtocolError(
-                    f"input {spec.name!r}: row {row} holds a non-finite value (NaN or Inf; a number past the range "
-                    f"of {spec.datatype} is Inf too); this model accepts finite values only"
-                )
-        return self._lookup(arr)
-
-    def _timeout_s(self, params: Mapping[str, Any]) -> float | None:
-        t = params.get("timeout_ms")
-        if t is None:
-            return None
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
-            raise ProtocolError(f"parameters.timeout_ms: expected a positive number of milliseconds, got {t!r}")
-        return float(t) / 1000.0
-
     @describe(body=InferRequest, responses=(400, 401, 403, 404, 413, 500, 503, 504), secured=True)
     async def infer(self, request: Request) -> Response:
         """Infer: each row of the input is one request through the cascade (JSON or binary tensors)."""
         if (bad := self._check_name(request)) is not None:
             return bad
-        retry = self.runtime.shed_now()
-        if retry is not None:  # full even for one row: refuse before reading and decoding the body
-            self.runtime.shed(1)
-            return _error("admission queue full", 503, {"Retry-After": _retry_after(retry)})
         try:
+            self.core.shed_early()  # full even for one row: refuse before reading and decoding the body
             body = await self._body(request)
             dec = decode_infer_request(body, request.headers.get(HEADER_LENGTH))
-            payloads = self._payloads(dec.inputs)
-            timeout = self._timeout_s(dec.parameters)
+            done = await self.core.infer(
+                dec.inputs,
+                dec.parameters,
+                context_of(dec.parameters, request.headers),
+                dec.id,
+                lambda futures: answered_or_gone(futures, request.receive),
+            )
+            body, headers = encode_infer_response(self.model.name, dec, done.outputs, done.parameters)
         except ProtocolError as e:
-            return _error(e.message, e.status)
-        context = context_of(dec.parameters, request.headers)
-        admitted = self.runtime.clock.now()
-        try:
-            reqs = self.layer.submit(payloads, timeout, context)
-        except Overloaded as e:
-            return _error(str(e), 503, {"Retry-After": _retry_after(e.retry_after_s)})
-        except ServingError as e:
-            return _error(str(e), e.status)
-        futures = [r.future for r in reqs]
-        if not await answered_or_gone(futures, request.receive):  # the client went away: drop rows not started
-            self.runtime.cancel(reqs)
-            await asyncio.gather(*futures, return_exceptions=True)
-        results = [outcome(f) for f in futures]
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            worst = max(errors, key=lambda e: getattr(e, "status", 500))
-            return _error(str(worst), getattr(worst, "status", 500))
-        answers = [r for r in results if isinstance(r, Answer)]
-        self.layer.answered(dec.id, reqs, answers, context)
-        return self._respond(dec, answers, admitted)
-
-    def _respond(self, dec: Any, answers: list[Answer], admitted: float) -> Response:
-        first = answers[0]
-        params: dict[str, Any] = {
-            # admission to the last row's answer: what a client sees beyond it is the front door (bench measures it)
-            "server_ms": max(0.0, max(a.finished for a in answers) - admitted) * 1000.0,
-            "gear": first.gear,
-            "fallback": any(a.fallback for a in answers),
-            "queue_ms": max(a.queue_s for a in answers) * 1000.0,
-            "compute_ms": max(a.compute_s for a in answers) * 1000.0,
-            "emulated": self.model.emulated,
-            "cached": any(a.cached for a in answers),
-        }
-        if len(answers) > 1:
-            params["gears"] = ",".join(str(a.gear) for a in answers)
-            params["fallbacks"] = ",".join("1" if a.fallback else "0" for a in answers)
-        outputs = [
-            OutputTensor("label", "INT64", np.array([a.label for a in answers], dtype=np.int64)),
-            OutputTensor("certainty", "FP32", np.array([a.certainty for a in answers], dtype=np.float32)),
-            OutputTensor("model", "BYTES", [a.model for a in answers]),
-        ]
-        if any(a.output is not None for a in answers):  # a generative cascade: its answers as text
-            outputs.append(OutputTensor("text", "BYTES", [a.output.text if a.output else "" for a in answers]))
-        try:
-            body, headers = encode_infer_response(self.model.name, dec, outputs, params)
-        except ProtocolError as e:
-            return _error(e.message, e.status)
+            return _refused(e)
         return Response(body, headers=headers)
 
     # -- metrics and plans -------------------------------------------------------------------------------------
@@ -448,8 +363,9 @@ def create_app(
     routers: Sequence[Router] = ROUTERS,
     replanner: Replanner | None = None,
     costs: CostMonitor | None = None,
+    front_ends: Sequence[FrontEnd] = (),
 ) -> ASGIApp:
-    """The ASGI app over ``runtime`` (started and stopped with the app's lifespan).
+    """The ASGI app over ``runtime`` (started and stopped with the app's lifespan, with ``front_ends``).
 
     Pass the same ``metrics`` observer that the runtime reports to (as :func:`cascadeserve.http.build_app`
     does), or a fresh one is made that only sees scrape-time gauges. ``routers`` (default :data:`ROUTERS`) lists
@@ -458,9 +374,7 @@ def create_app(
     opts = options or ServerOptions()
     obs = metrics or PrometheusObserver()
     obs.attach(runtime)
-    api = _Api(runtime, model, obs, opts)
-    if clipper is not None:
-        api.layer = clipper
+    api = _Api(runtime, model, obs, opts, clipper)
     api.replanner = replanner
     api.costs = costs
 
@@ -468,9 +382,15 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await runtime.start()
         await api.layer.start()
+        started: list[FrontEnd] = []
         try:
+            for front in front_ends:  # after the runtime: their first request may come at once
+                await front.start(api)
+                started.append(front)
             yield
         finally:
+            for front in reversed(started):  # before the runtime: their requests in flight finish in the grace
+                await front.stop(opts.stop_grace_s)
             if replanner is not None:
                 await replanner.stop()
             await api.layer.stop(opts.stop_grace_s)

@@ -268,7 +268,7 @@ class ClipperLayer:
         except (TypeError, ValueError, OverflowError):
             raise ProtocolError(f"{field}: does not fit the model's input ({spec.datatype})") from None
         try:
-            payloads = api._payloads({spec.name: arr})
+            payloads = api.core.payloads({spec.name: arr})
         except ProtocolError as e:
             raise ProtocolError(f"{field}: {e.message}", e.status) from None
         return payloads, arr, single

@@ -6,7 +6,8 @@ uvicorn server that stops cleanly.
 (every queue fires as soon as its device is free, since no arrival will fill a batch) and to stop admitting, so
 readiness turns false at once; uvicorn then finishes the requests in flight for the grace period, and the app's
 lifespan fails whatever is left with 503. The server binds to loopback unless told otherwise; TLS is uvicorn's
-(``ssl_certfile``/``ssl_keyfile``).
+(``ssl_certfile``/``ssl_keyfile``). Other front ends (``build_app(front_ends=...)``: the gRPC one) run in the same
+lifespan; :attr:`Server.grpc_port` is the gRPC one's port once started.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from cascadeserve.http.app import ServedModel, ServerOptions, create_app
+from cascadeserve.http.app import FrontEnd, ServedModel, ServerOptions, create_app
 from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.http.control import check_plan
 from cascadeserve.http.costs import CostCollector
@@ -59,6 +60,7 @@ class App:
     model: ServedModel
     replanner: Replanner | None = None
     costs: CostMonitor | None = None
+    front_ends: tuple[FrontEnd, ...] = ()
 
 
 def build_app(
@@ -76,9 +78,11 @@ def build_app(
     clipper: ClipperOptions | None = None,
     replan: ReplanOptions | None = None,
     costs: CostSettings | None = None,
+    front_ends: Sequence[FrontEnd] = (),
 ) -> App:
     """A served cascade: emulated devices (answers from ``profile``) or ``models`` on the ``backend``'s devices
-    (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process)."""
+    (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process); with
+    ``front_ends`` (e.g. :class:`cascadeserve.grpc.GrpcFrontEnd`) served beside HTTP."""
     engine: Backend = backend or LocalBackend()
     plan.check_against(profile)
     metrics = PrometheusObserver(profile=profile)
@@ -134,9 +138,16 @@ def build_app(
         replanner = Replanner(runtime, replan, check_swap, costs=monitor)
         metrics.registry.register(ReplanCollector(replanner))
     asgi = create_app(
-        runtime, served, metrics=metrics, options=server_options, clipper=layer, replanner=replanner, costs=monitor
+        runtime,
+        served,
+        metrics=metrics,
+        options=server_options,
+        clipper=layer,
+        replanner=replanner,
+        costs=monitor,
+        front_ends=front_ends,
     )
-    return App(asgi, runtime, metrics, served, replanner, monitor)
+    return App(asgi, runtime, metrics, served, replanner, monitor, tuple(front_ends))
 
 
 class _DrainingServer(uvicorn.Server):
@@ -196,6 +207,11 @@ class Server:
             for sock in s.sockets:
                 return int(sock.getsockname()[1])
         raise RuntimeError("the server is not listening")
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The port the gRPC front end listens on once started (``None``: none, or not started)."""
+        return next((f.port for f in self.app.front_ends if f.name == "grpc"), None)
 
     @property
     def url(self) -> str:

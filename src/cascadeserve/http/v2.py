@@ -7,7 +7,10 @@ little-endian bytes, in order, from the rest of the body. Outputs go back in bin
 ``parameters.binary_data_output`` (tritonclient does when it names no outputs) or asks for an output with
 ``parameters.binary_data``. ``BYTES`` elements are length-prefixed (4-byte little-endian) in binary form.
 
-Every decoding problem raises :class:`ProtocolError` with the HTTP status and a message naming the field.
+Every decoding problem raises :class:`ProtocolError` with the HTTP status and a message naming the field. The
+per-tensor checks (:func:`tensor_header`, :func:`binary_tensor`, :func:`listed_tensor`) and the output encoding
+(:func:`tensor_bytes`, :func:`check_requested`) are public: the gRPC front end (:mod:`cascadeserve.grpc`) decodes
+its tensors with them, so both protocols refuse the same inputs with the same messages.
 """
 
 from __future__ import annotations
@@ -27,8 +30,13 @@ __all__ = [
     "DecodedRequest",
     "OutputTensor",
     "ProtocolError",
+    "binary_tensor",
+    "check_requested",
     "decode_infer_request",
     "encode_infer_response",
+    "listed_tensor",
+    "tensor_bytes",
+    "tensor_header",
 ]
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -125,24 +133,18 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
         if not isinstance(name, str) or not name:
             raise ProtocolError(f"{where}.name: expected a non-empty string")
         where = f"input {name!r}"
-        dt = t.get("datatype")
-        if dt not in DTYPES:
-            raise ProtocolError(f"{where}: datatype {dt!r} is not one of {', '.join(DTYPES)}")
-        shape = t.get("shape")
-        if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
-            raise ProtocolError(f"{where}: shape must be a list of non-negative integers")
-        count = math.prod(shape)
+        dt, shape, count = tensor_header(where, t.get("datatype"), t.get("shape"))
         tparams = t.get("parameters") or {}
         size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
         if size is not None:
             if type(size) is not int or size < 0 or offset + size > len(rest):
                 raise ProtocolError(f"{where}: binary_data_size {size!r} runs past the end of the body")
-            arr = _binary_tensor(where, rest[offset : offset + size], dt, shape, count)
+            arr = binary_tensor(where, rest[offset : offset + size], dt, shape, count)
             offset += size
         else:
             if "data" not in t:
                 raise ProtocolError(f"{where}: no 'data' and no binary_data_size")
-            arr = _json_tensor(where, t["data"], dt, shape, count)
+            arr = listed_tensor(where, _flatten(t["data"]), dt, shape, count)
         if name in inputs:
             raise ProtocolError(f"{where}: given twice")
         inputs[name] = arr
@@ -167,8 +169,20 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
     return DecodedRequest(str(rid) if rid is not None else None, inputs, params, outputs, binary_all)
 
 
-def _binary_tensor(where: str, blob: bytes, dt: str, shape: list[int], count: int) -> np.ndarray:
-    """One input's raw bytes: little-endian elements, or for BYTES a 4-byte little-endian length before each."""
+def tensor_header(where: str, datatype: Any, shape: Any) -> tuple[str, list[int], int]:
+    """A tensor's datatype and shape, checked (a known datatype; non-negative integer dims), and its element count."""
+    if datatype not in DTYPES:
+        raise ProtocolError(f"{where}: datatype {datatype!r} is not one of {', '.join(DTYPES)}")
+    if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+        raise ProtocolError(f"{where}: shape must be a list of non-negative integers")
+    return datatype, shape, math.prod(shape)
+
+
+def binary_tensor(
+    where: str, blob: bytes, dt: str, shape: list[int], count: int, size_of: str = "binary_data_size"
+) -> np.ndarray:
+    """One input's raw bytes: little-endian elements, or for BYTES a 4-byte little-endian length before each
+    (``size_of``: what the messages call the blob's size, the parameter over HTTP or the field over gRPC)."""
     if dt == "BYTES":
         values: list[str] = []
         pos = 0
@@ -178,7 +192,7 @@ def _binary_tensor(where: str, blob: bytes, dt: str, shape: list[int], count: in
             (n,) = struct.unpack_from("<I", blob, pos)
             pos += 4
             if pos + n > len(blob):
-                raise ProtocolError(f"{where}: BYTES element {len(values)} runs past binary_data_size")
+                raise ProtocolError(f"{where}: BYTES element {len(values)} runs past {size_of}")
             values.append(_utf8(where, blob[pos : pos + n], len(values)))
             pos += n
         if len(values) != count:
@@ -187,7 +201,7 @@ def _binary_tensor(where: str, blob: bytes, dt: str, shape: list[int], count: in
     dtype = DTYPES[dt]
     if len(blob) != count * dtype.itemsize:
         raise ProtocolError(
-            f"{where}: binary_data_size {len(blob)} does not match shape {shape} of {dt} "
+            f"{where}: {size_of} {len(blob)} does not match shape {shape} of {dt} "
             f"({count * dtype.itemsize} bytes)"
         )
     return np.frombuffer(blob, dtype=dtype).reshape(shape)
@@ -223,17 +237,21 @@ def _flatten(data: Any) -> list[Any]:
     return out
 
 
-def _json_tensor(where: str, data: Any, dt: str, shape: list[int], count: int) -> np.ndarray:
-    """One input's ``data``, checked element by element against the datatype: a float in an integer input, a
-    bool in a number input, a number out of the type's range or a non-string in BYTES is refused, not cast."""
-    flat = _flatten(data)
+def listed_tensor(where: str, flat: Sequence[Any], dt: str, shape: list[int], count: int) -> np.ndarray:
+    """One input's elements (row-major) as Python values, checked element by element against the datatype: a float
+    in an integer input, a bool in a number input, a number out of the type's range or a non-string in BYTES is
+    refused, not cast (``bytes`` in BYTES must be UTF-8 text)."""
     if len(flat) != count:
         raise ProtocolError(f"{where}: data has {len(flat)} elements but shape {shape} needs {count}")
     if dt == "BYTES":
-        for i, v in enumerate(flat):
-            if not isinstance(v, str):
+        values = list(flat)
+        for i, v in enumerate(values):
+            if isinstance(v, str):
+                continue
+            if not isinstance(v, bytes):
                 raise ProtocolError(f"{where}: BYTES element {i} is {type(v).__name__}, expected a string")
-        return _object_array(flat, shape)
+            values[i] = _utf8(where, v, i)  # gRPC's bytes_contents: UTF-8 text, as in the binary form
+        return _object_array(values, shape)
     dtype = DTYPES[dt]
     if dt == "BOOL":
         if not all(type(v) is bool for v in flat):
@@ -261,6 +279,21 @@ def _bytes_tensor(values: Sequence[str]) -> bytes:
     return b"".join(parts)
 
 
+def tensor_bytes(output: OutputTensor) -> bytes:
+    """An output's raw little-endian bytes (BYTES: each element length-prefixed, 4-byte little-endian)."""
+    if output.datatype == "BYTES":
+        return _bytes_tensor([str(x) for x in output.data])
+    return np.ascontiguousarray(np.asarray(output.data, dtype=DTYPES[output.datatype])).tobytes()
+
+
+def check_requested(outputs: Sequence[OutputTensor], requested: Sequence[str]) -> None:
+    """Refuse a request for an output the model does not have (naming it and the outputs there are)."""
+    known = {o.name for o in outputs}
+    for name in requested:
+        if name not in known:
+            raise ProtocolError(f"outputs: unknown output {name!r}; this model has {', '.join(sorted(known))}")
+
+
 def encode_infer_response(
     model_name: str,
     request: DecodedRequest,
@@ -272,10 +305,7 @@ def encode_infer_response(
     if request.outputs is None:
         wanted = {o.name: request.binary_output for o in outputs}
     else:
-        known = {o.name for o in outputs}
-        for name, _ in request.outputs:
-            if name not in known:
-                raise ProtocolError(f"outputs: unknown output {name!r}; this model has {', '.join(sorted(known))}")
+        check_requested(outputs, [name for name, _ in request.outputs])
         wanted = dict(request.outputs)
     head: dict[str, Any] = {"model_name": model_name, "model_version": "1"}
     if request.id is not None:
@@ -292,10 +322,7 @@ def encode_infer_response(
         if o.parameters:
             entry["parameters"] = dict(o.parameters)
         if binary:
-            if o.datatype == "BYTES":
-                blob = _bytes_tensor([str(x) for x in data])
-            else:
-                blob = np.ascontiguousarray(np.asarray(data, dtype=DTYPES[o.datatype])).tobytes()
+            blob = tensor_bytes(o)
             entry.setdefault("parameters", {})["binary_data_size"] = len(blob)
             blobs.append(blob)
         elif o.datatype == "BYTES":

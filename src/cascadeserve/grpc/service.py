@@ -1,0 +1,254 @@
+"""Triton's ``GRPCInferenceService`` (the Open Inference Protocol V2 over gRPC), so ``tritonclient.grpc`` works.
+
+:class:`GrpcFrontEnd` is a :class:`~cascadeserve.http.app.FrontEnd`: the HTTP app's lifespan starts it once the
+runtime runs and stops it (with the grace period) before the runtime stops, so it serves on the same event loop,
+the same :class:`~cascadeserve.runtime.Runtime` and the same handlers as HTTP. Inference goes through the HTTP
+app's :class:`~cascadeserve.http.infer.InferCore`, and statistics, readiness and tokens through its handlers: this
+module only translates messages and errors.
+
+Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer, ModelConfig,
+ModelStatistics and RepositoryIndex (the one served cascade, READY). The other RPCs answer UNIMPLEMENTED, saying
+why. With ``--auth-token``, every RPC but the health probes needs metadata ``authorization: Bearer <token>``.
+
+Errors carry the HTTP front end's message (it names the field, input or model) under the gRPC code of its status:
+400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND, 413 RESOURCE_EXHAUSTED (a
+message over ``max_body_bytes`` gets gRPC's own RESOURCE_EXHAUSTED naming the limit), 500 INTERNAL, 504
+DEADLINE_EXCEEDED, and a shed call (503 with a retry hint) RESOURCE_EXHAUSTED with the hint in its message and in
+the trailing metadata ``retry-after`` (seconds). A client that cancels has its rows that have not started dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar, cast
+
+import grpc
+from google.protobuf import json_format
+
+from cascadeserve import __version__
+from cascadeserve.grpc.protos import grpc_service_pb2 as pb
+from cascadeserve.grpc.protos import grpc_service_pb2_grpc as pb_grpc
+from cascadeserve.grpc.protos import model_config_pb2 as mc
+from cascadeserve.grpc.tensors import decode_inputs, decode_parameters, encode_response
+from cascadeserve.http.app import ServerOptions
+from cascadeserve.http.clipper import context_of
+from cascadeserve.http.control import AuthError
+from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel
+from cascadeserve.http.metrics import PrometheusObserver
+from cascadeserve.http.v2 import ProtocolError
+from cascadeserve.runtime import Runtime
+
+__all__ = ["GrpcFrontEnd"]
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+_CODES: dict[int, grpc.StatusCode] = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    499: grpc.StatusCode.CANCELLED,
+    500: grpc.StatusCode.INTERNAL,
+    502: grpc.StatusCode.UNAVAILABLE,
+    503: grpc.StatusCode.UNAVAILABLE,  # stopping; a shed call (with a retry hint) is RESOURCE_EXHAUSTED
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+# Why an RPC is not served, by name (the rest: the repository, shared memory, trace and log settings)
+_WHY_NOT = {
+    "ModelStreamInfer": "send each request with ModelInfer",
+    "RepositoryModelLoad": "the served cascade is fixed at start-up (hot-swap a plan over HTTP instead)",
+    "RepositoryModelUnload": "the served cascade is fixed at start-up",
+}
+
+
+class _Api(Protocol):
+    """What the servicer needs of the HTTP app's handlers (``http.app``'s ``_Api``)."""
+
+    runtime: Runtime
+    model: ServedModel
+    metrics: PrometheusObserver
+    opts: ServerOptions
+    core: InferCore
+
+    def check_token(self, authorization: str | None) -> None: ...
+
+
+_Rpc = TypeVar("_Rpc", bound=Callable[..., Awaitable[Any]])
+
+
+def _rpc(*, auth: bool = True) -> Callable[[_Rpc], _Rpc]:
+    """An RPC handler: the token checked first (``auth``), and every refusal turned into its gRPC status."""
+
+    def wrap(fn: _Rpc) -> _Rpc:
+        @functools.wraps(fn)
+        async def handler(self: _Servicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                if auth:
+                    self.api.check_token(dict(context.invocation_metadata() or ()).get("authorization"))
+                return await fn(self, request, context)
+            except AuthError as e:
+                code = grpc.StatusCode.UNAUTHENTICATED if e.status == 401 else grpc.StatusCode.PERMISSION_DENIED
+                await context.abort(code, e.message)
+            except ProtocolError as e:  # InferError too: a shed call carries a retry hint
+                retry_s = e.retry_after_s if isinstance(e, InferError) else None
+                if retry_s is None:
+                    await context.abort(_CODES.get(e.status, grpc.StatusCode.INTERNAL), e.message)
+                else:
+                    retry = str(max(1, math.ceil(retry_s)))  # as HTTP's Retry-After: whole seconds, at least 1
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"{e.message}; retry after {retry} s",
+                        trailing_metadata=(("retry-after", retry),),
+                    )
+            except Exception as e:  # a bug of ours: INTERNAL naming it, as HTTP's 500 does (gRPC would say UNKNOWN)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+
+        return cast(_Rpc, handler)
+
+    return wrap
+
+
+def _unimplemented(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
+    why = _WHY_NOT.get(name, "cascadeserve serves one cascade, without a model repository, shared memory or settings")
+
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented: {why}")
+
+    return handler
+
+
+class _Servicer:
+    """The RPCs, over the HTTP app's handlers ``api``."""
+
+    def __init__(self, api: _Api) -> None:
+        self.api = api
+
+    def __getattr__(self, name: str) -> Any:
+        # only for the RPCs not defined below: the generated registration looks up every RPC of the service
+        if name not in _SERVICE.methods_by_name:
+            raise AttributeError(name)
+        return _unimplemented(name)
+
+    def _model(self, name: str, version: str) -> None:
+        self.api.core.check_name(name, version or None)  # no version: the latest, as Triton reads it
+
+    @_rpc(auth=False)
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    @_rpc(auth=False)
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.api.runtime.readiness().ready)
+
+    @_rpc()
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        # Triton answers an unknown model "not ready" (HTTP: 404, which tritonclient.http reads as not ready too)
+        try:
+            self._model(request.name, request.version)
+        except ProtocolError:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=self.api.runtime.readiness().ready)
+
+    @_rpc()
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(
+            name="cascadeserve", version=__version__, extensions=["cascade_plan", "statistics"]
+        )
+
+    @_rpc()
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        self._model(request.name, request.version)
+        spec = self.api.model.input
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=self.api.model.name,
+            versions=["1"],
+            platform="cascadeserve",
+            inputs=[tensor(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))],
+            outputs=[tensor(name=n, datatype=dt, shape=[-1]) for n, dt in OUTPUTS],
+        )
+
+    @_rpc()
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        self._model(request.name, request.version)
+        spec = self.api.model.input
+        # Triton's batching convention: max_batch_size > 0 and dims without the batch dimension; a [-1] input is
+        # dims [1] reshaped to [] (max_batch_size: the most rows admission can ever hold in one call)
+        limit = self.api.runtime.admission_policy.limit
+        dims, reshape = (list(spec.shape[1:]), None) if len(spec.shape) > 1 else ([1], mc.ModelTensorReshape())
+        dtype = mc.DataType.Value("TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}")
+        config = mc.ModelConfig(
+            name=self.api.model.name,
+            platform="cascadeserve",
+            max_batch_size=limit if limit is not None else 2**31 - 1,
+            input=[mc.ModelInput(name=spec.name, data_type=dtype, dims=dims, reshape=reshape)],
+            output=[
+                mc.ModelOutput(
+                    name=n,
+                    data_type=mc.DataType.Value("TYPE_STRING" if dt == "BYTES" else f"TYPE_{dt}"),
+                    dims=[1],
+                    reshape=mc.ModelTensorReshape(),
+                )
+                for n, dt in OUTPUTS
+            ],
+        )
+        return pb.ModelConfigResponse(config=config)
+
+    @_rpc()
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        if request.name:  # no name: every model (the one served)
+            self._model(request.name, request.version)
+        # the very numbers of HTTP's /stats (Triton's JSON is this message's JSON form)
+        stats = self.api.metrics.stats.render(self.api.model.name)
+        return cast(pb.ModelStatisticsResponse, json_format.ParseDict(stats, pb.ModelStatisticsResponse()))
+
+    @_rpc()
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        entry = pb.RepositoryIndexResponse.ModelIndex(name=self.api.model.name, version="1", state="READY")
+        return pb.RepositoryIndexResponse(models=[entry])
+
+    @_rpc()
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        core = self.api.core
+        self._model(request.model_name, request.model_version)
+        core.shed_early()
+        inputs = decode_inputs(request)
+        params = decode_parameters(request.parameters)
+        metadata = dict(context.invocation_metadata() or ())
+        # a cancelled call (client gone, deadline passed) cancels this coroutine: the core drops its waiting rows
+        done = await core.infer(inputs, params, context_of(params, metadata), request.id or None)
+        return encode_response(self.api.model.name, request.id, done, [o.name for o in request.outputs])
+
+
+class GrpcFrontEnd:
+    """The gRPC server on ``host:port`` (0: any free port; :attr:`port` is the one bound once started), TLS with
+    ``tls`` (PEM private key, certificate chain)."""
+
+    name = "grpc"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, tls: tuple[bytes, bytes] | None = None) -> None:
+        self.host = host
+        self.requested_port = port
+        self.tls = tls
+        self.port: int | None = None
+        self._server: Any = None
+
+    async def start(self, api: _Api) -> None:
+        limit = api.opts.max_body_bytes  # the HTTP body limit: past it gRPC answers RESOURCE_EXHAUSTED itself
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(api), server)
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+        address = f"{host}:{self.requested_port}"
+        if self.tls is None:
+            self.port = server.add_insecure_port(address)
+        else:
+            self.port = server.add_secure_port(address, grpc.ssl_server_credentials([self.tls]))
+        await server.start()
+        self._server = server
+
+    async def stop(self, grace_s: float) -> None:
+        if self._server is not None:
+            await self._server.stop(grace_s)  # refuse new calls; cancel those still running after the grace
+            self._server = None

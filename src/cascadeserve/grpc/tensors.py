@@ -1,0 +1,119 @@
+"""Triton's gRPC messages to and from numpy: the tensors of a ``ModelInferRequest``, the ``ModelInferResponse``.
+
+An input's data comes either in ``raw_input_contents`` (one entry per input, little-endian bytes; ``BYTES``
+elements each behind a 4-byte little-endian length), which is what ``tritonclient.grpc`` sends, or in the typed
+``contents`` field of its datatype (``int_contents`` for INT8/16/32, ``uint_contents`` for UINT8/16/32, ...; FP16
+has none). Both go through the HTTP decoder's checks (:mod:`cascadeserve.http.v2`: datatype, shape against the
+element count, integer ranges, UTF-8 text), so a tensor is refused over gRPC exactly when it would be over HTTP,
+with the same message naming the input. Outputs go back in ``raw_output_contents``, as Triton sends them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.grpc.protos import grpc_service_pb2 as pb
+from cascadeserve.http.infer import Inferred
+from cascadeserve.http.v2 import (
+    ProtocolError,
+    binary_tensor,
+    check_requested,
+    listed_tensor,
+    tensor_bytes,
+    tensor_header,
+)
+
+__all__ = ["decode_inputs", "decode_parameters", "encode_response"]
+
+# The typed field of InferTensorContents that holds each datatype (FP16 has none: raw_input_contents only)
+_CONTENTS: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def decode_inputs(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
+    """The request's input tensors by name; :class:`ProtocolError` (400) naming the input or field otherwise."""
+    raw = request.raw_input_contents
+    if not request.inputs:
+        raise ProtocolError("inputs: expected a non-empty list of tensors")
+    if raw and len(raw) != len(request.inputs):
+        raise ProtocolError(
+            f"raw_input_contents: {len(raw)} entries for {len(request.inputs)} inputs (one per input, or none)"
+        )
+    inputs: dict[str, np.ndarray] = {}
+    for i, t in enumerate(request.inputs):
+        if not t.name:
+            raise ProtocolError(f"inputs[{i}].name: expected a non-empty string")
+        where = f"input {t.name!r}"
+        dt, shape, count = tensor_header(where, t.datatype, list(t.shape))
+        given = [f.name for f, _ in t.contents.ListFields()]
+        if raw:
+            if given:
+                raise ProtocolError(f"{where}: data both in contents.{given[0]} and in raw_input_contents")
+            arr = binary_tensor(where, raw[i], dt, shape, count, f"raw_input_contents[{i}] size")
+        else:
+            arr = listed_tensor(where, _contents(where, t.contents, dt, given), dt, shape, count)
+        if t.name in inputs:
+            raise ProtocolError(f"{where}: given twice")
+        inputs[t.name] = arr
+    return inputs
+
+
+def _contents(where: str, contents: pb.InferTensorContents, dt: str, given: list[str]) -> Sequence[Any]:
+    want = _CONTENTS.get(dt)
+    if want is None:
+        raise ProtocolError(f"{where}: {dt} data goes in raw_input_contents (contents has no field for it)")
+    if given and given != [want]:
+        raise ProtocolError(f"{where}: datatype {dt} takes its data in contents.{want}, not {', '.join(given)}")
+    values: Sequence[Any] = getattr(contents, want)
+    return values
+
+
+def decode_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
+    """The request's parameters as plain values (``timeout_ms``, ``context``, ... as the HTTP form gives them)."""
+    out: dict[str, Any] = {}
+    for key, p in parameters.items():
+        kind = p.WhichOneof("parameter_choice")
+        out[key] = None if kind is None else getattr(p, kind)
+    return out
+
+
+def _parameter(value: Any) -> pb.InferParameter:
+    if isinstance(value, bool):  # before int: a bool is an int to Python
+        return pb.InferParameter(bool_param=value)
+    if isinstance(value, int):
+        return pb.InferParameter(int64_param=value)
+    if isinstance(value, float):
+        return pb.InferParameter(double_param=value)
+    return pb.InferParameter(string_param=str(value))
+
+
+def encode_response(
+    model: str, request_id: str, done: Inferred, requested: Sequence[str] = ()
+) -> pb.ModelInferResponse:
+    """The response to an infer call: every output (or the ``requested`` ones) in ``raw_output_contents``."""
+    outputs = done.outputs
+    if requested:
+        check_requested(outputs, requested)
+        outputs = [o for o in outputs if o.name in requested]
+    response = pb.ModelInferResponse(model_name=model, model_version="1", id=request_id)
+    for key, value in done.parameters.items():
+        response.parameters[key].CopyFrom(_parameter(value))
+    for o in outputs:
+        response.outputs.add(name=o.name, datatype=o.datatype, shape=[len(o.data)])
+        response.raw_output_contents.append(tensor_bytes(o))
+    return response

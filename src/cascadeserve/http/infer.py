@@ -1,0 +1,207 @@
+"""The inference core both front ends share: HTTP's ``POST .../infer`` and gRPC's ``ModelInfer`` call it.
+
+A front end decodes its wire format into ``dict[str, np.ndarray]`` and parameters, and encodes what comes back;
+everything between is here, once: the model name and version, the input against the model's
+:class:`~cascadeserve.runtime.InputSpec` (datatype, shape, rows, finite values), ``parameters.timeout_ms``, the
+early shed check, admission through the serving layer (Clipper's selection, the cache), waiting for the answers
+(cancelling the rows not started when the client goes away), the worst error of the rows, the feedback log, and
+the output tensors with the response parameters (``server_ms``, ``gear``, ``fallback``, timings, ``emulated``...).
+
+Every refusal raises :class:`~cascadeserve.http.v2.ProtocolError` with the HTTP status and a message naming the
+field or the model; a shed call raises its subclass :class:`InferError` with the retry hint. The gRPC front end
+maps the same statuses to its codes (:mod:`cascadeserve.grpc.service`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cascadeserve.http.clipper import ClipperLayer
+from cascadeserve.http.fastpath import outcome
+from cascadeserve.http.v2 import DTYPES, OutputTensor, ProtocolError
+from cascadeserve.plan import GearPlan
+from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
+
+__all__ = ["OUTPUTS", "InferCore", "InferError", "Inferred", "ServedModel"]
+
+# The outputs every served cascade has, in order (name, datatype): the metadata of both front ends lists them
+OUTPUTS: tuple[tuple[str, str], ...] = (("label", "INT64"), ("certainty", "FP32"), ("model", "BYTES"))
+
+Watch = Callable[[Sequence["asyncio.Future[Any]"]], Awaitable[bool]]
+"""Waits for the row futures: ``True`` once all are done, ``False`` if the client went away first."""
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the V2 front end exposes: the model name, its one input, and how rows become payloads."""
+
+    name: str
+    input: InputSpec = field(default_factory=InputSpec)
+    emulated: bool = False
+    sample_index: Mapping[int, int] | None = None  # emulated: validation sample id -> profile row
+    check_plan: Callable[[GearPlan], None] | None = None  # extra validation of a PUT plan (e.g. the profile)
+
+
+class InferError(ProtocolError):
+    """An infer call refused or failed past decoding; ``retry_after_s`` is set when it was shed (HTTP 503)."""
+
+    def __init__(self, message: str, status: int, retry_after_s: float | None = None) -> None:
+        super().__init__(message, status)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """The answer to one infer call: its output tensors (one element per row) and response parameters."""
+
+    outputs: list[OutputTensor]
+    parameters: dict[str, Any]
+
+
+async def _all_answered(futures: Sequence[asyncio.Future[Any]]) -> bool:
+    # asyncio.wait, not gather: cancelling this wait (a gRPC client that cancels) must not cancel the row futures,
+    # which the runtime still resolves
+    if any(not f.done() for f in futures):
+        await asyncio.wait(futures)
+    return True
+
+
+class InferCore:
+    """Inference over ``runtime`` through the serving ``layer``, for the served ``model``."""
+
+    def __init__(self, runtime: Runtime, model: ServedModel, layer: ClipperLayer) -> None:
+        self.runtime = runtime
+        self.model = model
+        self.layer = layer
+        self._dtype = DTYPES[model.input.datatype]
+        self._lookup: Callable[[np.ndarray], list[Any]] = self._sample_rows if model.emulated else self._rows
+
+    def check_name(self, name: str, version: str | None) -> None:
+        """Refuse (404) a model this server does not serve, or a version it lacks (``None``: any)."""
+        if name != self.model.name:
+            raise ProtocolError(f"unknown model {name!r}; this server serves {self.model.name!r}", 404)
+        if version is not None and version != "1":
+            raise ProtocolError(f"model {name!r} has no version {version!r}; its only version is '1'", 404)
+
+    def shed_early(self) -> None:
+        """Refuse (503) a call while admission is full even for one row, before its body is read and decoded."""
+        retry = self.runtime.shed_now()
+        if retry is not None:
+            self.runtime.shed(1)
+            raise InferError("admission queue full", 503, retry)
+
+    def _sample_rows(self, arr: np.ndarray) -> list[Any]:
+        index = self.model.sample_index
+        assert index is not None
+        rows = []
+        for sid in arr.tolist():
+            row = index.get(sid)
+            if row is None:
+                raise ProtocolError(f"input {self.model.input.name!r}: {sid} is not a validation sample id")
+            rows.append(row)
+        return rows
+
+    def _rows(self, arr: np.ndarray) -> list[Any]:
+        return list(arr)
+
+    def payloads(self, inputs: Mapping[str, np.ndarray]) -> list[Any]:
+        """The runtime payloads of the rows of ``inputs``, checked against the model's input (400 naming it)."""
+        spec = self.model.input
+        arr = inputs.get(spec.name)
+        if arr is None:
+            raise ProtocolError(f"input {spec.name!r} is missing (got {', '.join(inputs) or 'none'})")
+        for other in inputs:
+            if other != spec.name:
+                raise ProtocolError(f"input {other!r} is unknown; this model takes only {spec.name!r}")
+        if arr.dtype != self._dtype:
+            got = next(k for k, v in DTYPES.items() if v == arr.dtype)
+            raise ProtocolError(f"input {spec.name!r}: datatype {got}, expected {spec.datatype}")
+        if arr.ndim != len(spec.shape) or any(s != -1 and s != a for s, a in zip(spec.shape, arr.shape, strict=True)):
+            raise ProtocolError(f"input {spec.name!r}: shape {list(arr.shape)} does not match {list(spec.shape)}")
+        if arr.shape[0] == 0:
+            raise ProtocolError(f"input {spec.name!r}: the batch has no rows")
+        if arr.dtype.kind == "f" and not spec.allow_non_finite:
+            finite = np.isfinite(arr).reshape(len(arr), -1).all(axis=1)
+            if not finite.all():
+                row = int(np.argmin(finite))
+                raise ProtocolError(
+                    f"input {spec.name!r}: row {row} holds a non-finite value (NaN or Inf; a number past the range "
+                    f"of {spec.datatype} is Inf too); this model accepts finite values only"
+                )
+        return self._lookup(arr)
+
+    def timeout_s(self, params: Mapping[str, Any]) -> float | None:
+        """``parameters.timeout_ms`` in seconds (``None``: the server's default deadline)."""
+        t = params.get("timeout_ms")
+        if t is None:
+            return None
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+            raise ProtocolError(f"parameters.timeout_ms: expected a positive number of milliseconds, got {t!r}")
+        return float(t) / 1000.0
+
+    async def infer(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        parameters: Mapping[str, Any],
+        context: str,
+        rid: str | None,
+        watch: Watch | None = None,
+    ) -> Inferred:
+        """Run every row of ``inputs`` through the cascade; ``watch`` tells a client that went away (HTTP), and a
+        cancelled caller (a gRPC client that cancels) has its rows that have not started dropped too."""
+        payloads = self.payloads(inputs)
+        timeout = self.timeout_s(parameters)
+        admitted = self.runtime.clock.now()
+        try:
+            reqs = self.layer.submit(payloads, timeout, context)
+        except Overloaded as e:
+            raise InferError(str(e), 503, e.retry_after_s) from None
+        except ServingError as e:
+            raise InferError(str(e), e.status) from None
+        futures = [r.future for r in reqs]
+        try:
+            whole = await (watch or _all_answered)(futures)
+        except asyncio.CancelledError:
+            self.runtime.cancel(reqs)
+            raise
+        if not whole:  # the client went away: drop rows not started
+            self.runtime.cancel(reqs)
+            await asyncio.gather(*futures, return_exceptions=True)
+        results = [outcome(f) for f in futures]
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            worst = max(errors, key=lambda e: getattr(e, "status", 500))
+            raise InferError(str(worst), getattr(worst, "status", 500))
+        answers = [r for r in results if isinstance(r, Answer)]
+        self.layer.answered(rid, reqs, answers, context)
+        return self._inferred(answers, admitted)
+
+    def _inferred(self, answers: list[Answer], admitted: float) -> Inferred:
+        first = answers[0]
+        params: dict[str, Any] = {
+            # admission to the last row's answer: what a client sees beyond it is the front door (bench measures it)
+            "server_ms": max(0.0, max(a.finished for a in answers) - admitted) * 1000.0,
+            "gear": first.gear,
+            "fallback": any(a.fallback for a in answers),
+            "queue_ms": max(a.queue_s for a in answers) * 1000.0,
+            "compute_ms": max(a.compute_s for a in answers) * 1000.0,
+            "emulated": self.model.emulated,
+            "cached": any(a.cached for a in answers),
+        }
+        if len(answers) > 1:
+            params["gears"] = ",".join(str(a.gear) for a in answers)
+            params["fallbacks"] = ",".join("1" if a.fallback else "0" for a in answers)
+        outputs = [
+            OutputTensor("label", "INT64", np.array([a.label for a in answers], dtype=np.int64)),
+            OutputTensor("certainty", "FP32", np.array([a.certainty for a in answers], dtype=np.float32)),
+            OutputTensor("model", "BYTES", [a.model for a in answers]),
+        ]
+        if any(a.output is not None for a in answers):  # a generative cascade: its answers as text
+            outputs.append(OutputTensor("text", "BYTES", [a.output.text if a.output else "" for a in answers]))
+        return Inferred(outputs, params)
