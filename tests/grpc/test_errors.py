@@ -1,11 +1,12 @@
 """gRPC status codes, each with a message naming what is at fault: unknown model, bad input, tokens, shedding (with
 ``retry-after``), a call admission can never hold, a message over the limit, a model that raises, a deadline, a
-client that cancels; and a fuzz of malformed ``ModelInferRequest`` messages that only ever meets INVALID_ARGUMENT
-or NOT_FOUND, leaving nothing in flight."""
+client that cancels (a call or a stream); and a fuzz of malformed ``ModelInferRequest`` messages that only ever
+meets INVALID_ARGUMENT or NOT_FOUND, leaving nothing in flight."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import grpc
 import httpx
@@ -162,6 +163,25 @@ def test_a_client_that_cancels_has_its_waiting_rows_dropped(toy_profile: Profile
         wait_for(lambda: runtime.in_flight == 0, timeout_s=3.0)
         shed = httpx.get(f"{server.url}/metrics").text
         assert "cascadeserve_in_flight 0.0" in shed
+
+
+def test_a_cancelled_stream_has_its_waiting_rows_dropped(toy_profile: Profile) -> None:
+    plan = toy_plan(toy_profile, min_queue=64, max_wait_ms=5000.0)
+    with grpc_serving(toy_profile, plan, backend=LocalBackend()) as server, stub(server) as s:
+        runtime = server.app.runtime
+        release = threading.Event()
+
+        def requests() -> Iterator[service_pb2.ModelInferRequest]:
+            yield _ids(3)
+            release.wait(30)  # the stream stays open until cancelled
+
+        call = s.ModelStreamInfer(requests(), timeout=30)
+        try:
+            wait_for(lambda: runtime.in_flight == 3)
+            call.cancel()
+            wait_for(lambda: runtime.in_flight == 0, timeout_s=3.0)
+        finally:
+            release.set()
 
 
 _DATATYPES = ["BOOL", "UINT8", "INT8", "INT32", "INT64", "UINT64", "FP16", "FP32", "FP64", "BYTES", "INT3", ""]

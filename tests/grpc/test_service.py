@@ -1,8 +1,10 @@
 """The gRPC front end driven by ``tritonclient.grpc`` unchanged, beside the HTTP one on the same runtime: health,
-metadata, config, repository index, inference (the same answers as over HTTP, raw and typed contents), statistics
-(the numbers of HTTP's /stats), and the RPCs it does not implement."""
+metadata, config, repository index, inference (the same answers as over HTTP, raw and typed contents; streamed),
+statistics (the numbers of HTTP's /stats), and the RPCs it does not implement."""
 
 from __future__ import annotations
+
+import queue
 
 import httpx
 import numpy as np
@@ -82,6 +84,36 @@ def test_typed_contents_and_requested_outputs(toy_profile: Profile) -> None:
         with pytest.raises(Exception) as err:
             s.ModelInfer(request, timeout=20)
         assert err.value.code().name == "INVALID_ARGUMENT" and "'nope'" in err.value.details()  # type: ignore[attr-defined]
+
+
+def test_a_stream_answers_each_request_by_id_and_a_refused_one_by_error(toy_profile: Profile) -> None:
+    with grpc_serving(toy_profile) as server:
+        c = client(server)
+        expected = _grpc_infer(c, ROWS[:4]).as_numpy("label")
+        got: queue.Queue[tuple[object, object]] = queue.Queue()
+        c.start_stream(callback=lambda result, error: got.put((result, error)))
+        try:
+            for i in range(4):
+                inp = tg.InferInput("sample_id", [1], "INT64")
+                inp.set_data_from_numpy(ROWS[i : i + 1])
+                c.async_stream_infer("toy", [inp], request_id=str(i))
+            bad = tg.InferInput("sample_id", [1], "FP32")
+            bad.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+            c.async_stream_infer("toy", [bad], request_id="bad")
+            answers = [got.get(timeout=20) for _ in range(5)]
+        finally:
+            c.stop_stream()
+        labels = {}
+        errors = []
+        for result, error in answers:
+            if error is not None:
+                errors.append(str(error))
+            else:
+                response = result.get_response()  # type: ignore[attr-defined]
+                labels[response.id] = int(result.as_numpy("label")[0])  # type: ignore[attr-defined]
+        assert labels == {str(i): int(expected[i]) for i in range(4)}
+        assert len(errors) == 1 and "datatype FP32, expected INT64" in errors[0]
+        assert server.app.runtime.in_flight == 0
 
 
 def test_statistics_are_the_http_numbers_and_count_up(toy_profile: Profile) -> None:

@@ -6,7 +6,8 @@ the same :class:`~cascadeserve.runtime.Runtime` and the same handlers as HTTP. I
 app's :class:`~cascadeserve.http.infer.InferCore`, and statistics, readiness and tokens through its handlers: this
 module only translates messages and errors.
 
-Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer, ModelConfig,
+Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer, ModelStreamInfer
+(each request answered as it finishes; a refused one by ``error_message``, as Triton does), ModelConfig,
 ModelStatistics and RepositoryIndex (the one served cascade, READY). The other RPCs answer UNIMPLEMENTED, saying
 why. With ``--auth-token``, every RPC but the health probes needs metadata ``authorization: Bearer <token>``.
 
@@ -19,9 +20,10 @@ the trailing metadata ``retry-after`` (seconds). A client that cancels has its r
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar, cast
 
 import grpc
@@ -57,7 +59,6 @@ _CODES: dict[int, grpc.StatusCode] = {
 }
 # Why an RPC is not served, by name (the rest: the repository, shared memory, trace and log settings)
 _WHY_NOT = {
-    "ModelStreamInfer": "send each request with ModelInfer",
     "RepositoryModelLoad": "the served cascade is fixed at start-up (hot-swap a plan over HTTP instead)",
     "RepositoryModelUnload": "the served cascade is fixed at start-up",
 }
@@ -96,11 +97,10 @@ def _rpc(*, auth: bool = True) -> Callable[[_Rpc], _Rpc]:
                 if retry_s is None:
                     await context.abort(_CODES.get(e.status, grpc.StatusCode.INTERNAL), e.message)
                 else:
-                    retry = str(max(1, math.ceil(retry_s)))  # as HTTP's Retry-After: whole seconds, at least 1
                     await context.abort(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"{e.message}; retry after {retry} s",
-                        trailing_metadata=(("retry-after", retry),),
+                        _message(e),
+                        trailing_metadata=(("retry-after", _retry_after(retry_s)),),
                     )
             except Exception as e:  # a bug of ours: INTERNAL naming it, as HTTP's 500 does (gRPC would say UNKNOWN)
                 await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
@@ -108,6 +108,17 @@ def _rpc(*, auth: bool = True) -> Callable[[_Rpc], _Rpc]:
         return cast(_Rpc, handler)
 
     return wrap
+
+
+def _retry_after(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds)))  # as HTTP's Retry-After: whole seconds, at least 1
+
+
+def _message(e: ProtocolError) -> str:
+    """The error's message; a shed call's with its retry hint."""
+    if isinstance(e, InferError) and e.retry_after_s is not None:
+        return f"{e.message}; retry after {_retry_after(e.retry_after_s)} s"
+    return e.message
 
 
 def _unimplemented(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
@@ -209,17 +220,48 @@ class _Servicer:
         entry = pb.RepositoryIndexResponse.ModelIndex(name=self.api.model.name, version="1", state="READY")
         return pb.RepositoryIndexResponse(models=[entry])
 
-    @_rpc()
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, metadata: dict[str, str]) -> pb.ModelInferResponse:
         core = self.api.core
         self._model(request.model_name, request.model_version)
         core.shed_early()
         inputs = decode_inputs(request)
         params = decode_parameters(request.parameters)
-        metadata = dict(context.invocation_metadata() or ())
         # a cancelled call (client gone, deadline passed) cancels this coroutine: the core drops its waiting rows
         done = await core.infer(inputs, params, context_of(params, metadata), request.id or None)
         return encode_response(self.api.model.name, request.id, done, [o.name for o in request.outputs])
+
+    @_rpc()
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        return await self._infer(request, dict(context.invocation_metadata() or ()))
+
+    @_rpc()
+    async def ModelStreamInfer(self, requests: AsyncIterator[pb.ModelInferRequest], context: Any) -> None:
+        """Each request of the stream runs as soon as it arrives (answers go back as they finish, each with its
+        request's id); a refused one answers with ``error_message`` and the stream goes on, as Triton's does."""
+        metadata = dict(context.invocation_metadata() or ())
+        writing = asyncio.Lock()  # one write at a time on the stream
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(request: pb.ModelInferRequest) -> None:
+            try:
+                reply = pb.ModelStreamInferResponse(infer_response=await self._infer(request, metadata))
+            except ProtocolError as e:
+                reply = pb.ModelStreamInferResponse(
+                    error_message=_message(e), infer_response=pb.ModelInferResponse(id=request.id)
+                )
+            async with writing:
+                await context.write(reply)
+
+        try:
+            async for request in requests:
+                task = asyncio.create_task(answer(request))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:  # the client closed its side: answer what it sent
+                await asyncio.gather(*running)
+        finally:  # the stream was cancelled: each cancelled task drops its waiting rows (the core cancels them)
+            for task in running:
+                task.cancel()
 
 
 class GrpcFrontEnd:
