@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,16 @@ def serve_and_bench(
                 raise RuntimeError(f"the server did not start: see {work / f'serve-{tag}.err'}")
             time.sleep(0.2)
         got = run_json("bench", "--url", url, "--model", "fid", "--trace", trace, "--profile", str(profile))
+        # the batches as the server timed them against the profile (mean and p95 ratio per model): tells a slower
+        # device apart from a wider spread of batch times
+        with urllib.request.urlopen(f"{url}/v2/cascade/costs", timeout=30) as r:
+            snap = json.load(r)
+        (work / f"costs-{tag}.json").write_text(json.dumps(snap, indent=1))
+        got["factors"] = {
+            c["model"]: (c["mean_factor_vs_profile"], c["p95_factor_vs_profile"])
+            for c in snap["models"]
+            if c["batches"]
+        }
         if calibrate_to is not None:
             shutil.rmtree(calibrate_to, ignore_errors=True)
             result = work / f"bench-{tag}.json"
@@ -184,7 +195,8 @@ def main() -> None:
             b = serve_and_bench(prof, plan, trace, args.backend, work, f"{spec.name}{i}")
             runs.append({"p95_ms": b["p95_ms"], "server_p95_ms": b["server_p95_ms"], "p50_ms": b["p50_ms"],
                          "front_door_ms": b.get("front_door_ms"), "front_door_p95_ms": b.get("front_door_p95_ms"),
-                         "shed": b["shed"], "errors": b["errors"], "load": round(load_average(), 2)})  # fmt: skip
+                         "shed": b["shed"], "errors": b["errors"], "load": round(load_average(), 2),
+                         "factors": b["factors"]})  # fmt: skip
             print(f"plan {spec.name} run {i}: {runs[-1]}", file=sys.stderr, flush=True)
         sim = run_json("simulate", "--profile", str(prof), "--plan", str(plan), "--trace", trace)
         costs = recorded_costs(prof)

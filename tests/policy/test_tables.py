@@ -115,6 +115,40 @@ def test_new_routers_are_fresh_and_independent() -> None:
     assert t.new_routers().admit_split(0, ids)[1][1].tolist() == [2, 6]
 
 
+def _two_device_pair(backend: str) -> GearPlan:
+    """a then b, each with a replica on d0 and d1 sharing its load half and half."""
+    gear = Gear(
+        qps_low=0,
+        qps_high=100,
+        models=("a", "b"),
+        thresholds=(0.5,),
+        replicas=tuple(GearReplica(model=m, device=d, share=0.5) for m in ("a", "b") for d in ("d0", "d1")),
+    )
+    return GearPlan(
+        profile="p",
+        devices=(Device(name="d0", memory_mb=1000), Device(name="d1", memory_mb=1000)),
+        replicas=tuple(Replica(model=m, device=d) for m in ("a", "b") for d in ("d0", "d1")),
+        gears=(gear,),
+        backend=backend,  # type: ignore[arg-type]
+    )
+
+
+def test_forwards_share_one_router_locally_and_one_per_device_on_ray() -> None:
+    # replicas: 0 a@d0, 1 a@d1, 2 b@d0, 3 b@d1. Batches of a on d0 and d1 take turns being unsure.
+    sources = [0, 1, 0, 1, 0, 1]
+    local = PlanTables(_two_device_pair("local"), ROWS)
+    assert local.forward_lane.tolist() == [0, 0, 0, 0]
+    routers = local.new_routers()
+    # one process, one router: b's replicas alternate across the two sources, so each b queue gets every other one
+    assert [routers.forward(0, 1, s) for s in sources] == [2, 3, 2, 3, 2, 3]
+    ray = PlanTables(_two_device_pair("ray"), ROWS)
+    assert ray.forward_lane.tolist() == [0, 1, 0, 1]
+    routers = ray.new_routers()
+    # each device's server alternates on its own: both send their first unsure sample to b@d0, then both to b@d1
+    assert [routers.forward(0, 1, s) for s in sources] == [2, 2, 3, 3, 2, 2]
+    assert routers.admit(0) == 0 and routers.admit(0) == 1  # new requests: the front end's one router
+
+
 def test_failover_takes_the_next_replica_of_the_model_on_another_device() -> None:
     t = PlanTables(three_stage_plan(), ROWS)
     assert t.failover(0, 0, lost_device=0) == 2  # a@d0 lost: a@d1

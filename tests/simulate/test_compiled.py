@@ -5,7 +5,8 @@ switch between them), minimum queue lengths, max waits, per-replica and plan-wid
 arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
 a gear schedule, an admission bound, an AIMD batch limit (whose final caps must match too), and a trace of
 repeated samples, token costs (two of the three models price each batch by its longest prompt and output) and
-host contention (busy factors: a batch slower as the other devices are busy when it starts). Every request, tick
+host contention (busy factors: a batch slower as the other devices are busy when it starts), and plans for Ray
+(whose forwards each device routes with routers of its own). Every request, tick
 and batch must match to the bit. ``engine="auto"`` must take the compiled
 loop exactly when no hook needs Python.
 """
@@ -23,7 +24,7 @@ from tests.runtime.test_trajectory_property import plans
 from tests.simulate.sim_helpers import assert_same_result
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.plan import Device, GearPlan, fixed_plan
+from cascadeserve.plan import Device, Gear, GearPlan, GearReplica, Replica, fixed_plan
 from cascadeserve.policy import AdmissionPolicy, AimdBatchLimit, GearSchedule, PlanTables
 from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.policy.quantile import QuantileBatchLimit
@@ -78,6 +79,8 @@ def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
         hooks["tokens"] = True
     if draw(st.booleans()):
         hooks["busy"] = True
+    if draw(st.booleans()):  # a Ray plan: each device's forwards go by routers of its own (PlanTables.forward_lane)
+        plan = plan.model_copy(update={"backend": "ray"})
     return plan, arrivals, hooks
 
 
@@ -181,6 +184,50 @@ def test_auto_takes_the_reference_for_the_hooks_the_compiled_loop_lacks(toy_prof
         simulate(toy_profile, plan, arrivals, cache=PredictionCache(16), engine="compiled")
     with pytest.raises(ValueError, match="engine: 'fast' is not one of"):
         simulate(toy_profile, plan, arrivals, engine="fast")  # type: ignore[arg-type]
+
+
+def _m0_then_m1(m0: tuple[tuple[str, float], ...], m1_min_queue: int) -> GearPlan:
+    """m0 on the given devices (shares), then m1 on d2 alone; three devices."""
+    reps = tuple(GearReplica(model="m0", device=d, share=s) for d, s in m0)
+    reps += (GearReplica(model="m1", device="d2", min_queue=m1_min_queue, share=1.0),)
+    return GearPlan(
+        profile="toy",
+        devices=tuple(Device(name=f"d{i}", memory_mb=10_000) for i in range(3)),
+        replicas=tuple(Replica(model=r.model, device=r.device) for r in reps),
+        gears=(Gear(qps_low=0, qps_high=60, models=("m0", "m1"), thresholds=(0.2,), replicas=reps),),
+    )
+
+
+@pytest.mark.parametrize("engine", ["compiled", "reference"])
+def test_a_device_woken_by_a_forward_fires_before_the_next_batch_of_that_instant_ends(
+    toy_profile: Profile, engine: str
+) -> None:
+    """Exact: two requests at 0.7 s run m0 on d0 and d1, both batches end at 0.701 and both go on to m1 on d2. The
+    runtime wakes d2 right after d0's batch ends, before d1's (the next timer of that instant): m1 runs the first
+    one alone, then the second."""
+    plan = _m0_then_m1((("d0", 0.5), ("d1", 0.5)), 1)
+    res = simulate(toy_profile, plan, np.array([0.7, 0.7]), record_batches=True, engine=engine)  # type: ignore[arg-type]
+    assert res.engine == engine
+    assert [(round(b.start, 6), b.device, b.size) for b in res.batches] == [
+        (0.7, 0, 1), (0.7, 1, 1), (0.701, 2, 1), (0.703, 2, 1)
+    ]  # fmt: skip
+    assert res.finish.round(6).tolist() == [0.703, 0.705]
+
+
+@pytest.mark.parametrize("engine", ["compiled", "reference"])
+def test_an_arrival_wakes_its_free_device_before_another_devices_batch_ending_then(
+    toy_profile: Profile, engine: str
+) -> None:
+    """Exact: at 0.418 s a new request reaches m0 on d2 (free) just as d1's batch of m0 ends and forwards to m1 on
+    d2, whose queue it brings to its minimum of 2. An instant's arrivals come before its device events: d2 runs the
+    new request's m0 first, then m1 takes all three that are waiting by then."""
+    plan = _m0_then_m1((("d1", 0.5), ("d2", 0.5)), 2)
+    arrivals = np.array([0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.402, 0.417, 0.418, 0.7])
+    res = simulate(toy_profile, plan, arrivals, record_batches=True, engine=engine)  # type: ignore[arg-type]
+    assert res.engine == engine
+    at_418 = [(round(b.start, 6), b.replica, b.size) for b in res.batches if 0.418 <= b.start < 0.5]
+    assert at_418 == [(0.418, 1, 1), (0.419, 2, 3)]  # m0 on d2 (replica 1), then m1 (replica 2) with three
+    assert not any(0.5 < b.start < 0.7 for b in res.batches)  # nobody left to wait for the max wait
 
 
 def test_an_empty_trace_gives_an_empty_result(toy_profile: Profile) -> None:

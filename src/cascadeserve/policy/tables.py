@@ -60,6 +60,16 @@ class PlanTables:
         self.device_replicas: tuple[tuple[int, ...], ...] = tuple(
             tuple(int(r) for r in np.flatnonzero(self.replica_device == d)) for d in range(self.n_devices)
         )
+        # Whose router a sample forwarded from replica r uses (its *lane*). A router's state (where it stands in
+        # its round-robin) lives in the process that picks: on the embedded runtime that is one process, so one
+        # router per route serves every forward (lane 0); on Ray each device's server forwards the samples its
+        # batches were unsure of with routers of its own, so the lane is the device. Two servers alternating
+        # independently send the next stage's samples to the same replica more often than one router alternating
+        # for both, and their queues wait longer: the simulator replays that, rather than the one-router order
+        # a Ray plan never has. New requests are routed by the front end alone (one process): always lane 0.
+        self.forward_lane = (
+            self.replica_device.copy() if plan.backend == "ray" else np.zeros(self.n_replicas, dtype=np.int64)
+        )
         self.threshold = np.full((g_count, n_rows), LAST_STAGE)
         self.next_row = np.full((g_count, n_rows), -1, dtype=np.int64)
         self.stage = np.full((g_count, n_rows), -1, dtype=np.int64)
@@ -196,13 +206,16 @@ class Routers:
     smooth weighted round-robin over the route's replicas by their shares. :meth:`pick` routes one sample,
     :meth:`split` many at once; both walk the same sequence, so the engines make identical choices."""
 
-    __slots__ = ("_first", "_next", "_routers", "tables")
+    __slots__ = ("_first", "_lane", "_lanes", "_next", "_routers", "tables")
 
     def __init__(self, tables: PlanTables) -> None:
         self.tables = tables
         self._routers: dict[tuple[int, int], tuple[tuple[int, ...], SmoothWeightedRoundRobin]] = {
             key: (route.replicas, route.router()) for key, route in tables.routes().items()
         }
+        # forwards of the other lanes (PlanTables.forward_lane: a Ray server's own routers), made on first use
+        self._lanes: dict[tuple[int, int, int], tuple[tuple[int, ...], SmoothWeightedRoundRobin]] = {}
+        self._lane: list[int] = tables.forward_lane.tolist()
         # Plain lists: the runtime routes every request through these, and numpy scalar indexing costs more.
         self._first: list[int] = tables.first_row.tolist()
         self._next: list[list[int]] = tables.next_row.tolist()
@@ -216,9 +229,19 @@ class Routers:
         """The first-stage replica for a new request admitted under ``gear``."""
         return self.pick(gear, self._first[gear])
 
-    def forward(self, gear: int, row: int) -> int:
-        """The next stage's replica for a sample that model ``row`` was unsure of, in ``gear``'s cascade."""
-        return self.pick(gear, self._next[gear][row])
+    def forward(self, gear: int, row: int, source: int | None = None) -> int:
+        """The next stage's replica for a sample that model ``row`` was unsure of, in ``gear``'s cascade; ``source``
+        is the replica whose batch was unsure (its lane picks the router: :attr:`PlanTables.forward_lane`)."""
+        nxt = self._next[gear][row]
+        lane = 0 if source is None else self._lane[source]
+        if lane == 0:
+            return self.pick(gear, nxt)
+        entry = self._lanes.get((gear, nxt, lane))
+        if entry is None:
+            route = self.tables.route(gear, nxt)
+            entry = self._lanes[(gear, nxt, lane)] = (route.replicas, route.router())
+        reps, router = entry
+        return reps[0] if len(reps) == 1 else reps[router.pick()]
 
     def split(self, gear: int, row: int, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """Route the samples ``ids`` to model ``row``'s replicas in ``gear``; the non-empty groups, in route order."""

@@ -147,7 +147,7 @@ class Consumer:
         except Exception as e:  # a model that raises fails its own rows, not the batch's others nor the server
             decision, err = stage_failure(gen.model_names[row], e)  # policy/failure.py
             if len(batch) > 1 and decision.isolate_rows:  # find the rows that make it raise: each row alone
-                answered = await self._one_by_one(gen, row, batch, t0)
+                answered = await self._one_by_one(gen, r, row, batch, t0)
             else:
                 t1 = self.clock.now()
                 for req in batch:
@@ -159,14 +159,14 @@ class Consumer:
             t1 = self.clock.now()
             if gen.batch_limit is not None:
                 gen.batch_limit.observe(r, t1 - t0, len(batch))
-            answered = self._apply_safe(gen, row, batch, out, t0, t1)
+            answered = self._apply_safe(gen, r, row, batch, out, t0, t1)
             self._record(gen, r, row, t0, t1, len(batch), answered, host_share=out.host_share)
         finally:
             self.busy = False
             self.busy_since = math.inf
             self.poke()
 
-    async def _one_by_one(self, gen: Generation, row: int, batch: list[Request], t0: float) -> int:
+    async def _one_by_one(self, gen: Generation, r: int, row: int, batch: list[Request], t0: float) -> int:
         """Rerun a batch that raised one row at a time: the rows that raise alone fail (or fall back), the rest are
         answered or forwarded as usual. Returns how many this stage answered."""
         answered = 0
@@ -180,16 +180,16 @@ class Consumer:
                 req.compute_s += t1 - t0
                 gen.answer_early(req, t1, ModelFailed(gen.model_names[row], e))
                 continue
-            answered += self._apply_safe(gen, row, [req], out, t0, self.clock.now())
+            answered += self._apply_safe(gen, r, row, [req], out, t0, self.clock.now())
         return answered
 
     def _apply_safe(
-        self, gen: Generation, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float
+        self, gen: Generation, r: int, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float
     ) -> int:
         """:meth:`_apply`, and should it raise, fail (or fall back) every row of the batch not yet answered or sent
         on, so that nothing is left hanging whatever went wrong."""
         try:
-            return self._apply(gen, row, batch, out, t0, t1)
+            return self._apply(gen, r, row, batch, out, t0, t1)
         except Exception as e:
             err = ModelFailed(gen.model_names[row], e)
             for req in batch:
@@ -199,7 +199,9 @@ class Consumer:
         finally:
             self._forwarded.clear()
 
-    def _apply(self, gen: Generation, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float) -> int:
+    def _apply(
+        self, gen: Generation, r: int, row: int, batch: list[Request], out: BatchOutput, t0: float, t1: float
+    ) -> int:
         """Answer the sure requests, forward the others; returns how many this stage answered."""
         tables = gen.tables
         labels, certs = out.labels, out.certainties
@@ -223,7 +225,7 @@ class Consumer:
             req.compute_s += t1 - t0
             if req.audit:  # an audit continuation (answered already): on to the next stage, unless this was the last
                 if not bad and nxt[req.gear, row] >= 0:
-                    gen.forward(req, row, t1)
+                    gen.forward(req, row, t1, r)
                 continue
             if req.done:  # its deadline answered it while the batch ran: refuse a second answer
                 self.observer.refused_duplicate()
@@ -247,12 +249,12 @@ class Consumer:
                 req.resolve(answer)  # first: an audit never delays the answer
                 if audit is not None and audit[k]:
                     req.best = Best(int(label), float(cert), row)
-                    gen.forward(continuation(req, answer), row, t1)
+                    gen.forward(continuation(req, answer), row, t1, r)
             else:
                 req.best = Best(int(label), float(cert), row)
                 req.best_output = None if outputs is None else outputs[k]
                 self._forwarded.add(req)
-                gen.forward(req, row, t1)
+                gen.forward(req, row, t1, r)
         return answered
 
     def _record(

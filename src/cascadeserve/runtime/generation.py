@@ -133,9 +133,10 @@ class Generation:
         self.live.add(req)
         self.transport.send(req, self.routers.admit(req.gear) if replica is None else replica, now)
 
-    def forward(self, req: Request, row: int, now: float) -> None:
-        """Send a request that ``row`` was unsure of to the next model of its own gear's cascade."""
-        self.transport.send(req, self.routers.forward(req.gear, row), now)
+    def forward(self, req: Request, row: int, now: float, source: int | None = None) -> None:
+        """Send a request that ``row`` was unsure of (in a batch of replica ``source``) to the next model of its own
+        gear's cascade."""
+        self.transport.send(req, self.routers.forward(req.gear, row, source), now)
 
     # -- bookkeeping -------------------------------------------------------------------------------------------
     def release(self, req: Request, answer: Answer | None, error: ServingError | None) -> None:

@@ -88,7 +88,9 @@ def _routes(sim: Scenario) -> tuple[np.ndarray, ...]:
         return np.asarray(x, dtype=np.int64)
 
     flat = np.concatenate(seqs).astype(np.int64) if seqs else np.zeros(0, dtype=np.int64)
-    return route_of, ints(starts), ints(lens), ints(reps), ints(seq_starts), ints(seq_lens), flat
+    # the router each forward uses: lane 0 for every replica, or its device on Ray (PlanTables.forward_lane)
+    lanes = np.ascontiguousarray(tb.forward_lane, dtype=np.int64)
+    return route_of, ints(starts), ints(lens), ints(reps), ints(seq_starts), ints(seq_lens), flat, lanes
 
 
 _RT_CACHE: dict[tuple[int, ...], tuple[tuple[object, ...], np.ndarray]] = {}

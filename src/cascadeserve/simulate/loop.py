@@ -47,6 +47,7 @@ from cascadeserve.simulate.loop_queues import (
     P_HEAD,
     P_N,
     P_TAIL,
+    arrives_at,
     exits,
     exits_audited,
     forward,
@@ -65,7 +66,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     arr, samp, n_samples, cert, right, stage_table, thr, next_row, first_row, min_queue, caps, max_wait,
     rt, overhead, tick, n_ticks, bounds, tick_times, qps_min, qps_ticks, dev_start, dev_reps, replica_row,
     replica_device,
-    route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs,
+    route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs, forward_lane,
     highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
     lim, lim_target, lim_step, lim_backoff, lim_ceiling, audit_f, audit_c0, tok, use_tok, busy_f,
 ):
@@ -106,7 +107,8 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     b_n = np.zeros(d_count, np.int64)
     b_r = np.zeros(d_count, np.int64)
     b_t0 = np.zeros(d_count)
-    rpos = np.zeros(route_start.shape[0], np.int64)  # each router's position in its period
+    # each router's position in its period, per lane (forwards on Ray: each device's server routes its own)
+    rpos = np.zeros((route_start.shape[0], (forward_lane.max() + 1) if r_count else 1), np.int64)
 
     audited = np.zeros(n if audit_f > 0.0 else 0, np.bool_)  # audit sampling: early exits that go on
     audit_c = np.full(1, audit_c0, np.int64)  # the sampler's count of early exits
@@ -116,7 +118,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
         ftime, gear0, gear_of, highs, lim, lim_backoff, lim_ceiling, lim_step, lim_target, max_wait, min_queue,
         n_samples, n_ticks, next_row, nxt, overhead, qps_min, qps_scales, qps_ticks, ready_r, ready_t,
         record, rep_dirty, rep_first, rep_t, replica_device, replica_row, right, route_len, route_of,
-        route_reps, route_start, rpos, rq, rt, samp, schedule, seq_len, seq_start, seqs, shed, stage,
+        route_reps, route_start, rpos, rq, rt, samp, schedule, seq_len, seq_start, seqs, forward_lane, shed, stage,
         stage_table, t_len, thr, tick, tick_busy, tick_gear, tick_q0, tick_qps, tick_times, use_admission,
         use_schedule, audit_f, audited, audit_c, tok, use_tok, busy_f,
     )  # fmt: skip
@@ -137,7 +139,7 @@ def _ticks(  # type: ignore[no-untyped-def]
     gear_of, highs, lim, lim_backoff, lim_ceiling, lim_step, lim_target, max_wait, min_queue, n_samples, n_ticks,
     next_row, nxt, overhead, qps_min, qps_scales, qps_ticks, ready_r, ready_t, record, rep_dirty, rep_first,
     rep_t, replica_device, replica_row, right, route_len, route_of, route_reps, route_start, rpos, rq, rt, samp,
-    schedule, seq_len, seq_start, seqs, shed, stage, stage_table, t_len, thr, tick, tick_busy, tick_gear,
+    schedule, seq_len, seq_start, seqs, forward_lane, shed, stage, stage_table, t_len, thr, tick, tick_busy, tick_gear,
     tick_q0, tick_qps, tick_times, use_admission, use_schedule, audit_f, audited, audit_c, tok, use_tok, busy_f,
 ):
     """The event loop proper, tick by tick (the producer's tick, then the tick's arrivals and device events, then
@@ -149,6 +151,7 @@ def _ticks(  # type: ignore[no-untyped-def]
     rec_i = np.empty((1024 if record else 0, 5), np.int64)
     n_rec = 0
     scratch = np.empty(4096, np.int64)
+    poke_t = np.full(d_count, -inf)  # when each device was last woken by an event (forward, batch end, drain)
     gear = gear0
     clock = 0.0
     admitted_n = 0
@@ -191,6 +194,7 @@ def _ticks(  # type: ignore[no-untyped-def]
             cur_wait = inf
             dirty[:] = True
             rep_dirty[:] = True
+            poke_t[:] = clock  # the drain wakes every device at once
 
         t_stop = (w + 1) * tick if w < n_ticks else inf
         b_w = bounds[w + 1] if w < n_ticks else 0
@@ -204,6 +208,7 @@ def _ticks(  # type: ignore[no-untyped-def]
             t_end = arr[nxt_arrival] if nxt_arrival < b_w else t_stop
             best_t = t_end
             best_d = -1
+            best_p = -1  # whether the best is a device woken at best_t (0), or not (1); -1: not asked yet
             for d in range(d_count):
                 if busy[d]:
                     td = busy_until[d]
@@ -217,6 +222,16 @@ def _ticks(  # type: ignore[no-untyped-def]
                 if td < best_t:
                     best_t = td
                     best_d = d
+                    best_p = -1
+                elif td == best_t and best_d >= 0 and not busy[d]:  # (best_d < 0: the next arrival goes first)
+                    # A tie at td. The runtime wakes a free device's consumer right after the event that poked it
+                    # (an arrival, a forward, its own batch's end, the drain), before any other timer of that
+                    # instant: such a device fires first; any other tie goes to the lower device, as timers do.
+                    if best_p < 0:
+                        best_p = 0 if _woken(best_d, td, busy, poke_t, dev_start, dev_reps, rq, nxt, arr) else 1
+                    if best_p == 1 and _woken(d, td, busy, poke_t, dev_start, dev_reps, rq, nxt, arr):
+                        best_d = d
+                        best_p = 0
             if best_d < 0:
                 if nxt_arrival < b_w:  # admit the next arrival, after every device event before it
                     i = nxt_arrival
@@ -256,6 +271,7 @@ def _ticks(  # type: ignore[no-untyped-def]
                 busy_until[d] = inf
                 free_at[d] = t
                 dirty[d] = True
+                poke_t[d] = t
                 if lim[r] >= 0:  # the adaptive (AIMD) cap learns this batch's runtime; the trigger may move
                     lim[r] = aimd_next(lim[r], t - b_t0[d], lim_target, lim_step, lim_backoff, lim_ceiling)
                     rep_dirty[r] = True
@@ -275,8 +291,14 @@ def _ticks(  # type: ignore[no-untyped-def]
                     rec_f, rec_i = record_batch(rec_f, rec_i, n_rec, b_t0[d], t, d, r, row, b_n[d], n_ans)
                     n_rec += 1
                 forward(n_un, scratch, t, row, gear_of, route_of, next_row, seqs, seq_start, seq_len, rpos, route_reps,
-                        route_start, rq, nxt, ftime, rep_dirty, dirty, replica_device)  # fmt: skip
+                        route_start, rq, nxt, ftime, rep_dirty, dirty, replica_device, forward_lane[r],
+                        poke_t)  # fmt: skip
     return 0, rec_f[:n_rec], rec_i[:n_rec]
+
+def _woken(d, t, busy, poke_t, dev_start, dev_reps, rq, nxt, arr):  # type: ignore[no-untyped-def]
+    """Whether free device ``d`` was woken at ``t`` by an event (a batch end, a forward, the drain) or an arrival."""
+    return not busy[d] and (poke_t[d] == t or arrives_at(d, t, dev_start, dev_reps, rq, nxt, arr))
+
 
 def _gear_tick(  # type: ignore[no-untyped-def]
     w, cum, tick_times, qps_min, qps_ticks, k0, route_len, route_reps, route_start, rq, use_schedule, schedule,
@@ -299,7 +321,7 @@ def _gear_tick(  # type: ignore[no-untyped-def]
 # Compiled in this order, each seeing the kernels and the helpers before it. Numba copies each helper into its
 # callers (a call per event would halve the loop's speed); ``_ticks``, called once per run, is not copied: numba
 # inlines only into a function that is not itself inlined.
-_HELPERS = (*HELPERS, _gear_tick, _ticks)
+_HELPERS = (*HELPERS, _woken, _gear_tick, _ticks)
 _CALLED = ("_ticks",)
 
 

@@ -32,7 +32,8 @@ from cascadeserve.profile.host import busy_at, contended, host_share
 from cascadeserve.profile.tokens import batch_seconds
 
 __all__ = [
-    "F_HEAD", "F_N", "F_TAIL", "HELPERS", "P_HEAD", "P_N", "P_TAIL", "exits", "exits_audited", "forward", "push",
+    "F_HEAD", "F_N", "F_TAIL", "HELPERS", "P_HEAD", "P_N", "P_TAIL", "arrives_at", "exits", "exits_audited",
+    "forward", "push",
     "ready", "record_batch", "route", "take", "token_secs",
 ]  # fmt: skip
 
@@ -59,8 +60,8 @@ def route(  # type: ignore[no-untyped-def]
     s0 = seq_start[k0]
     seq = seqs[s0 : s0 + seq_len[k0]]
     for i in range(lo, hi):
-        j, p2 = swrr_pick(seq, rpos[k0])
-        rpos[k0] = p2
+        j, p2 = swrr_pick(seq, rpos[k0, 0])  # new requests: the front end's routers (lane 0)
+        rpos[k0, 0] = p2
         rr = route_reps[route_start[k0] + j]
         push(rq, nxt, head_col, rr, i)
         rep_dirty[rr] = True
@@ -105,6 +106,22 @@ def ready(  # type: ignore[no-untyped-def]
         if tr < inf:
             best = prefer(best, (now if tr < now else tr, rep_first[r], 0, r))
     return best[0], best[3]
+
+
+def arrives_at(d, t, dev_start, dev_reps, rq, nxt, arr):  # type: ignore[no-untyped-def]
+    """Whether a new request reaches a replica of device ``d`` at exactly ``t``. The runtime wakes a free device's
+    consumer on every arrival, and an instant's arrivals come before its device events: a batch that such an arrival
+    makes ready fires before another device's batch ending at ``t`` forwards anything to it."""
+    for jj in range(dev_start[d], dev_start[d + 1]):
+        r = dev_reps[jj]
+        node = rq[r, P_HEAD]
+        for _ in range(rq[r, P_N]):
+            if arr[node] >= t:
+                if arr[node] == t:
+                    return True
+                break
+            node = nxt[node]
+    return False
 
 
 def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
@@ -282,9 +299,10 @@ def record_batch(rec_f, rec_i, n_rec, t0, t, d, r, row, size, answered):  # type
 
 def forward(  # type: ignore[no-untyped-def]
     n_un, scratch, t, row, gear_of, route_of, next_row, seqs, seq_start, seq_len, rpos, route_reps, route_start, rq,
-    nxt, ftime, rep_dirty, dirty, replica_device,
+    nxt, ftime, rep_dirty, dirty, replica_device, lane, poke_t,
 ):
-    """The unsure requests of a batch of ``row``, in batch order, each to the next stage by its own gear's router."""
+    """The unsure requests of a batch of ``row``, in batch order, each to the next stage by its own gear's router
+    (of the batch's ``lane``: ``PlanTables.forward_lane``)."""
     last_g = -1
     k0 = -1
     seq = seqs[:1]
@@ -296,17 +314,19 @@ def forward(  # type: ignore[no-untyped-def]
             k0 = route_of[g, next_row[g, row]]
             s0 = seq_start[k0]
             seq = seqs[s0 : s0 + seq_len[k0]]
-        j, p2 = swrr_pick(seq, rpos[k0])
-        rpos[k0] = p2
+        j, p2 = swrr_pick(seq, rpos[k0, lane])
+        rpos[k0, lane] = p2
         rr = route_reps[route_start[k0] + j]
         push(rq, nxt, F_HEAD, rr, i)
         ftime[i] = t
         rep_dirty[rr] = True
         dirty[replica_device[rr]] = True
+        poke_t[replica_device[rr]] = t  # the runtime wakes its consumer now
 
 
 # Compiled in this order (and copied into their callers), each seeing the kernels and the helpers before it.
 HELPERS = (
-    batch_seconds, busy_at, host_share, contended, push, route, ready, take, token_secs, exits, exits_audited,
+    batch_seconds, busy_at, host_share, contended, push, route, ready, arrives_at, take, token_secs, exits,
+    exits_audited,
     record_batch, forward,
 )  # fmt: skip
