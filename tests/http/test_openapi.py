@@ -1,15 +1,20 @@
-"""The OpenAPI document covers every route, and schemathesis, fuzzing from it against a real uvicorn server on
-loopback, finds no server error (bounded: a few examples per operation, so the run stays within seconds)."""
+"""The OpenAPI document covers every route and tells the truth: schemathesis with every check (its CLI, as a user
+runs it, with the repository's schemathesis.toml) finds no failure against a real uvicorn server on loopback, with
+an admin token or with an inference token too; 405 names the path's methods in Allow. Bounded: a few seeded examples
+per operation, so each run stays within seconds."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from starlette.routing import Route
-from tests.http.http_helpers import ADMIN, serving
+from tests.http.http_helpers import ADMIN, ADMIN_TOKEN, serving
 
 from cascadeserve.http import Server
 from cascadeserve.http.app import ROUTERS
@@ -69,3 +74,51 @@ def _fuzz(op: object, server: Server, headers: dict[str, str], seen: list[int]) 
         case.validate_response(response, checks=[not_a_server_error])  # type: ignore[attr-defined]
 
     check()
+
+
+ROOT = Path(__file__).resolve().parents[2]  # where schemathesis.toml is (the CLI reads it from its working directory)
+CLI = Path(sys.executable).with_name("schemathesis")
+
+
+def _schemathesis_all_checks(url: str, token: str) -> subprocess.CompletedProcess[str]:
+    cmd = [str(CLI), "run", f"{url}/openapi.json", "--checks", "all", "-H", f"Authorization: Bearer {token}"]
+    cmd += ["--max-examples", "8", "--seed", "0", "--generation-deterministic", "--workers", "1", "--no-color"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.skipif(not CLI.exists(), reason="the schemathesis CLI is not installed beside this Python")
+def test_schemathesis_all_checks_admin_token(server: Server) -> None:
+    """Admin token only: PUT /v2/cascade/plan is the one secured operation; everything else is open."""
+    run = _schemathesis_all_checks(server.url, ADMIN_TOKEN)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert server.app.runtime.in_flight == 0
+
+
+@pytest.mark.skipif(not CLI.exists(), reason="the schemathesis CLI is not installed beside this Python")
+def test_schemathesis_all_checks_inference_token(toy_profile: Profile) -> None:
+    """An inference token too: every operation but the health probes and the document needs it (401 without)."""
+    with serving(toy_profile, backend=LocalBackend(), auth_token="infer-token") as s:
+        doc = httpx.get(f"{s.url}/openapi.json").json()
+        secured = {(p, m) for p, ops in doc["paths"].items() for m, op in ops.items() if "security" in op}
+        assert ("/v2/health/live", "get") not in secured and ("/openapi.json", "get") not in secured
+        assert {("/v2/models/{name}/infer", "post"), ("/v1/chat/completions", "post"), ("/{app}/predict", "post")} <= (
+            secured
+        )
+        assert httpx.post(f"{s.url}/toy/predict", json={"input": 0}).status_code == 401
+        run = _schemathesis_all_checks(s.url, "infer-token")
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+
+
+def test_405_names_every_method_of_the_path(server: Server) -> None:
+    doc = httpx.get(f"{server.url}/openapi.json").json()
+    assert set(doc["paths"]["/v2/cascade/plan"]) == {"get", "put"}
+    assert "security" not in doc["paths"]["/v2/cascade/plan"]["get"]  # no inference token on this server
+    for method in ("DELETE", "OPTIONS", "TRACE", "PATCH"):
+        r = httpx.request(method, f"{server.url}/v2/cascade/plan")
+        assert (r.status_code, r.headers.get("allow")) == (405, "GET, HEAD, PUT"), method
+        assert r.json() == {"error": "Method Not Allowed"}
+    for path in ("/v2/models/toy/infer", "/v2/models/toy/versions/1/infer"):  # the fast path's (POST only)
+        r = httpx.get(f"{server.url}{path}")
+        assert (r.status_code, r.headers.get("allow")) == (405, "POST")
+    r = httpx.put(f"{server.url}/v2/health/live")
+    assert (r.status_code, r.headers.get("allow")) == (405, "GET, HEAD")

@@ -21,7 +21,8 @@ float input included, unless the model accepts them), 401/403 (token missing or 
 version), 413 (body over the limit, or a call larger than admission can ever hold), 422 (a plan this deployment
 will not serve, naming the field), 500 (a model raised or returned garbage; named), 503 + Retry-After (shed: the
 wait would exceed the admission budget; the hint comes from the backlog) or 504 (the deadline, the request's
-``parameters.timeout_ms`` or the server's default, passed before any stage ran). A client that disconnects has its
+``parameters.timeout_ms`` or the server's default, passed before any stage ran); a method a path does not serve
+is a 405 whose ``Allow`` lists those it does. A client that disconnects has its
 rows that have not started dropped. The handler only decodes and encodes: the inference itself (checks, admission,
 answers, response parameters) is :class:`~cascadeserve.http.infer.InferCore`, which the gRPC front end shares.
 
@@ -45,8 +46,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp
+from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.types import ASGIApp, Scope
 
 from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
@@ -154,7 +155,7 @@ class _Api:
             return _error(e.message, e.status, {"WWW-Authenticate": "Bearer"} if e.status == 401 else None)
         return None
 
-    @describe(responses=(503,))
+    @describe()
     async def live(self, request: Request) -> Response:
         """Liveness: the process answers."""
         return JSONResponse({"live": True})
@@ -241,7 +242,13 @@ class _Api:
             raise ProtocolError(f"body: {declared} bytes is over the limit of {limit} bytes", 413)
         return await read_body(request.receive, limit)
 
-    @describe(body=InferRequest, responses=(400, 401, 403, 404, 413, 500, 503, 504), secured=True)
+    @describe(
+        body=InferRequest,
+        binary=True,
+        responses=(400, 401, 403, 404, 413, 500, 502, 503, 504),
+        secured=True,
+        answers=("application/json", "application/octet-stream"),
+    )
     async def infer(self, request: Request) -> Response:
         """Infer: each row of the input is one request through the cascade (JSON or binary tensors)."""
         if (bad := self._check_name(request)) is not None:
@@ -263,7 +270,7 @@ class _Api:
         return Response(body, headers=headers)
 
     # -- metrics and plans -------------------------------------------------------------------------------------
-    @describe(responses=(401, 403), secured=True)
+    @describe(responses=(401, 403), secured=True, answers=("text/plain",))
     async def metrics_endpoint(self, request: Request) -> Response:
         """Prometheus metrics."""
         if (bad := self._auth(request)) is not None:
@@ -284,7 +291,7 @@ class _Api:
             return Response(plan.to_json(), media_type="application/json")
         return JSONResponse(tuned_plan_json(plan, tuning))
 
-    @describe(body=GearPlan, responses=(401, 403, 413, 422), secured=True)
+    @describe(body=GearPlan, responses=(401, 403, 413, 422), admin=True)
     async def put_plan(self, request: Request) -> Response:
         """Hot-swap the plan (needs the admin token); requests in flight finish under the old one."""
         if (bad := self._auth(request, admin=True)) is not None:
@@ -312,7 +319,24 @@ class _Api:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return _error(exc.detail or "error", exc.status_code)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method of the path: Starlette names only those of the first route matched
+        headers["Allow"] = ", ".join(_allowed_methods(request.app.routes, request.scope))
+    return _error(exc.detail or "error", exc.status_code, headers)
+
+
+def _allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """The methods the routes serve at ``scope``'s path (HEAD with GET, as Starlette serves it), sorted."""
+    methods: set[str] = set()
+    for route in routes:
+        match, child = route.matches(scope)  # PARTIAL: the path matches, the method does not
+        if match == Match.NONE:
+            continue
+        if isinstance(route, Route) and route.methods:
+            methods |= route.methods
+        elif isinstance(route, Mount):
+            methods.update(_allowed_methods(route.routes, {**scope, **child}))
+    return sorted(methods)
 
 
 Router = Callable[["_Api"], list[BaseRoute]]
@@ -398,7 +422,7 @@ def create_app(
 
     routes: list[BaseRoute] = [r for router in routers for r in router(api)]
     routes += api.layer.routes(api)
-    routes += openapi_routes(routes, opts.auth_token is not None or opts.admin_token is not None, model.name)
+    routes += openapi_routes(routes, opts.auth_token is not None, opts.admin_token is not None, model.name)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,

@@ -53,6 +53,7 @@ from cascadeserve.http.feedback import (
     apply_feedback,
     parse_feedback,
 )
+from cascadeserve.http.openapi import describe
 from cascadeserve.http.v2 import DTYPES, ProtocolError
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.cache import input_key
@@ -67,6 +68,41 @@ if TYPE_CHECKING:
 __all__ = ["DEADLINE_EXPLANATION", "ClipperLayer", "ClipperOptions", "Selected", "context_of"]
 
 DEADLINE_EXPLANATION = "Failed to retrieve a prediction response within the specified latency SLO"
+
+# The request bodies, for the OpenAPI document: what the handlers accept, no more and no less where JSON Schema can
+# say it (whether an input fits the model, or an id was answered, only the handler can tell: 400 and 404)
+_ID = {"type": ["string", "integer"]}
+_FEEDBACK: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "required": ["id", "label"],
+            "properties": {"id": _ID, "label": {"description": "the true label, or a list of one per row"}},
+            "not": {"anyOf": [{"required": ["ids"]}, {"required": ["labels"]}]},
+        },
+        {
+            "type": "object",
+            "required": ["ids", "labels"],
+            "properties": {
+                "ids": {"type": "array", "items": {"type": ["string", "integer", "boolean"]}},
+                "labels": {"type": "array", "description": "one label (or list of labels) per id"},
+            },
+        },
+    ]
+}
+_BATCH = {"required": ["input_batch"], "properties": {"input_batch": {"type": "array", "minItems": 1}}}
+_PREDICT: dict[str, Any] = {
+    "type": "object",
+    "description": "input: one input of the model (in --emulate mode, a validation sample id); else input_batch: a "
+    "non-empty list of them; context: the selection context (a user or session id)",
+    "anyOf": [{"required": ["input"]}, _BATCH],
+}
+_UPDATE: dict[str, Any] = {
+    "type": "object",
+    "description": "label: the true label of the latest query with this input (or of the query query_id)",
+    "required": ["label"],
+    "anyOf": [{"required": ["query_id"]}, {"required": ["input"]}, _BATCH],
+}
 
 
 def context_of(parameters: Mapping[str, Any], headers: Mapping[str, str]) -> str:
@@ -222,8 +258,13 @@ class ClipperLayer:
     # -- routes -----------------------------------------------------------------------------------------------
     def routes(self, api: Any) -> list[Route]:
         """The feedback and Clipper routes, over the app's request handlers ``api`` (payload decoding)."""
+        auth: Callable[[Request], Response | None] = api._auth  # the inference token, as on the V2 routes
 
+        @describe(body=_FEEDBACK, responses=(400, 401, 403, 404), secured=True)
         async def v2_feedback(request: Request) -> Response:
+            """Feedback: the true label of an answered request, by its V2 request id."""
+            if (bad := auth(request)) is not None:
+                return bad
             name = request.path_params["name"]
             if name != self.app_name:
                 return _error(f"unknown model {name!r}; this server serves {self.app_name!r}", 404)
@@ -236,10 +277,18 @@ class ClipperLayer:
             except FeedbackError as e:
                 return _error(e.message, e.status)
 
+        @describe(body=_PREDICT, responses=(400, 401, 403, 404, 500, 502, 503, 504), secured=True)
         async def predict(request: Request) -> Response:
+            """Clipper's predict: one input, or a batch of them, through the application's cascade."""
+            if (bad := auth(request)) is not None:
+                return bad
             return await self._predict(request, api)
 
+        @describe(body=_UPDATE, responses=(400, 401, 403, 404), secured=True)
         async def update(request: Request) -> Response:
+            """Clipper's update: the true label of the latest query with this input (or query id)."""
+            if (bad := auth(request)) is not None:
+                return bad
             return await self._update(request, api)
 
         routes = [

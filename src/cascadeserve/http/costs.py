@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from cascadeserve.http.openapi import describe
 from cascadeserve.runtime.costs import CostMonitor
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class CostCollector(Collector):
 
 
 def cost_routes(api: _Api) -> list[BaseRoute]:
+    @describe(responses=(401, 403, 404), secured=True)
     async def costs(request: Request) -> Response:
         """Batch costs measured while serving, per model, against the profile and the costs in force."""
         if (bad := api._auth(request)) is not None:

@@ -28,7 +28,8 @@ metrics and plan. The stage that answers is the cheapest one sure enough of its 
 Bad input is a 400 naming the field (OpenAI's error shape: ``error.message``, ``error.type``, ``error.param``):
 no messages, an empty prompt, a role it does not know, ``n`` other than 1, a ``temperature`` above 0 (decoding is
 greedy), custom ``stop`` sequences, or a parameter this server does not serve (``tools``, ...); an
-unknown model is a 404 and a prompt over the limit a 413 naming the limit.
+unknown model is a 404, a prompt over the limit a 413 naming the limit, and a missing or wrong token (with
+``serve --auth-token``) a 401 or 403, all in that shape.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from starlette.routing import BaseRoute, Route
 
 from cascadeserve.http.clipper import ClipperLayer
 from cascadeserve.http.fastpath import disconnected
+from cascadeserve.http.openapi import describe
 from cascadeserve.http.v2 import ProtocolError
 from cascadeserve.models.base import TokenLogprobs
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
@@ -65,6 +67,90 @@ _COMPLETION_FIELDS = (_CHAT_FIELDS - {"messages", "max_completion_tokens", "stor
     "echo",
 }
 _MAX_TOP = 5  # top_logprobs per token (the stages keep 5 alternatives; OpenAI's completions API allows 5 too)
+
+# The OpenAPI document's request bodies: the checks every request gets whatever its other fields say (a field
+# whose check depends on another, such as max_tokens with echo or logprobs with stream, is left open here)
+_NULL = {"type": "null"}
+_TEXT = {"type": "string", "pattern": r"\S"}
+_FIELDS: dict[str, Any] = {
+    "model": {"type": "string", "minLength": 1, "description": "the served cascade"},
+    "stream": {"type": "boolean"},
+    "n": {"type": "integer", "minimum": 1, "maximum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 0, "description": "decoding is greedy"},
+    "stop": {"anyOf": [_NULL, {"const": ""}, {"type": "array", "maxItems": 0}], "description": "not served"},
+    "options": {
+        "anyOf": [_NULL, {"type": "array", "minItems": 2, "items": {"type": "string", "minLength": 1}}],
+        "description": "the candidate answers of a scoring cascade",
+    },
+    "timeout": {"anyOf": [_NULL, {"type": "number", "exclusiveMinimum": 0}], "description": "seconds"},
+    **{k: {} for k in ("stream_options", "max_tokens", "top_p", "user", "seed", "logprobs")},
+}
+_CHAT_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "messages"],
+    "additionalProperties": False,
+    "properties": {
+        **{k: v for k, v in _FIELDS.items() if k in _CHAT_FIELDS},
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["role", "content"],
+                "properties": {
+                    "role": {"enum": list(_ROLES)},
+                    "content": {
+                        "anyOf": [
+                            _TEXT,
+                            {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "required": ["type", "text"],
+                                    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                                },
+                            },
+                        ]
+                    },
+                },
+            },
+        },
+        "max_completion_tokens": {"anyOf": [_NULL, {"type": "integer", "minimum": 1}]},
+        "logprobs": {"type": ["boolean", "null"]},
+        **{k: {} for k in ("top_logprobs", "metadata", "store")},
+    },
+}
+_COMPLETION_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "prompt"],
+    "additionalProperties": False,
+    "properties": {
+        **{k: v for k, v in _FIELDS.items() if k in _COMPLETION_FIELDS},
+        "prompt": {"anyOf": [_TEXT, {"type": "array", "minItems": 1, "maxItems": 1, "items": _TEXT}]},
+        "echo": {"type": "boolean"},
+        "max_tokens": {"anyOf": [_NULL, {"type": "integer", "minimum": 0}]},
+        "logprobs": {"anyOf": [_NULL, {"const": False}, {"type": "integer", "minimum": 0, "maximum": _MAX_TOP}]},
+    },
+}
+_ERROR: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+_ANSWERS = ("application/json", "text/event-stream")  # stream: server-sent events
+_REFUSALS = (400, 401, 403, 404, 413, 500, 502, 503, 504)
 
 
 class _Served(Protocol):
@@ -257,24 +343,37 @@ class _Front:
     def __init__(self, api: _Api) -> None:
         self.api = api
 
+    def _auth(self, request: Request) -> Response | None:
+        """The V2 handlers' token check, its refusal in OpenAI's error shape."""
+        bad = self.api._auth(request)
+        if bad is None:
+            return None
+        refused = OpenAIError(json.loads(bytes(bad.body))["error"], bad.status_code).response()
+        if "www-authenticate" in bad.headers:
+            refused.headers["WWW-Authenticate"] = bad.headers["www-authenticate"]
+        return refused
+
+    @describe(responses=(401, 403), secured=True, error=_ERROR)
     async def models(self, request: Request) -> Response:
         """The served cascade, as OpenAI's model list."""
-        if (bad := self.api._auth(request)) is not None:
+        if (bad := self._auth(request)) is not None:
             return bad
         entry = {"id": self.api.model.name, "object": "model", "created": 0, "owned_by": "cascadeserve"}
         return JSONResponse({"object": "list", "data": [entry]})
 
+    @describe(body=_CHAT_BODY, responses=_REFUSALS, secured=True, error=_ERROR, answers=_ANSWERS)
     async def chat(self, request: Request) -> Response:
         """A chat completion from the cascade (stream: server-sent events)."""
         return await self._serve(request, chat=True)
 
+    @describe(body=_COMPLETION_BODY, responses=_REFUSALS, secured=True, error=_ERROR, answers=_ANSWERS)
     async def completions(self, request: Request) -> Response:
         """A text completion from the cascade (stream: server-sent events)."""
         return await self._serve(request, chat=False)
 
     async def _serve(self, request: Request, *, chat: bool) -> Response:
         api = self.api
-        if (bad := api._auth(request)) is not None:
+        if (bad := self._auth(request)) is not None:
             return bad
         try:
             try:

@@ -60,13 +60,15 @@ class InferRequest(BaseModel):
     outputs: list[RequestedOutput] | None = None
 
 
-_ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+_ERROR: dict[str, Any] = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+"""Every error answer of the V2, plan and Clipper endpoints (and any handler that raised: 500): ``{"error": ...}``."""
+_BINARY = "application/octet-stream"
 _STATUS_TEXT = {
     200: "OK",
     400: "Bad request: the message names the field",
     401: "No bearer token",
     403: "Wrong token, or the endpoint is off",
-    404: "Unknown model or version",
+    404: "Unknown model, version, application or id",
     413: "Too large: the body, or a call larger than admission can ever hold",
     422: "Invalid plan: the message names the field",
     499: "The client went away",
@@ -78,19 +80,34 @@ _STATUS_TEXT = {
 
 def describe(
     *,
-    body: type[BaseModel] | dict[str, Any] | None = None,
+    body: type[BaseModel] | Mapping[str, Any] | None = None,
     responses: Sequence[int] = (),
     content_type: str = "application/json",
+    binary: bool = False,
     secured: bool = False,
+    admin: bool = False,
+    answers: Sequence[str] = ("application/json",),
+    error: Mapping[str, Any] = _ERROR,
 ) -> Callable[[_F], _F]:
-    """Attach what the OpenAPI document should say about an endpoint beyond its path and docstring."""
+    """Attach what the OpenAPI document should say about an endpoint beyond its path and docstring.
+
+    ``body``: the request body (required), of media type ``content_type``; ``binary``: the body may also be
+    Triton's binary tensor extension (``application/octet-stream``, a JSON header of the length the
+    ``Inference-Header-Content-Length`` header gives, then raw tensor bytes). ``responses``: every status the
+    handler answers besides 200, each with the ``error`` schema. ``secured``: the inference token guards it (when
+    the server has one); ``admin``: the admin token does. ``answers``: the media types of its 200 answers.
+    """
 
     def mark(fn: _F) -> _F:
         fn.__openapi__ = {  # type: ignore[attr-defined]
             "body": body,
             "responses": tuple(responses),
             "content_type": content_type,
+            "binary": binary,
             "secured": secured,
+            "admin": admin,
+            "answers": tuple(answers),
+            "error": error,
         }
         return fn
 
@@ -117,7 +134,13 @@ def _schema(body: type[BaseModel] | Mapping[str, Any], defs: dict[str, Any]) -> 
 
 
 def _operation(
-    path: str, method: str, route: Route, defs: dict[str, Any], auth: bool, enums: Mapping[str, Sequence[str]]
+    path: str,
+    method: str,
+    route: Route,
+    defs: dict[str, Any],
+    auth: bool,
+    admin: bool,
+    enums: Mapping[str, Sequence[str]],
 ) -> dict[str, Any]:
     endpoint = route.endpoint
     doc = inspect.getdoc(endpoint) or route.name or path
@@ -138,23 +161,39 @@ def _operation(
         }
         for name in _PARAM.findall(path)
     ]
-    if params:
-        op["parameters"] = params
     body = meta.get("body")
     if body is not None:
-        op["requestBody"] = {
-            "required": True,
-            "content": {meta.get("content_type", "application/json"): {"schema": _schema(body, defs)}},
-        }
+        content = {meta.get("content_type", "application/json"): {"schema": _schema(body, defs)}}
+        if meta.get("binary"):
+            content[_BINARY] = {"schema": {"type": "string", "format": "binary"}}
+            params.append(
+                {
+                    "name": "Inference-Header-Content-Length",
+                    "in": "header",
+                    "required": False,
+                    "description": "Binary tensor extension: the length of the JSON header that starts the body",
+                    "schema": {"type": "integer", "minimum": 0},
+                }
+            )
+        op["requestBody"] = {"required": True, "content": content}
+    if params:
+        op["parameters"] = params
+    error = meta.get("error", _ERROR)
+    # 500 is also the shared exception handler's answer (fastpath.server_error), which has the V2 shape
+    fault = error if error == _ERROR else {"anyOf": [error, _ERROR]}
     codes = sorted({200, *meta.get("responses", ())})
     op["responses"] = {
         str(c): {
             "description": _STATUS_TEXT.get(c, "Response"),
-            **({} if c == 200 else {"content": {"application/json": {"schema": _ERROR}}}),
+            "content": (
+                {t: {} for t in meta.get("answers", ("application/json",))}
+                if c == 200
+                else {"application/json": {"schema": fault if c == 500 else error}}
+            ),
         }
         for c in codes
     }
-    if auth and meta.get("secured"):
+    if (auth and meta.get("secured")) or (admin and meta.get("admin")):
         op["security"] = [{"bearer": []}]
     return op
 
@@ -164,9 +203,11 @@ def openapi_document(
     *,
     title: str = "cascadeserve",
     auth: bool = False,
+    admin: bool = False,
     path_enums: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """OpenAPI 3.1 for every route in ``routes`` (``auth``: mark the secured ones as needing a bearer token;
+    """OpenAPI 3.1 for every route in ``routes`` (``auth``: the server has an inference token, so the secured
+    operations need a bearer token; ``admin``: it has an admin token, so the admin operations need one;
     ``path_enums``: the values a path parameter takes here, such as the served model's name)."""
     paths: dict[str, dict[str, Any]] = {}
     defs: dict[str, Any] = {}
@@ -175,7 +216,7 @@ def openapi_document(
             if method == "HEAD":
                 continue
             paths.setdefault(_PARAM.sub(r"{\1}", path), {})[method.lower()] = _operation(
-                path, method.lower(), route, defs, auth, path_enums or {}
+                path, method.lower(), route, defs, auth, admin, path_enums or {}
             )
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
@@ -183,19 +224,20 @@ def openapi_document(
         "paths": paths,
         "components": {"schemas": defs},
     }
-    if auth:
+    if auth or admin:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return doc
 
 
-def openapi_routes(routes: list[BaseRoute], auth: bool, model: str) -> list[BaseRoute]:
+def openapi_routes(routes: list[BaseRoute], auth: bool, admin: bool, model: str) -> list[BaseRoute]:
     """``/openapi.json`` and ``/v2/openapi.json``, over every route (themselves included)."""
     doc: dict[str, Any] = {}
 
     async def openapi(request: Request) -> Response:
         """The OpenAPI document of this server."""
         if not doc:
-            doc.update(openapi_document(all_routes, auth=auth, path_enums={"name": [model], "version": ["1"]}))
+            enums = {"name": [model], "version": ["1"], "app": [model]}
+            doc.update(openapi_document(all_routes, auth=auth, admin=admin, path_enums=enums))
         return JSONResponse(doc)
 
     own: list[BaseRoute] = [
