@@ -381,10 +381,6 @@ def _measure_costs(
     return costs
 
 
-
-
-
-
 def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> dict[str, Any]:
     """The Clipper serving-layer options as RuntimeOptions fields, checked up front (one line per bad option)."""
     if cache_size < 0:
@@ -491,10 +487,6 @@ def _replan_options(
         mode, scaling, plan, threshold=threshold, window_s=window_s, min_s=min_s, cooldown_s=cooldown_s
     )
     return None if settings is None else ReplanOptions(settings, profile, timeout_s)
-
-
-
-
 
 
 def _address(host: str, port: int) -> str:
