@@ -235,6 +235,7 @@ EXPECTED: dict[str, list[str]] = {
         "DecodedRequest",
         "OutputTensor",
         "ProtocolError",
+        "bf16_bits",
         "binary_tensor",
         "check_requested",
         "decode_infer_request",

@@ -127,7 +127,7 @@ def _body_factory(spec: dict[str, Any], have_ids: bool, rows: np.ndarray | None 
         text = json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": [1], "data": ["a test sentence"]}]})
         return lambda sid: text.encode()
     row_shape = [1] + [1 if s < 0 else s for s in shape[1:]]
-    zeros = [0] * int(np.prod(row_shape))
+    zeros = [False if dt == "BOOL" else 0] * int(np.prod(row_shape))  # BOOL takes true/false only
     body = json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": zeros}]}).encode()
     return lambda sid: body
 

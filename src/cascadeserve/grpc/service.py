@@ -224,10 +224,10 @@ class _Servicer:
         core = self.api.core
         self._model(request.model_name, request.model_version)
         core.shed_early()
-        inputs = decode_inputs(request)
+        inputs, datatypes = decode_inputs(request)
         params = decode_parameters(request.parameters)
         # a cancelled call (client gone, deadline passed) cancels this coroutine: the core drops its waiting rows
-        done = await core.infer(inputs, params, context_of(params, metadata), request.id or None)
+        done = await core.infer(inputs, params, context_of(params, metadata), request.id or None, datatypes=datatypes)
         return encode_response(self.api.model.name, request.id, done, [o.name for o in request.outputs])
 
     @_rpc()

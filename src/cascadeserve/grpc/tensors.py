@@ -2,10 +2,12 @@
 
 An input's data comes either in ``raw_input_contents`` (one entry per input, little-endian bytes; ``BYTES``
 elements each behind a 4-byte little-endian length), which is what ``tritonclient.grpc`` sends, or in the typed
-``contents`` field of its datatype (``int_contents`` for INT8/16/32, ``uint_contents`` for UINT8/16/32, ...; FP16
-has none). Both go through the HTTP decoder's checks (:mod:`cascadeserve.http.v2`: datatype, shape against the
-element count, integer ranges, UTF-8 text), so a tensor is refused over gRPC exactly when it would be over HTTP,
-with the same message naming the input. Outputs go back in ``raw_output_contents``, as Triton sends them.
+``contents`` field of its datatype (``int_contents`` for INT8/16/32, ``uint_contents`` for UINT8/16/32, ...).
+FP16 and BF16 have no typed field: they come in raw form only, BF16 as 16-bit bfloat16 patterns that stay
+``np.uint16`` (see :mod:`cascadeserve.http.v2`). Both forms go through the HTTP decoder's checks
+(:mod:`cascadeserve.http.v2`: datatype, shape against the element count, integer ranges, BOOL as 0/1, UTF-8
+text), so a tensor is refused over gRPC exactly when it would be over HTTP, with the same message naming the
+input. Outputs go back in ``raw_output_contents``, as Triton sends them.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ _CONTENTS: dict[str, str] = {
 }
 
 
-def decode_inputs(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
-    """The request's input tensors by name; :class:`ProtocolError` (400) naming the input or field otherwise."""
+def decode_inputs(request: pb.ModelInferRequest) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The request's input tensors by name and the V2 datatype of each (UINT16 and BF16 share ``np.uint16``);
+    :class:`ProtocolError` (400) naming the input or field otherwise."""
     raw = request.raw_input_contents
     if not request.inputs:
         raise ProtocolError("inputs: expected a non-empty list of tensors")
@@ -55,6 +58,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
             f"raw_input_contents: {len(raw)} entries for {len(request.inputs)} inputs (one per input, or none)"
         )
     inputs: dict[str, np.ndarray] = {}
+    datatypes: dict[str, str] = {}
     for i, t in enumerate(request.inputs):
         if not t.name:
             raise ProtocolError(f"inputs[{i}].name: expected a non-empty string")
@@ -70,7 +74,8 @@ def decode_inputs(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
         if t.name in inputs:
             raise ProtocolError(f"{where}: given twice")
         inputs[t.name] = arr
-    return inputs
+        datatypes[t.name] = dt
+    return inputs, datatypes
 
 
 def _contents(where: str, contents: pb.InferTensorContents, dt: str, given: list[str]) -> Sequence[Any]:

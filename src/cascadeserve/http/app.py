@@ -263,6 +263,7 @@ class _Api:
                 context_of(dec.parameters, request.headers),
                 dec.id,
                 lambda futures: answered_or_gone(futures, request.receive),
+                dec.datatypes,
             )
             body, headers = encode_infer_response(self.model.name, dec, done.outputs, done.parameters)
         except ProtocolError as e:

@@ -54,7 +54,7 @@ from cascadeserve.http.feedback import (
     parse_feedback,
 )
 from cascadeserve.http.openapi import describe
-from cascadeserve.http.v2 import DTYPES, ProtocolError
+from cascadeserve.http.v2 import DTYPES, ProtocolError, bf16_bits
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.cache import input_key
 from cascadeserve.policy.selection import Pick, SelectionPolicy
@@ -313,7 +313,10 @@ class ClipperLayer:
             raise ProtocolError("input: missing (send 'input' or 'input_batch')")
         spec = api.model.input
         try:
-            arr = np.asarray(rows, dtype=DTYPES[spec.datatype])
+            if spec.datatype == "BF16":  # numbers, rounded to bfloat16 as a V2 JSON tensor's are
+                arr = bf16_bits(np.asarray(rows, dtype=np.float64))
+            else:
+                arr = np.asarray(rows, dtype=DTYPES[spec.datatype])
         except (TypeError, ValueError, OverflowError):
             raise ProtocolError(f"{field}: does not fit the model's input ({spec.datatype})") from None
         try:

@@ -72,6 +72,15 @@ async def _all_answered(futures: Sequence[asyncio.Future[Any]]) -> bool:
     return True
 
 
+def _finite(arr: np.ndarray, datatype: str) -> np.ndarray:
+    if datatype == "BF16":  # bfloat16 bit patterns: NaN and Inf have every exponent bit set
+        exponent = np.uint16(0x7F80)
+        out: np.ndarray = (arr & exponent) != exponent
+        return out
+    finite: np.ndarray = np.isfinite(arr)
+    return finite
+
+
 class InferCore:
     """Inference over ``runtime`` through the serving ``layer``, for the served ``model``."""
 
@@ -80,6 +89,7 @@ class InferCore:
         self.model = model
         self.layer = layer
         self._dtype = DTYPES[model.input.datatype]
+        self._names = {d: k for k, d in reversed(DTYPES.items())}  # dtype -> datatype (np.uint16: UINT16, not BF16)
         self._lookup: Callable[[np.ndarray], list[Any]] = self._sample_rows if model.emulated else self._rows
 
     def check_name(self, name: str, version: str | None) -> None:
@@ -110,8 +120,12 @@ class InferCore:
     def _rows(self, arr: np.ndarray) -> list[Any]:
         return list(arr)
 
-    def payloads(self, inputs: Mapping[str, np.ndarray]) -> list[Any]:
-        """The runtime payloads of the rows of ``inputs``, checked against the model's input (400 naming it)."""
+    def payloads(self, inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str] | None = None) -> list[Any]:
+        """The runtime payloads of the rows of ``inputs``, checked against the model's input (400 naming it).
+
+        ``datatypes``: each input's V2 datatype as the request named it (the decoders give it: the dtype alone does
+        not tell UINT16 from BF16); without it the dtype decides, for a caller that built the array for this input.
+        """
         spec = self.model.input
         arr = inputs.get(spec.name)
         if arr is None:
@@ -119,15 +133,17 @@ class InferCore:
         for other in inputs:
             if other != spec.name:
                 raise ProtocolError(f"input {other!r} is unknown; this model takes only {spec.name!r}")
-        if arr.dtype != self._dtype:
-            got = next(k for k, v in DTYPES.items() if v == arr.dtype)
+        got = datatypes.get(spec.name) if datatypes else None
+        if got is None:
+            got = spec.datatype if arr.dtype == self._dtype else self._names.get(arr.dtype, str(arr.dtype))
+        if got != spec.datatype:
             raise ProtocolError(f"input {spec.name!r}: datatype {got}, expected {spec.datatype}")
         if arr.ndim != len(spec.shape) or any(s != -1 and s != a for s, a in zip(spec.shape, arr.shape, strict=True)):
             raise ProtocolError(f"input {spec.name!r}: shape {list(arr.shape)} does not match {list(spec.shape)}")
         if arr.shape[0] == 0:
             raise ProtocolError(f"input {spec.name!r}: the batch has no rows")
-        if arr.dtype.kind == "f" and not spec.allow_non_finite:
-            finite = np.isfinite(arr).reshape(len(arr), -1).all(axis=1)
+        if (arr.dtype.kind == "f" or spec.datatype == "BF16") and not spec.allow_non_finite:
+            finite = _finite(arr, spec.datatype).reshape(len(arr), -1).all(axis=1)
             if not finite.all():
                 row = int(np.argmin(finite))
                 raise ProtocolError(
@@ -152,10 +168,12 @@ class InferCore:
         context: str,
         rid: str | None,
         watch: Watch | None = None,
+        datatypes: Mapping[str, str] | None = None,
     ) -> Inferred:
         """Run every row of ``inputs`` through the cascade; ``watch`` tells a client that went away (HTTP), and a
-        cancelled caller (a gRPC client that cancels) has its rows that have not started dropped too."""
-        payloads = self.payloads(inputs)
+        cancelled caller (a gRPC client that cancels) has its rows that have not started dropped too.
+        ``datatypes``: each input's V2 datatype, as :meth:`payloads` takes it."""
+        payloads = self.payloads(inputs, datatypes)
         timeout = self.timeout_s(parameters)
         admitted = self.runtime.clock.now()
         try:

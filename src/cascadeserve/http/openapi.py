@@ -29,7 +29,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _PARAM = re.compile(r"{([^}:]+)(?::[^}]*)?}")
 
 Datatype = Literal[
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BF16",
+    "BYTES",
 ]
 
 

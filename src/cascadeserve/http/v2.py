@@ -7,6 +7,20 @@ little-endian bytes, in order, from the rest of the body. Outputs go back in bin
 ``parameters.binary_data_output`` (tritonclient does when it names no outputs) or asks for an output with
 ``parameters.binary_data``. ``BYTES`` elements are length-prefixed (4-byte little-endian) in binary form.
 
+Every V2 datatype is accepted: BOOL, INT8/16/32/64, UINT8/16/32/64, FP16/32/64, BF16 and BYTES. In JSON each element
+must fit its datatype: an integer datatype takes integers within its range (``1.5``, ``true`` or ``256`` in UINT8
+is refused), BOOL takes ``true``/``false`` only, a float datatype takes numbers (not booleans) and BYTES takes
+strings. In binary form a BOOL element must be the byte 0 or 1. A float past its datatype's range (``1e39`` in
+FP32, ``70000`` in FP16) becomes Inf, which the inference core refuses unless the model accepts non-finite values.
+
+**BF16** has no numpy dtype, so a BF16 tensor is carried as ``np.uint16`` holding the bfloat16 bit patterns (the
+upper 16 bits of the float32 of the same value): that is what :func:`binary_tensor` returns for the raw bytes, and
+what the model adapter receives (``(x.astype(np.uint32) << 16).view(np.float32)`` or
+``x.view(ml_dtypes.bfloat16)`` gives the values). In JSON, a BF16 tensor's data are numbers: each is converted to
+float32 (as numpy does: round to nearest, past float32's range to Inf), then to the nearest bfloat16 by rounding
+the float32 bits to nearest even on the 16 bits dropped (:func:`bf16_bits`; a NaN stays a quiet NaN of the same
+sign). Since UINT16 and BF16 share a numpy dtype, :class:`DecodedRequest` names each input's datatype.
+
 Every decoding problem raises :class:`ProtocolError` with the HTTP status and a message naming the field. The
 per-tensor checks (:func:`tensor_header`, :func:`binary_tensor`, :func:`listed_tensor`) and the output encoding
 (:func:`tensor_bytes`, :func:`check_requested`) are public: the gRPC front end (:mod:`cascadeserve.grpc`) decodes
@@ -30,6 +44,7 @@ __all__ = [
     "DecodedRequest",
     "OutputTensor",
     "ProtocolError",
+    "bf16_bits",
     "binary_tensor",
     "check_requested",
     "decode_infer_request",
@@ -54,12 +69,13 @@ DTYPES: dict[str, np.dtype[Any]] = {
     "FP16": np.dtype("<f2"),
     "FP32": np.dtype("<f4"),
     "FP64": np.dtype("<f8"),
+    "BF16": np.dtype("<u2"),  # no numpy bfloat16: the bit patterns (see the module docstring)
     "BYTES": np.dtype(object),  # each element a UTF-8 string (Python str); length-prefixed in binary form
 }
 
 # The range of each integer datatype (np.iinfo builds an object per call: ~2 µs on every integer input)
 _INT_RANGE: dict[str, tuple[int, int]] = {
-    dt: (int(np.iinfo(d).min), int(np.iinfo(d).max)) for dt, d in DTYPES.items() if d.kind in "iu"
+    dt: (int(np.iinfo(d).min), int(np.iinfo(d).max)) for dt, d in DTYPES.items() if d.kind in "iu" and dt != "BF16"
 }
 # json.dumps with separators builds an encoder per call; one, built once, gives the same text
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
@@ -81,6 +97,8 @@ class DecodedRequest:
     parameters: dict[str, Any]
     outputs: list[tuple[str, bool]] | None  # requested outputs and whether each goes binary; None = all
     binary_output: bool
+    # each input's V2 datatype: the dtype alone does not tell UINT16 from BF16 (both np.uint16)
+    datatypes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,6 +127,8 @@ def _json_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any]
         raise ProtocolError(f"body: malformed JSON ({msg})") from None
     except RecursionError:  # a body of 100k nested '[': the decoder runs out of stack, which is the client's fault
         raise ProtocolError("body: JSON nested too deeply") from None
+    except ValueError as e:  # an integer of more than 4300 digits: Python refuses to parse it
+        raise ProtocolError(f"body: malformed JSON ({e})") from None
     if not isinstance(obj, dict):
         raise ProtocolError("body: expected a JSON object with an 'inputs' list")
     return obj, rest
@@ -124,6 +144,7 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise ProtocolError("inputs: expected a non-empty list of tensors")
     inputs: dict[str, np.ndarray] = {}
+    datatypes: dict[str, str] = {}
     offset = 0
     for i, t in enumerate(raw_inputs):
         where = f"inputs[{i}]"
@@ -148,6 +169,7 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
         if name in inputs:
             raise ProtocolError(f"{where}: given twice")
         inputs[name] = arr
+        datatypes[name] = dt
     if offset != len(rest):
         raise ProtocolError(
             f"body: {len(rest) - offset} bytes after the last binary tensor (the binary_data_size values add up "
@@ -166,7 +188,7 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
             op = o.get("parameters") or {}
             outputs.append((o["name"], bool(op.get("binary_data", binary_all)) if isinstance(op, dict) else False))
     rid = obj.get("id")
-    return DecodedRequest(str(rid) if rid is not None else None, inputs, params, outputs, binary_all)
+    return DecodedRequest(str(rid) if rid is not None else None, inputs, params, outputs, binary_all, datatypes)
 
 
 def tensor_header(where: str, datatype: Any, shape: Any) -> tuple[str, list[int], int]:
@@ -204,7 +226,22 @@ def binary_tensor(
             f"{where}: {size_of} {len(blob)} does not match shape {shape} of {dt} "
             f"({count * dtype.itemsize} bytes)"
         )
+    if dt == "BOOL" and blob and max(blob) > 1:  # numpy would take any byte as a bool that is neither True nor False
+        raise ProtocolError(f"{where}: data does not fit datatype BOOL (a byte other than 0 or 1)")
     return np.frombuffer(blob, dtype=dtype).reshape(shape)
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """The nearest bfloat16 of each value, as ``np.uint16`` bit patterns: the value as float32, then its 32 bits
+    rounded to nearest even on the lower 16 (float32 past bfloat16's largest finite value rounds to Inf); a NaN stays
+    a quiet NaN with its sign (rounding its bits could carry it into Inf)."""
+    with np.errstate(over="ignore"):  # past float32's range is Inf, as for FP32
+        f32 = np.ascontiguousarray(values, dtype=np.float32)
+    bits = f32.view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    quiet_nan = (bits >> np.uint32(16)).astype(np.uint16) | np.uint16(0x0040)
+    out: np.ndarray = np.where(np.isnan(f32), quiet_nan, rounded)
+    return out
 
 
 def _utf8(where: str, b: bytes, i: int) -> str:
@@ -240,7 +277,8 @@ def _flatten(data: Any) -> list[Any]:
 def listed_tensor(where: str, flat: Sequence[Any], dt: str, shape: list[int], count: int) -> np.ndarray:
     """One input's elements (row-major) as Python values, checked element by element against the datatype: a float
     in an integer input, a bool in a number input, a number out of the type's range or a non-string in BYTES is
-    refused, not cast (``bytes`` in BYTES must be UTF-8 text)."""
+    refused, not cast (``bytes`` in BYTES must be UTF-8 text). BF16 numbers become their nearest bfloat16's bit
+    patterns (:func:`bf16_bits`)."""
     if len(flat) != count:
         raise ProtocolError(f"{where}: data has {len(flat)} elements but shape {shape} needs {count}")
     if dt == "BYTES":
@@ -259,15 +297,21 @@ def listed_tensor(where: str, flat: Sequence[Any], dt: str, shape: list[int], co
         return np.asarray(flat, dtype=dtype).reshape(shape)
     if any(type(v) is not int and type(v) is not float for v in flat):
         raise ProtocolError(f"{where}: data does not fit datatype {dt} (expected numbers)")
-    if dtype.kind in "iu":
+    if dt in _INT_RANGE:  # not dtype.kind: BF16 is np.uint16 too, and takes numbers
         if any(type(v) is not int for v in flat):
             raise ProtocolError(f"{where}: data does not fit datatype {dt} (expected integers)")
         lo, hi = _INT_RANGE[dt]
         if flat and (min(flat) < lo or max(flat) > hi):
             raise ProtocolError(f"{where}: data does not fit datatype {dt} (outside {lo}..{hi})")
         return np.asarray(flat, dtype=dtype).reshape(shape)
+    try:
+        wide = np.asarray(flat, dtype=np.float64)
+    except OverflowError:  # an integer of 400 digits: past float64, so past every float datatype
+        raise ProtocolError(f"{where}: data does not fit datatype {dt} (an integer past the float range)") from None
+    if dt == "BF16":
+        return bf16_bits(wide).reshape(shape)
     with np.errstate(over="ignore"):  # 1e39 in FP32 is Inf: the caller decides whether the model accepts it
-        return np.asarray(flat, dtype=np.float64).astype(dtype).reshape(shape)
+        return wide.astype(dtype).reshape(shape)
 
 
 def _bytes_tensor(values: Sequence[str]) -> bytes:

@@ -84,7 +84,11 @@ _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 # adapters whose frameworks run intra-op thread teams (scikit-learn and callables run on the calling thread; an
 # upstream runs elsewhere)
 _THREADED = frozenset({"torch", "onnx", "hf", "llm"})
-_DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "FP16", "FP32", "FP64", "BYTES")
+# every V2 datatype (cascadeserve.http.v2.DTYPES, which this layer may not import; a test keeps the two equal)
+_DATATYPES = (
+    "BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP16", "FP32", "FP64", "BF16",
+    "BYTES",
+)
 
 
 class _Strict(BaseModel):
@@ -108,12 +112,16 @@ class Preprocess(_Strict):
 
 
 class InputConfig(_Strict):
-    """What HTTP clients send: ``BYTES`` for raw text (each row a UTF-8 string), a numeric type otherwise. The
-    first dimension is the batch (``-1``); the others are fixed positive sizes. ``allow_non_finite``: the model
-    copes with NaN/Inf in a float input (default: such a row is refused with 400 naming the input)."""
+    """What HTTP and gRPC clients send: ``BYTES`` for raw text (each row a UTF-8 string), a numeric type otherwise;
+    any V2 datatype (BOOL, INT8/16/32/64, UINT8/16/32/64, FP16/32/64, BF16, BYTES). The model adapter receives
+    each row as numpy of that datatype, except BF16, which numpy lacks: its rows are ``np.uint16`` holding the
+    bfloat16 bit patterns (JSON numbers rounded to the nearest bfloat16, round to nearest even on the float32
+    bits); ``(x.astype(np.uint32) << 16).view(np.float32)`` gives the values. The first dimension is the batch
+    (``-1``); the others are fixed positive sizes. ``allow_non_finite``: the model copes with NaN/Inf in a float
+    input, BF16 included (default: such a row is refused with 400 naming the input)."""
 
     name: str = Field(default="input", min_length=1)
-    datatype: str = "FP32"
+    datatype: str = Field(default="FP32", description=f"One of {', '.join(_DATATYPES)} (any case)")
     shape: list[int] = Field(default_factory=lambda: [-1])
     allow_non_finite: bool = False
 
