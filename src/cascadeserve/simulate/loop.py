@@ -47,11 +47,10 @@ from cascadeserve.simulate.loop_queues import (
     P_HEAD,
     P_N,
     P_TAIL,
-    arrives_at,
     exits,
     exits_audited,
     forward,
-    ready,
+    next_event,
     record_batch,
     route,
     take,
@@ -206,32 +205,10 @@ def _ticks(  # type: ignore[no-untyped-def]
                        route_start, rq, nxt, P_HEAD, rep_dirty, dirty, replica_device)  # fmt: skip
                 lo = hi
             t_end = arr[nxt_arrival] if nxt_arrival < b_w else t_stop
-            best_t = t_end
-            best_d = -1
-            best_p = -1  # whether the best is a device woken at best_t (0), or not (1); -1: not asked yet
-            for d in range(d_count):
-                if busy[d]:
-                    td = busy_until[d]
-                else:
-                    if dirty[d]:
-                        ready_t[d], ready_r[d] = ready(d, clock if clock >= free_at[d] else free_at[d], dev_start,
-                                                        dev_reps, rep_dirty, rep_t, rep_first, rq, ftime, arr, nxt,
-                                                        cur_minq, lim, cur_wait)  # fmt: skip
-                        dirty[d] = False
-                    td = ready_t[d]
-                if td < best_t:
-                    best_t = td
-                    best_d = d
-                    best_p = -1
-                elif td == best_t and best_d >= 0 and not busy[d]:  # (best_d < 0: the next arrival goes first)
-                    # A tie at td. The runtime wakes a free device's consumer right after the event that poked it
-                    # (an arrival, a forward, its own batch's end, the drain), before any other timer of that
-                    # instant: such a device fires first; any other tie goes to the lower device, as timers do.
-                    if best_p < 0:
-                        best_p = 0 if _woken(best_d, td, busy, poke_t, dev_start, dev_reps, rq, nxt, arr) else 1
-                    if best_p == 1 and _woken(d, td, busy, poke_t, dev_start, dev_reps, rq, nxt, arr):
-                        best_d = d
-                        best_p = 0
+            best_t, best_d = next_event(
+                t_end, clock, d_count, busy, busy_until, dirty, ready_t, ready_r, free_at, poke_t, dev_start, dev_reps,
+                rep_dirty, rep_t, rep_first, rq, ftime, arr, nxt, cur_minq, lim, cur_wait,
+            )  # fmt: skip
             if best_d < 0:
                 if nxt_arrival < b_w:  # admit the next arrival, after every device event before it
                     i = nxt_arrival
@@ -295,11 +272,6 @@ def _ticks(  # type: ignore[no-untyped-def]
                         poke_t)  # fmt: skip
     return 0, rec_f[:n_rec], rec_i[:n_rec]
 
-def _woken(d, t, busy, poke_t, dev_start, dev_reps, rq, nxt, arr):  # type: ignore[no-untyped-def]
-    """Whether free device ``d`` was woken at ``t`` by an event (a batch end, a forward, the drain) or an arrival."""
-    return not busy[d] and (poke_t[d] == t or arrives_at(d, t, dev_start, dev_reps, rq, nxt, arr))
-
-
 def _gear_tick(  # type: ignore[no-untyped-def]
     w, cum, tick_times, qps_min, qps_ticks, k0, route_len, route_reps, route_start, rq, use_schedule, schedule,
     qps_scales, highs, alpha, gear,
@@ -321,7 +293,7 @@ def _gear_tick(  # type: ignore[no-untyped-def]
 # Compiled in this order, each seeing the kernels and the helpers before it. Numba copies each helper into its
 # callers (a call per event would halve the loop's speed); ``_ticks``, called once per run, is not copied: numba
 # inlines only into a function that is not itself inlined.
-_HELPERS = (*HELPERS, _woken, _gear_tick, _ticks)
+_HELPERS = (*HELPERS, _gear_tick, _ticks)
 _CALLED = ("_ticks",)
 
 
