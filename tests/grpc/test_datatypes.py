@@ -8,6 +8,7 @@ One server (HTTP and gRPC, a one-model cascade over a real ``models.yaml``) per 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 from collections.abc import Iterator
@@ -187,6 +188,31 @@ def test_every_protocol_answers_what_the_model_computes_on_the_rows_sent(served:
     for how, labels in answers.items():
         np.testing.assert_array_equal(labels, expected, err_msg=how)
     assert served.server.app.runtime.in_flight == 0
+
+
+def test_clippers_predict_takes_the_same_rows_as_v2(served: Served) -> None:
+    """Clipper's REST predict (``{"input_batch": rows}``, JSON numbers) answers what V2 answers: for BF16 the server
+    rounds each number to the nearest bfloat16 (ties to even) exactly as for a V2 JSON tensor."""
+    dt = served.datatype
+    if dt == "BYTES":
+        pytest.skip("Clipper's predict takes numbers; BYTES inputs go through V2")
+    rows = _rows(dt)
+    sent = _as_sent(dt, rows)
+    served.model.seen.clear()
+    r = httpx.post(f"{served.server.url}/echo/predict", json={"input_batch": rows.tolist()}, timeout=20)
+    assert r.status_code == 200, r.text
+    labels = [p["output"] for p in r.json()["batch_predictions"]]
+    assert labels == [row_label(row, dt) for row in sent]
+    assert _received(served.model, DTYPES[dt]) == _sorted(sent)  # the adapter got each element as V2 gives it
+
+
+def test_bench_without_rows_sends_zero_rows_the_model_takes(served: Served) -> None:
+    """``bench`` against a model of any input, given no rows: its placeholder rows (zeros; ``false`` for BOOL,
+    a short text for BYTES) fit the input, so every request is answered."""
+    from cascadeserve.eval.loadgen import run_load
+
+    report = asyncio.run(run_load(served.server.url, "echo", [0.0, 0.01, 0.02]))
+    assert (report.ok, report.errors) == (3, 0), report
 
 
 def _bad_json(dt: str) -> list[tuple[Any, str]]:

@@ -102,7 +102,7 @@ def _flat(row: Any) -> list[Any]:
 
 def _body_factory(spec: dict[str, Any], have_ids: bool, rows: np.ndarray | None = None) -> Callable[[int], bytes]:
     """Sample ids for the emulated ``sample_id`` input (which needs the ids); row ``i mod n`` of ``rows`` when given;
-    a short text for BYTES; a zero row of the declared shape for anything else."""
+    else a placeholder row of the declared shape (zeros; ``false`` for BOOL, a short text for BYTES)."""
     name, dt, shape = spec["name"], spec["datatype"], list(spec["shape"])
     if rows is not None and not (name == "sample_id" and dt == "INT64"):
         row_shape = [1, *rows.shape[1:]]
@@ -123,12 +123,12 @@ def _body_factory(spec: dict[str, Any], have_ids: bool, rows: np.ndarray | None 
             return head + str(sid).encode() + b"]}]}"
 
         return make
-    if dt == "BYTES":
-        text = json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": [1], "data": ["a test sentence"]}]})
-        return lambda sid: text.encode()
     row_shape = [1] + [1 if s < 0 else s for s in shape[1:]]
-    zeros = [False if dt == "BOOL" else 0] * int(np.prod(row_shape))  # BOOL takes true/false only
-    body = json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": zeros}]}).encode()
+    # one placeholder per element of a row of the declared shape: BOOL takes true/false only, BYTES strings
+    fill: Any = {"BOOL": False, "BYTES": "a test sentence"}.get(dt, 0)
+    body = json.dumps(
+        {"inputs": [{"name": name, "datatype": dt, "shape": row_shape, "data": [fill] * int(np.prod(row_shape))}]}
+    ).encode()
     return lambda sid: body
 
 
