@@ -21,7 +21,7 @@ from cascadeserve.simulate.hops import charge_hops, expected_hops
 
 pytest.importorskip("ray")
 from cascadeserve.backends.ray import RayBackend
-from cascadeserve.cli.serve import _measure_costs
+from cascadeserve.cli.serve_checks import measure_costs
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -42,7 +42,7 @@ def test_serve_records_the_ray_costs_and_a_ray_plan_is_charged_exactly_them(
     devices = [Device(name=f"d{i}", memory_mb=1000) for i in range(2)]
     cascade = Cascade(("m0", "m1"), (0.12,))
     plan = fixed_plan(toy_profile, cascade, devices, backend="ray")  # made before any serve: no costs in it
-    _measure_costs(toy_profile, plan, RayBackend(), d, d)  # what serve --emulate --backend ray --out DIR does
+    measure_costs(toy_profile, plan, RayBackend(), d, d)  # what serve --emulate --backend ray --out DIR does
     prof = load_profile(d)
     assert math.isfinite(prof.ray_hop_ms) and prof.ray_hop_ms > 0
     assert math.isfinite(prof.ray_hop_p95_ms) and prof.ray_hop_p95_ms > 0
@@ -58,7 +58,7 @@ def test_serve_records_the_ray_costs_and_a_ray_plan_is_charged_exactly_them(
     assert np.allclose(const.finish - a.finish, hops * prof.ray_hop_ms / 1000.0, rtol=0, atol=1e-9)
     # a second serve measures nothing: the profile records both costs
     before = (d / "profile.yaml").read_text()
-    _measure_costs(prof, plan, RayBackend(), d, d)
+    measure_costs(prof, plan, RayBackend(), d, d)
     assert (d / "profile.yaml").read_text() == before
 
 

@@ -65,7 +65,7 @@ from cascadeserve.cli.serve_checks import (
     check_options,
     cost_settings,
     loopback,
-    record_costs_in,
+    measure_costs,
     slowdowns,
     thread_note,
 )
@@ -268,7 +268,7 @@ def serve(
     costs = cost_settings(cost_tolerance, cost_window_s)
     slowed = slowdowns(slowdown or [])
     if emulate and measure_overhead:
-        _measure_costs(prof, planned, engine, profile, out)
+        measure_costs(prof, planned, engine, profile, out)
     config = None if emulate else load_model_config(models)  # type: ignore[arg-type]
     slo = slo_p95_ms
     if slo is None:
@@ -344,41 +344,6 @@ def serve(
         where = f"{host}:{port}" + ("" if grpc_port is None else f" (gRPC: {_address(host, grpc_port)})")
         raise CascadeServeError(f"could not listen on {where} (is the port in use?)")
     err_console.print("stopped")
-
-
-def _measure_costs(
-    prof: Profile, plan: GearPlan, engine: Backend, source: Path | None = None, out: Path | None = None
-) -> dict[str, float]:
-    """Measure and print the serving costs that neither the profile nor the plan records: the runtime's per-batch
-    overhead and, on Ray, the process hop (measured with Ray's own devices; see eval/overhead.py). They are written
-    only where asked: ``out`` gets a copy of the profile folder ``source`` with them recorded (``out`` may be
-    ``source`` itself, when that is what the user asked for)."""
-    ray = engine.name == "ray"
-    need_batch = not prof.batch_overhead_ms and not plan.batch_overhead_ms
-    need_hop = ray and not prof.ray_hop_ms and not plan.hop_ms
-    if ray and plan.backend != "ray":
-        err_console.print(
-            "note: this plan was made for the local backend, so simulate charges it no Ray process hops (make it "
-            "with plan --backend ray)",
-            highlight=False,
-        )
-    if not (need_batch or need_hop):
-        return {}
-    from cascadeserve.eval.overhead import measure_batch_overhead
-
-    measured = measure_batch_overhead(prof, backend=engine if ray else None)
-    costs = {"batch_overhead_ms": measured.median_ms} if need_batch else {}
-    if need_hop:
-        costs["ray_hop_ms"], costs["ray_hop_p95_ms"] = measured.hop_ms, measured.hop_p95_ms
-    hop = f", Ray process hop {measured.hop_ms:.3f} ms (p95 {measured.hop_p95_ms:.3f})" if need_hop else ""
-    where = "not recorded; --out DIR records them in a copy of the profile"
-    if out is not None:
-        where = f"recorded in {record_costs_in(source or out, out, costs)}"
-    err_console.print(
-        f"runtime per-batch overhead {measured.median_ms:.3f} ms{hop} (median of {measured.samples}; {where})",
-        highlight=False,
-    )
-    return costs
 
 
 def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> dict[str, Any]:

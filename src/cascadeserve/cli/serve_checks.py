@@ -1,5 +1,6 @@
 """``serve``'s option checks that need no plan: the bounds, the cost watch, the fault-injection schedule, the
-bind address. Each bad value is one line naming the option (exit code 2)."""
+bind address; each bad value is one line naming the option (exit code 2). And the start-up measurement of the
+serving costs a profile lacks (:func:`measure_costs`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import shutil
 import time
 from pathlib import Path
 
+from cascadeserve.cli.root import err_console
 from cascadeserve.errors import CascadeServeError
+from cascadeserve.plan import GearPlan
 from cascadeserve.policy.costs import CostSettings
-from cascadeserve.profile import record_costs
+from cascadeserve.profile import Profile, record_costs
 from cascadeserve.profile.slowdown import Slowdown, Slowdowns
+from cascadeserve.runtime import Backend
 
-__all__ = ["check_options", "cost_settings", "loopback", "record_costs_in", "slowdowns", "thread_note"]
+__all__ = ["check_options", "cost_settings", "loopback", "measure_costs", "record_costs_in", "slowdowns", "thread_note"]
 
 
 def thread_note(models: Path, devices: int) -> str | None:
@@ -90,3 +94,38 @@ def record_costs_in(source: Path, out: Path, costs: dict[str, float]) -> Path:
         return record_costs(out, **costs)
     except OSError as e:
         raise CascadeServeError(f"--out: cannot write {out} ({e.strerror or e})") from None
+
+
+def measure_costs(
+    prof: Profile, plan: GearPlan, engine: Backend, source: Path | None = None, out: Path | None = None
+) -> dict[str, float]:
+    """Measure and print the serving costs that neither the profile nor the plan records: the runtime's per-batch
+    overhead and, on Ray, the process hop (measured with Ray's own devices; see eval/overhead.py). They are written
+    only where asked: ``out`` gets a copy of the profile folder ``source`` with them recorded (``out`` may be
+    ``source`` itself, when that is what the user asked for)."""
+    ray = engine.name == "ray"
+    need_batch = not prof.batch_overhead_ms and not plan.batch_overhead_ms
+    need_hop = ray and not prof.ray_hop_ms and not plan.hop_ms
+    if ray and plan.backend != "ray":
+        err_console.print(
+            "note: this plan was made for the local backend, so simulate charges it no Ray process hops (make it "
+            "with plan --backend ray)",
+            highlight=False,
+        )
+    if not (need_batch or need_hop):
+        return {}
+    from cascadeserve.eval.overhead import measure_batch_overhead
+
+    measured = measure_batch_overhead(prof, backend=engine if ray else None)
+    costs = {"batch_overhead_ms": measured.median_ms} if need_batch else {}
+    if need_hop:
+        costs["ray_hop_ms"], costs["ray_hop_p95_ms"] = measured.hop_ms, measured.hop_p95_ms
+    hop = f", Ray process hop {measured.hop_ms:.3f} ms (p95 {measured.hop_p95_ms:.3f})" if need_hop else ""
+    where = "not recorded; --out DIR records them in a copy of the profile"
+    if out is not None:
+        where = f"recorded in {record_costs_in(source or out, out, costs)}"
+    err_console.print(
+        f"runtime per-batch overhead {measured.median_ms:.3f} ms{hop} (median of {measured.samples}; {where})",
+        highlight=False,
+    )
+    return costs

@@ -46,6 +46,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from cascadeserve.http import openai_schema as schema
 from cascadeserve.http.clipper import ClipperLayer
 from cascadeserve.http.fastpath import disconnected
 from cascadeserve.http.openapi import describe
@@ -56,101 +57,6 @@ from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, Serving
 __all__ = ["MAX_PROMPT_CHARS", "OpenAIError", "openai_routes", "parse_chat", "parse_completion"]
 
 MAX_PROMPT_CHARS = 32_000  # about 8k tokens: past the context of the small local models this serves
-_ROLES = ("system", "user", "assistant", "developer")
-# accepted and honoured, or accepted as the only value they may take
-_CHAT_FIELDS = {
-    "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-    "n", "user", "seed", "options", "timeout", "stop", "metadata", "store", "logprobs", "top_logprobs",
-}  # fmt: skip
-_COMPLETION_FIELDS = (_CHAT_FIELDS - {"messages", "max_completion_tokens", "store", "metadata", "top_logprobs"}) | {
-    "prompt",
-    "echo",
-}
-_MAX_TOP = 5  # top_logprobs per token (the stages keep 5 alternatives; OpenAI's completions API allows 5 too)
-
-# The OpenAPI document's request bodies: the checks every request gets whatever its other fields say (a field
-# whose check depends on another, such as max_tokens with echo or logprobs with stream, is left open here)
-_NULL = {"type": "null"}
-_TEXT = {"type": "string", "pattern": r"\S"}
-_FIELDS: dict[str, Any] = {
-    "model": {"type": "string", "minLength": 1, "description": "the served cascade"},
-    "stream": {"type": "boolean"},
-    "n": {"type": "integer", "minimum": 1, "maximum": 1},
-    "temperature": {"type": "number", "minimum": 0, "maximum": 0, "description": "decoding is greedy"},
-    "stop": {"anyOf": [_NULL, {"const": ""}, {"type": "array", "maxItems": 0}], "description": "not served"},
-    "options": {
-        "anyOf": [_NULL, {"type": "array", "minItems": 2, "items": {"type": "string", "minLength": 1}}],
-        "description": "the candidate answers of a scoring cascade",
-    },
-    "timeout": {"anyOf": [_NULL, {"type": "number", "exclusiveMinimum": 0}], "description": "seconds"},
-    **{k: {} for k in ("stream_options", "max_tokens", "top_p", "user", "seed", "logprobs")},
-}
-_CHAT_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["model", "messages"],
-    "additionalProperties": False,
-    "properties": {
-        **{k: v for k, v in _FIELDS.items() if k in _CHAT_FIELDS},
-        "messages": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["role", "content"],
-                "properties": {
-                    "role": {"enum": list(_ROLES)},
-                    "content": {
-                        "anyOf": [
-                            _TEXT,
-                            {
-                                "type": "array",
-                                "minItems": 1,
-                                "items": {
-                                    "type": "object",
-                                    "required": ["type", "text"],
-                                    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
-                                },
-                            },
-                        ]
-                    },
-                },
-            },
-        },
-        "max_completion_tokens": {"anyOf": [_NULL, {"type": "integer", "minimum": 1}]},
-        "logprobs": {"type": ["boolean", "null"]},
-        **{k: {} for k in ("top_logprobs", "metadata", "store")},
-    },
-}
-_COMPLETION_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["model", "prompt"],
-    "additionalProperties": False,
-    "properties": {
-        **{k: v for k, v in _FIELDS.items() if k in _COMPLETION_FIELDS},
-        "prompt": {"anyOf": [_TEXT, {"type": "array", "minItems": 1, "maxItems": 1, "items": _TEXT}]},
-        "echo": {"type": "boolean"},
-        "max_tokens": {"anyOf": [_NULL, {"type": "integer", "minimum": 0}]},
-        "logprobs": {"anyOf": [_NULL, {"const": False}, {"type": "integer", "minimum": 0, "maximum": _MAX_TOP}]},
-    },
-}
-_ERROR: dict[str, Any] = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["message", "type", "param", "code"],
-            "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "null"]},
-            },
-        }
-    },
-}
-_ANSWERS = ("application/json", "text/event-stream")  # stream: server-sent events
-_REFUSALS = (400, 401, 403, 404, 413, 500, 502, 503, 504)
 
 
 class _Served(Protocol):
@@ -254,8 +160,8 @@ def _top_logprobs(body: Mapping[str, Any]) -> int | None:
         param = "top_logprobs"
     else:
         param = "logprobs"
-    if isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= _MAX_TOP:
-        raise OpenAIError(f"{param}: expected an integer from 0 to {_MAX_TOP}, got {lp!r}", param=param)
+    if isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= schema.MAX_TOP:
+        raise OpenAIError(f"{param}: expected an integer from 0 to {schema.MAX_TOP}, got {lp!r}", param=param)
     return lp
 
 
@@ -277,7 +183,7 @@ def parse_chat(body: Any) -> tuple[str, str, dict[str, Any]]:
     """``(model, prompt, params)`` of a chat completion request, or :class:`OpenAIError` naming the field."""
     if not isinstance(body, dict):
         raise OpenAIError("the body must be a JSON object")
-    params = _common(body, _CHAT_FIELDS)
+    params = _common(body, schema.CHAT_FIELDS)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise OpenAIError("model: required, the name of the served cascade", param="model")
@@ -289,8 +195,8 @@ def parse_chat(body: Any) -> tuple[str, str, dict[str, Any]]:
         if not isinstance(m, dict):
             raise OpenAIError(f"messages[{i}]: expected an object with role and content", param="messages")
         role = m.get("role")
-        if role not in _ROLES:
-            want = ", ".join(_ROLES)
+        if role not in schema.ROLES:
+            want = ", ".join(schema.ROLES)
             raise OpenAIError(f"messages[{i}].role: expected one of {want}, got {role!r}", param="messages")
         turns.append((str(role), _content(m, i)))
     if turns[-1][0] == "assistant":
@@ -305,7 +211,7 @@ def parse_completion(body: Any) -> tuple[str, str, dict[str, Any]]:
     """``(model, prompt, params)`` of a (legacy) completion request."""
     if not isinstance(body, dict):
         raise OpenAIError("the body must be a JSON object")
-    params = _common(body, _COMPLETION_FIELDS)
+    params = _common(body, schema.COMPLETION_FIELDS)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise OpenAIError("model: required, the name of the served cascade", param="model")
@@ -353,7 +259,7 @@ class _Front:
             refused.headers["WWW-Authenticate"] = bad.headers["www-authenticate"]
         return refused
 
-    @describe(responses=(401, 403), secured=True, error=_ERROR)
+    @describe(responses=(401, 403), secured=True, error=schema.ERROR)
     async def models(self, request: Request) -> Response:
         """The served cascade, as OpenAI's model list."""
         if (bad := self._auth(request)) is not None:
@@ -361,12 +267,16 @@ class _Front:
         entry = {"id": self.api.model.name, "object": "model", "created": 0, "owned_by": "cascadeserve"}
         return JSONResponse({"object": "list", "data": [entry]})
 
-    @describe(body=_CHAT_BODY, responses=_REFUSALS, secured=True, error=_ERROR, answers=_ANSWERS)
+    @describe(
+        body=schema.CHAT_BODY, responses=schema.REFUSALS, secured=True, error=schema.ERROR, answers=schema.ANSWERS
+    )
     async def chat(self, request: Request) -> Response:
         """A chat completion from the cascade (stream: server-sent events)."""
         return await self._serve(request, chat=True)
 
-    @describe(body=_COMPLETION_BODY, responses=_REFUSALS, secured=True, error=_ERROR, answers=_ANSWERS)
+    @describe(
+        body=schema.COMPLETION_BODY, responses=schema.REFUSALS, secured=True, error=schema.ERROR, answers=schema.ANSWERS
+    )
     async def completions(self, request: Request) -> Response:
         """A text completion from the cascade (stream: server-sent events)."""
         return await self._serve(request, chat=False)

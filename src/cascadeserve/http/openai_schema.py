@@ -1,0 +1,108 @@
+"""What the OpenAI-compatible endpoints accept, as data: the fields each one takes, and the request, error and answer
+schemas the OpenAPI document publishes for them (:mod:`cascadeserve.http.openai` parses and answers; this module
+only describes, so the schemas sit in one place beside the field lists the parser checks against)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ANSWERS", "CHAT_BODY", "CHAT_FIELDS", "COMPLETION_BODY", "COMPLETION_FIELDS", "ERROR", "MAX_TOP", "REFUSALS",
+    "ROLES",
+]  # fmt: skip
+
+ROLES = ("system", "user", "assistant", "developer")
+# accepted and honoured, or accepted as the only value they may take
+CHAT_FIELDS = {
+    "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+    "n", "user", "seed", "options", "timeout", "stop", "metadata", "store", "logprobs", "top_logprobs",
+}  # fmt: skip
+COMPLETION_FIELDS = (CHAT_FIELDS - {"messages", "max_completion_tokens", "store", "metadata", "top_logprobs"}) | {
+    "prompt",
+    "echo",
+}
+MAX_TOP = 5  # top_logprobs per token (the stages keep 5 alternatives; OpenAI's completions API allows 5 too)
+
+# The OpenAPI document's request bodies: the checks every request gets whatever its other fields say (a field
+# whose check depends on another, such as max_tokens with echo or logprobs with stream, is left open here)
+NULL = {"type": "null"}
+TEXT = {"type": "string", "pattern": r"\S"}
+FIELDS: dict[str, Any] = {
+    "model": {"type": "string", "minLength": 1, "description": "the served cascade"},
+    "stream": {"type": "boolean"},
+    "n": {"type": "integer", "minimum": 1, "maximum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 0, "description": "decoding is greedy"},
+    "stop": {"anyOf": [NULL, {"const": ""}, {"type": "array", "maxItems": 0}], "description": "not served"},
+    "options": {
+        "anyOf": [NULL, {"type": "array", "minItems": 2, "items": {"type": "string", "minLength": 1}}],
+        "description": "the candidate answers of a scoring cascade",
+    },
+    "timeout": {"anyOf": [NULL, {"type": "number", "exclusiveMinimum": 0}], "description": "seconds"},
+    **{k: {} for k in ("stream_options", "max_tokens", "top_p", "user", "seed", "logprobs")},
+}
+CHAT_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "messages"],
+    "additionalProperties": False,
+    "properties": {
+        **{k: v for k, v in FIELDS.items() if k in CHAT_FIELDS},
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["role", "content"],
+                "properties": {
+                    "role": {"enum": list(ROLES)},
+                    "content": {
+                        "anyOf": [
+                            TEXT,
+                            {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "required": ["type", "text"],
+                                    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                                },
+                            },
+                        ]
+                    },
+                },
+            },
+        },
+        "max_completion_tokens": {"anyOf": [NULL, {"type": "integer", "minimum": 1}]},
+        "logprobs": {"type": ["boolean", "null"]},
+        **{k: {} for k in ("top_logprobs", "metadata", "store")},
+    },
+}
+COMPLETION_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "prompt"],
+    "additionalProperties": False,
+    "properties": {
+        **{k: v for k, v in FIELDS.items() if k in COMPLETION_FIELDS},
+        "prompt": {"anyOf": [TEXT, {"type": "array", "minItems": 1, "maxItems": 1, "items": TEXT}]},
+        "echo": {"type": "boolean"},
+        "max_tokens": {"anyOf": [NULL, {"type": "integer", "minimum": 0}]},
+        "logprobs": {"anyOf": [NULL, {"const": False}, {"type": "integer", "minimum": 0, "maximum": MAX_TOP}]},
+    },
+}
+ERROR: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+ANSWERS = ("application/json", "text/event-stream")  # stream: server-sent events
+REFUSALS = (400, 401, 403, 404, 413, 500, 502, 503, 504)
