@@ -98,7 +98,15 @@ EXPECTED: dict[str, list[str]] = {
         "sample_weights",
         "token_tables",
     ],
-    "cascadeserve.profile.host": ["HostFit", "busy_at", "contended", "fit_contention", "host_share"],
+    "cascadeserve.profile.host": [
+        "HostFit",
+        "busy_at",
+        "contended",
+        "fit_contention",
+        "host_groups",
+        "host_peers",
+        "host_share",
+    ],
     "cascadeserve.cascade": [
         "BITSET_MAX_SAMPLES",
         "Cascade",
@@ -112,6 +120,7 @@ EXPECTED: dict[str, list[str]] = {
         "DEFAULT_MAX_WAIT_MS",
         "SCHEMA_VERSION",
         "SLO",
+        "UPSTREAM_KIND",
         "Device",
         "Gear",
         "GearPlan",
@@ -120,6 +129,7 @@ EXPECTED: dict[str, list[str]] = {
         "fixed_plan",
         "load_plan",
         "plan_profile",
+        "with_upstream_devices",
     ],
     "cascadeserve.policy": [
         "DEFAULT_SLO_MS",

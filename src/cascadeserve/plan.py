@@ -41,12 +41,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.errors import PlanError
-from cascadeserve.profile import Profile, Vote, with_votes
+from cascadeserve.profile import ModelProfile, Profile, Vote, with_votes
 
 __all__ = [
     "DEFAULT_MAX_WAIT_MS",
     "SCHEMA_VERSION",
     "SLO",
+    "UPSTREAM_KIND",
     "Device",
     "Gear",
     "GearPlan",
@@ -55,6 +56,7 @@ __all__ = [
     "fixed_plan",
     "load_plan",
     "plan_profile",
+    "with_upstream_devices",
 ]
 
 SCHEMA_VERSION = 3
@@ -78,6 +80,31 @@ class Device(_Frozen):
     name: str = Field(min_length=1)
     memory_mb: float = Field(gt=0)
     kind: str = "cpu"
+    # The upstream stage this device stands for: a model another server runs (models/upstream.py), whose batches
+    # wait on the network. It holds that model alone, and the model no other device; None: a device of this host.
+    upstream: str | None = None
+
+    def holds(self, model: ModelProfile) -> bool:
+        """Whether ``model`` may be placed here: an upstream stage on its own device only, nothing else there."""
+        return model.name == self.upstream if self.upstream is not None else not model.upstream
+
+
+UPSTREAM_KIND = "upstream"
+
+
+def with_upstream_devices(profile: Profile, devices: Sequence[Device]) -> tuple[Device, ...]:
+    """``devices`` (this host's) plus a device of its own for each upstream stage of ``profile`` they lack.
+
+    An upstream stage waits on another server: on one of this host's devices it would hold that device idle for
+    every batch, and its capacity is the other server's (its concurrency, measured in its profiled runtimes), not
+    a share of ours. So ``--devices N`` counts this host's devices, and every plan adds one per upstream stage."""
+    have = {d.upstream for d in devices}
+    extra = [
+        Device(name=f"upstream-{m.name}", memory_mb=max(m.memory_mb, 1.0), kind=UPSTREAM_KIND, upstream=m.name)
+        for m in profile.models
+        if m.upstream and m.name not in have
+    ]
+    return (*devices, *extra)
 
 
 class Replica(_Frozen):
@@ -325,6 +352,12 @@ class GearPlan(_Frozen):
             per_device.setdefault(r.device, []).append(r.model)
         for d in self.devices:
             models = per_device.get(d.name, [])
+            if d.upstream is not None and any(m != d.upstream for m in models):
+                raise PlanError(
+                    f"device {d.name!r} stands for upstream stage {d.upstream!r} and holds only it, not "
+                    f"{', '.join(sorted(set(models) - {d.upstream}))}",
+                    path=path,
+                )
             used = sum(mem[m] for m in models)
             if used > d.memory_mb + 1e-9:
                 on = ", ".join(models)
@@ -400,7 +433,8 @@ def fixed_plan(
     batch_overhead_ms: float | None = None,
     backend: Literal["local", "ray"] = "local",
 ) -> GearPlan:
-    """A one-gear plan: every cascade model on every device where it still fits, load split evenly.
+    """A one-gear plan: every cascade model on every device where it still fits, load split evenly; an upstream
+    stage on a device of its own (:func:`with_upstream_devices`).
 
     Models are placed in cascade order, so when memory is short the earlier (cheaper) stages win the space.
     This is the hand-made plan for tests and baselines; the planner does better. ``batch_caps`` sets each named
@@ -410,12 +444,13 @@ def fixed_plan(
     """
     for m in cascade.models:
         profile.index(m)  # unknown model -> KeyError with the list of known ones
+    devices = with_upstream_devices(profile, devices)
     replicas: list[Replica] = []
     for d in devices:
         free = d.memory_mb
         for m in cascade.models:
             need = profile.model(m).memory_mb
-            if need <= free:
+            if need <= free and d.holds(profile.model(m)):
                 replicas.append(Replica(model=m, device=d.name))
                 free -= need
     for m in cascade.models:

@@ -167,3 +167,4 @@ def test_profile_measure_an_upstream_stage(upstream: Server, tmp_path: Path) -> 
     assert prof.predictions.shape == (1, 3) and ((prof.certainties >= 0) & (prof.certainties <= 1)).all()
     assert "upstream http://127.0.0.1" in prof.device
     assert "remote" in read_calibration(tmp_path / "prof") and (tmp_path / "prof/llm/signals/remote.csv").is_file()
+    assert prof.models[0].upstream  # so every plan gives it a device of its own, not one of this host's

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.profile.host import busy_at, contended, fit_contention, host_share
+from cascadeserve.profile.host import busy_at, contended, fit_contention, host_groups, host_peers, host_share
 
 
 def test_the_rule_slows_a_batch_by_the_share_of_busy_devices() -> None:
@@ -24,9 +24,20 @@ def test_busy_means_started_before_and_ending_after_the_instant() -> None:
     ends = np.array([2.0, 3.0, 1.0, 9.0])
     # at t=1: device 0 counts; device 1 starts at t (an engine may apply the two starts in any order), device 2
     # ends at t, device 3 is idle, and device 0 is asking about the others
-    assert busy_at(1.0, busy, starts, ends, 3) == 1
-    assert busy_at(1.0, busy, starts, ends, 0) == 0
-    assert busy_at(1.5, busy, starts, ends, 3) == 2
+    one = np.zeros(4, dtype=np.int64)  # all four on this host
+    assert busy_at(1.0, busy, starts, ends, 3, one) == 1
+    assert busy_at(1.0, busy, starts, ends, 0, one) == 0
+    assert busy_at(1.5, busy, starts, ends, 3, one) == 2
+
+
+def test_an_upstream_stages_device_is_a_host_of_its_own() -> None:
+    group = host_groups([False, True, False, True])
+    assert group.tolist() == [0, 1, 0, 2]
+    assert [host_peers(group, d) for d in range(4)] == [1, 0, 1, 0]
+    busy = np.array([True, True, True, True])
+    starts, ends = np.zeros(4), np.full(4, 9.0)
+    # at t=1 every device runs a batch: device 0 sees only device 2 (its one peer), the upstream ones see none
+    assert [busy_at(1.0, busy, starts, ends, d, group) for d in range(4)] == [1, 0, 1, 0]
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

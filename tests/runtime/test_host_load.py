@@ -87,3 +87,29 @@ def test_emulated_devices_slow_a_batch_that_starts_on_a_busy_host() -> None:
     spans = [(e.start, e.end, e.host_share) for e in sorted(seen.events, key=lambda e: e.start)]
     # alone: the profiled 80 ms; with the other device busy: twice that
     assert spans == [(0.0, 0.080, 0.0), (0.020, pytest.approx(0.180), 1.0), (0.5, 0.58, 0.0)]
+
+
+def test_a_batch_beside_an_upstream_stages_device_finds_the_host_idle() -> None:
+    """The same two overlapping batches as above, the second device standing for an upstream stage: it runs on
+    another server, so neither batch sees the host busy (what calibration fits and the simulator charges)."""
+    second_started = threading.Event()
+    calls: list[int] = []
+
+    def model(batch: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 1:
+            assert second_started.wait(timeout=60.0)
+        else:
+            second_started.set()
+        return np.tile([0.9, 0.1], (len(batch), 1))
+
+    prof = _profile()
+    plan = _two_devices(prof)
+    devices = (plan.devices[0], plan.devices[1].model_copy(update={"upstream": "m"}))
+    plan = plan.model_copy(update={"devices": devices})
+    seen = _Batches()
+    rt = local_runtime(plan, {"m": model}, observer=seen, options=RuntimeOptions(run_producer=False))
+    asyncio.run(_two_requests(rt, 0.01))
+    first, second = sorted(seen.events, key=lambda e: e.start)
+    assert first.device != second.device
+    assert (first.host_share, second.host_share) == (0.0, 0.0)

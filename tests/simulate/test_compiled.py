@@ -5,8 +5,9 @@ switch between them), minimum queue lengths, max waits, per-replica and plan-wid
 arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
 a gear schedule, an admission bound, an AIMD batch limit (whose final caps must match too), and a trace of
 repeated samples, token costs (two of the three models price each batch by its longest prompt and output) and
-host contention (busy factors: a batch slower as the other devices are busy when it starts), and plans for Ray
-(whose forwards each device routes with routers of its own). Every request, tick
+host contention (busy factors: a batch slower as the other devices are busy when it starts; a device standing for
+an upstream stage on a host of its own), and plans for Ray (whose forwards each device routes with routers of its
+own). Every request, tick
 and batch must match to the bit. ``engine="auto"`` must take the compiled
 loop exactly when no hook needs Python.
 """
@@ -81,7 +82,17 @@ def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
         hooks["busy"] = True
     if draw(st.booleans()):  # a Ray plan: each device's forwards go by routers of its own (PlanTables.forward_lane)
         plan = plan.model_copy(update={"backend": "ray"})
+    lone = [d for d in plan.devices if len({r.model for r in plan.replicas if r.device == d.name}) == 1]
+    if lone and draw(st.booleans()):  # an upstream stage's device: a host of its own (no contention either way)
+        plan = _as_upstream(plan, draw(st.sampled_from(lone)).name)
     return plan, arrivals, hooks
+
+
+def _as_upstream(plan: GearPlan, device: str) -> GearPlan:
+    """``plan`` with ``device`` standing for the upstream stage it holds."""
+    model = next(r.model for r in plan.replicas if r.device == device)
+    devices = tuple(d.model_copy(update={"upstream": model}) if d.name == device else d for d in plan.devices)
+    return plan.model_copy(update={"devices": devices})
 
 
 def _with_limit(hooks: dict[str, object], plan: GearPlan) -> tuple[dict[str, object], AimdBatchLimit | None]:
@@ -276,3 +287,25 @@ def test_a_batch_is_slower_while_the_other_device_is_busy() -> None:
     for engine in ("compiled", "reference"):
         res = simulate(prof, plan, arrivals, engine=engine)  # type: ignore[arg-type]
         assert (res.latency_s * 1000).tolist() == pytest.approx([1.0, 1.0, 1.0, 3.0, 1.0]), engine
+
+
+def test_an_upstream_stages_device_neither_slows_nor_is_slowed_by_this_hosts() -> None:
+    """A device that stands for an upstream stage waits on another server: the same arrivals as above (a batch
+    that starts while the other device runs took 3 ms) take 1 ms each when the other device is the upstream's,
+    in both engines; two of this host's devices beside it still contend."""
+    prof = make_toy_profile(n=20, n_models=1)
+    prof = dataclasses.replace(prof, models=(dataclasses.replace(prof.models[0], busy_factor=3.0),))
+    devs = [Device(name="d0", memory_mb=10_000), Device(name="d1", memory_mb=10_000)]
+    plan = _as_upstream(fixed_plan(prof, Cascade(("m0",), ()), devs), "d1")
+    arrivals = np.array([0.0, 0.0, 0.1, 0.1005, 0.2])
+    for engine in ("compiled", "reference"):
+        res = simulate(prof, plan, arrivals, engine=engine)  # type: ignore[arg-type]
+        assert (res.latency_s * 1000).tolist() == pytest.approx([1.0] * 5), engine
+    devs.append(Device(name="d2", memory_mb=10_000))
+    plan = _as_upstream(fixed_plan(prof, Cascade(("m0",), ()), devs), "d2")
+    # round robin over d0, d1, d2: the upstream's batch at 0.1005 while d1 runs is not slowed; d1's at 0.2005 while
+    # d0 runs is (its one peer on this host busy: 1 + 2 x 1/1 = 3 ms)
+    arrivals = np.array([0.0, 0.1, 0.1005, 0.2, 0.2005])
+    for engine in ("compiled", "reference"):
+        res = simulate(prof, plan, arrivals, engine=engine)  # type: ignore[arg-type]
+        assert (res.latency_s * 1000).tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0, 3.0]), engine

@@ -45,6 +45,8 @@ plan_app = typer.Typer(
 )
 app.add_typer(plan_app, name="plan")
 
+_DEVICES_HELP = "Number of this host's devices (each upstream stage of the profile gets one more, of its own)."
+
 BackendOpt = Annotated[
     str,
     typer.Option(
@@ -181,7 +183,7 @@ def print_plan(plan: GearPlan, title: str | None = None) -> None:
 def plan(
     ctx: typer.Context,
     profile: Annotated[Path | None, typer.Option(help="Profile directory.")] = None,
-    devices: Annotated[int | None, typer.Option(help="Number of devices.")] = None,
+    devices: Annotated[int | None, typer.Option(help=_DEVICES_HELP)] = None,
     device_memory_mb: Annotated[float | None, typer.Option(help="Memory per device in MB.")] = None,
     slo_p95_ms: Annotated[
         float | None, typer.Option(help="Latency SLO: p95 ≤ this many ms; maximise accuracy.")
@@ -353,7 +355,7 @@ def fixed(
     cascade: Annotated[str, typer.Option(help="Comma-separated models, first stage first, e.g. a,b,c.")],
     out: Annotated[Path, typer.Option(help="Where to write the plan JSON.")],
     thresholds: Annotated[str, typer.Option(help="Comma-separated thresholds, one fewer than models.")] = "",
-    devices: Annotated[int, typer.Option(help="Number of devices.")] = 1,
+    devices: Annotated[int, typer.Option(help=_DEVICES_HELP)] = 1,
     device_memory_mb: Annotated[float, typer.Option(help="Memory per device in MB.")] = 16000.0,
     min_queue: Annotated[int, typer.Option(help="Minimum queue length that triggers a batch.", min=1)] = 1,
     max_wait_ms: Annotated[

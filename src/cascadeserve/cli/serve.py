@@ -314,7 +314,7 @@ def serve(
         )
     notes = [_headroom_note(gear_plan, emulate=emulate, replan=replan)]  # after every option is checked
     if models is not None and not emulate and backend == "local":
-        notes.append(thread_note(models, len(gear_plan.devices)))
+        notes.append(thread_note(models, sum(d.upstream is None for d in gear_plan.devices)))  # ours only
     for note in notes:
         if note is not None:
             err_console.print(note, highlight=False)

@@ -418,11 +418,15 @@ def _write(
     validation: ValidationSet,
     source: str,
     placed: Mapping[str, str] | None = None,
+    upstream: frozenset[str] = frozenset(),
 ) -> Profile:
     threads = records[0].threads
     prof = Profile(
         name=name,
-        models=tuple(ModelProfile(r.name, r.memory_mb, RuntimeCurve.from_mapping(r.runtime_ms)) for r in records),
+        models=tuple(
+            ModelProfile(r.name, r.memory_mb, RuntimeCurve.from_mapping(r.runtime_ms), upstream=r.name in upstream)
+            for r in records
+        ),
         sample_ids=validation.sample_ids,
         labels=validation.labels,
         predictions=np.stack([r.predictions for r in records]),
@@ -486,6 +490,7 @@ def measure(
         records.append(rec)
         # an LLM stage asked for CUDA on a machine without it ran on the CPU: the device line says where it ran
         placed = {m.name: str(getattr(adapters.get(m.name), "device_used", m.device)) for m in config.models}
-        _write(out_dir, name or out_dir.name, records, validation, source, placed)
+        remote = frozenset(s.name for s in config.models if s.adapter == "upstream")  # plans give each its own device
+        _write(out_dir, name or out_dir.name, records, validation, source, placed, remote)
     prof = load_profile(out_dir)
     return prof, records

@@ -23,7 +23,7 @@ solver call; above :data:`HALL_MAX_MODELS` models with load it falls back to the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,16 +103,21 @@ def place_replicas(
     device_memory_mb: Sequence[float],
     loads: Sequence[Load],
     required: Mapping[str, int] | None = None,
+    allowed: Callable[[str, int], bool] | None = None,
 ) -> list[tuple[str, int]]:
     """Greedy pruning; returns ``(model, device index)`` replicas that fit every device's memory.
 
     ``memory_mb`` lists the needed models and their memory per replica. ``required[m]`` is the least number of
-    replicas model ``m`` must keep (default 1).
+    replicas model ``m`` must keep (default 1). ``allowed(m, d)``: whether model ``m`` may go on device ``d`` at
+    all (an upstream stage only on its own device, :meth:`~cascadeserve.plan.Device.holds`); default: anywhere.
     """
     n_dev = len(device_memory_mb)
     req = {m: max(1, int((required or {}).get(m, 1))) for m in memory_mb}
     reps: list[tuple[str, int]] = [
-        (m, d) for d in range(n_dev) for m in memory_mb if memory_mb[m] <= device_memory_mb[d] + 1e-9
+        (m, d)
+        for d in range(n_dev)
+        for m in memory_mb
+        if memory_mb[m] <= device_memory_mb[d] + 1e-9 and (allowed is None or allowed(m, d))
     ]
     for m in memory_mb:
         have = sum(1 for mm, _ in reps if mm == m)

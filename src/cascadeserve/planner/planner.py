@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from cascadeserve.errors import InfeasibleError
-from cascadeserve.plan import SLO, Device, Gear, GearPlan
+from cascadeserve.plan import SLO, Device, Gear, GearPlan, with_upstream_devices
 from cascadeserve.planner.batching import check_load, check_seed, sim_duration
 from cascadeserve.planner.build import build_plan
 from cascadeserve.planner.explain import explain, memory_warnings
@@ -261,6 +261,7 @@ class Planner:
         replayed; when none meets ``slo`` the closest is kept, not raised. The plan states the user's ``slo``; its
         notes name the internal one.
         """
+        hardware = with_upstream_devices(profile, hardware)  # each upstream stage waits on a device of its own
         if check_arrivals is None:
             try:
                 self._fit_once(profile, hardware, slo, max_qps, progress)

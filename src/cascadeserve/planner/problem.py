@@ -248,9 +248,22 @@ class Problem:
     def work_opt(self, c: Candidate) -> float:
         return sum(f * self.t_opt(m) for m, f in zip(c.models, self.load(c), strict=True))
 
+    def may_hold(self, model: str, device: int) -> bool:
+        """Whether ``model`` may be placed on device ``device`` (an upstream stage on its own device only)."""
+        return self.devices[device].holds(self.profile.model(model))
+
     def capacity_ok(self, c: Candidate, qps: float) -> bool:
-        """Whether ``c`` could carry ``qps`` on all devices at optimistic runtimes (SP2's cheap pre-filter)."""
-        return qps * self.work_opt(c) <= self.n_dev * (1.0 + 1e-9)
+        """Whether ``c`` could carry ``qps`` on all devices at optimistic runtimes (SP2's cheap pre-filter): this
+        host's stages on this host's devices, each upstream stage on its own one."""
+        local = remote = 0.0
+        for m, f in zip(c.models, self.load(c), strict=True):
+            work = qps * f * self.t_opt(m)
+            if self.profile.model(m).upstream:
+                remote = max(remote, work)
+            else:
+                local += work
+        n_local = sum(1 for d in self.devices if d.upstream is None)
+        return local <= n_local * (1.0 + 1e-9) and remote <= 1.0 + 1e-9
 
     def lp(self, c: Candidate, qps: float, runtime: Mapping[str, float], placement: Sequence[RepKey]) -> Balance:
         """SP3's load-balancing LP (Eq. 5) for ``c`` at ``qps`` over ``placement``, memoised."""
@@ -275,7 +288,7 @@ class Problem:
             (m, d)
             for d, dev in enumerate(self.devices)
             for m in c.models
-            if self.profile.model(m).memory_mb <= dev.memory_mb
+            if self.profile.model(m).memory_mb <= dev.memory_mb and dev.holds(self.profile.model(m))
         ]
         bal = self.lp(c, 1.0, self.runtimes_opt(c), fits)
         load = dict(zip(c.models, self.load(c), strict=True))

@@ -49,7 +49,8 @@ def _loads(problem: Problem, sol: Solution) -> list[Load]:
 def _place(problem: Problem, sol: Solution, forced: Mapping[str, int]) -> tuple[RepKey, ...]:
     needed = sorted(sol.used_models())
     mem = {m: problem.profile.model(m).memory_mb for m in needed}
-    return tuple(place_replicas(mem, [d.memory_mb for d in problem.devices], _loads(problem, sol), forced))
+    devs = [d.memory_mb for d in problem.devices]
+    return tuple(place_replicas(mem, devs, _loads(problem, sol), forced, problem.may_hold))
 
 
 def _lp_if_feasible(

@@ -11,28 +11,48 @@ each batch started).
 The rule (:func:`contended`, written once): a batch that starts at ``t`` while ``k`` of the host's ``n`` other
 devices are busy takes ``seconds · (1 + (busy_factor − 1) · k / n)``; a device is busy at ``t`` when its batch
 started before ``t`` and ends after it (so batches that start or end at the same instant do not depend on the order
-in which an engine happens to apply them). The simulator's compiled loop and the emulated devices
+in which an engine happens to apply them). Only devices of one host contend (:func:`host_groups`): an upstream
+stage's device waits on another server, so its batches neither slow this host's devices nor are slowed by them.
+The simulator's compiled loop and the emulated devices
 (the reference simulator, ``serve --emulate``) apply it, so a plan's latency at low load and at its peak both come
 from the same two numbers per model: its runtime alone and its busy factor.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["HostFit", "busy_at", "contended", "fit_contention", "host_share"]
+__all__ = ["HostFit", "busy_at", "contended", "fit_contention", "host_groups", "host_peers", "host_share"]
 
 MIN_SPREAD = 0.2  # the busy shares must span at least this much for a fit (else only the mean is known)
 
 
-def busy_at(t: float, busy: np.ndarray, starts: np.ndarray, ends: np.ndarray, me: int) -> int:
-    """How many devices other than ``me`` run a batch at ``t``: ``busy``, started before ``t``, ending after it
-    (per device; plain arrays, so the compiled loop runs this very function)."""
+def host_groups(upstream: Sequence[bool]) -> np.ndarray:
+    """Which host each device is on, given whether each is an upstream stage's device: 0 for this host's devices,
+    a host of its own (1, 2, ...) for each upstream one."""
+    up = np.asarray(upstream, dtype=bool)
+    return np.where(up, np.cumsum(up), 0).astype(np.int64)
+
+
+def host_peers(group: np.ndarray, me: int) -> int:
+    """How many devices other than ``me`` share its host (the rule's ``n``)."""
+    n = 0
+    for d in range(group.shape[0]):
+        if d != me and group[d] == group[me]:
+            n += 1
+    return n
+
+
+def busy_at(t: float, busy: np.ndarray, starts: np.ndarray, ends: np.ndarray, me: int, group: np.ndarray) -> int:
+    """How many devices other than ``me`` on its host (``group``, :func:`host_groups`) run a batch at ``t``:
+    ``busy``, started before ``t``, ending after it (per device; plain arrays, so the compiled loop runs this very
+    function)."""
     k = 0
     for d in range(busy.shape[0]):
-        if d != me and busy[d] and starts[d] < t < ends[d]:
+        if d != me and group[d] == group[me] and busy[d] and starts[d] < t < ends[d]:
             k += 1
     return k
 

@@ -12,7 +12,8 @@
                                models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
                                          max_batch (optional: the largest batch the model's server forms),
                                          busy_factor (optional: slower while the host's other devices are busy,
-                                         profile/host.py)}]
+                                         profile/host.py), upstream (optional: true for a stage another
+                                         server runs, which plans give a device of its own)}]
       labels.csv               sample_id,label
       predictions/<model>.csv  sample_id,prediction,certainty   (certainty in [0, 1], higher = surer)
       llm/costs.json, llm/tokens/<model>.csv   (optional, LLM stages) the token cost model and each sample's
@@ -150,7 +151,14 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
         busy = 1.0
         if "busy_factor" in m and m["busy_factor"].tag != _NULL_TAG:
             busy = _number(path, m["busy_factor"], f"model {name!r}: busy_factor", positive=True)
-        models.append((ModelProfile(name, memory, RuntimeCurve.from_mapping(curve), cap, busy_factor=busy), item))
+        remote = False
+        if "upstream" in m and m["upstream"].tag != _NULL_TAG:
+            node = m["upstream"]
+            if not isinstance(node, yaml.ScalarNode) or node.value.lower() not in ("true", "false"):
+                raise _err(path, node, f"model {name!r}: upstream must be true or false")
+            remote = node.value.lower() == "true"
+        curve_ = RuntimeCurve.from_mapping(curve)
+        models.append((ModelProfile(name, memory, curve_, cap, busy_factor=busy, upstream=remote), item))
     return top, models
 
 
@@ -371,6 +379,8 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
             entry["max_batch"] = int(m.max_batch)
         if m.busy_factor != 1.0:
             entry["busy_factor"] = float(m.busy_factor)
+        if m.upstream:
+            entry["upstream"] = True
         models.append(entry)
     doc["models"] = models
     return doc

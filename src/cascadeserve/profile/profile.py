@@ -50,6 +50,9 @@ class ModelProfile:
     tokens: TokenCost | None = field(default=None, compare=False)
     # how many times slower a batch runs while every other device of the host is busy (profile/host.py; 1: never)
     busy_factor: float = 1.0
+    # served by another server (an upstream stage: models/upstream.py): it waits on the network, not on this host's
+    # devices, so every plan gives it a device of its own, outside the local ones (plan.upstream_devices)
+    upstream: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

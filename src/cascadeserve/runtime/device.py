@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,8 +28,9 @@ from typing import Protocol
 import numpy as np
 
 from cascadeserve.models.base import Generated, TextOutput
+from cascadeserve.plan import GearPlan
 from cascadeserve.profile import CertaintyFn, Profile, certainty_function
-from cascadeserve.profile.host import busy_at, contended, host_share
+from cascadeserve.profile.host import busy_at, contended, host_groups, host_peers, host_share
 from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.runtime.clock import Clock
@@ -73,15 +74,22 @@ class HostLoad:
     (:func:`cascadeserve.profile.host.contended`, a batch slower by its model's ``busy_factor`` as the other
     devices are busy); every device reports with each batch how busy the host was when it started (calibration)."""
 
-    def __init__(self, devices: int) -> None:
+    def __init__(self, devices: int, upstream: Sequence[bool] = ()) -> None:
         self.devices = devices
+        # which host each device is on: an upstream stage's device is a host of its own (no contention with ours)
+        self.group = host_groups(list(upstream) or [False] * devices)
         self.busy = np.zeros(devices, dtype=bool)  # per device rank: running a batch from starts to ends
         self.starts = np.zeros(devices)
         self.ends = np.zeros(devices)
 
+    @classmethod
+    def of(cls, plan: GearPlan) -> HostLoad:
+        """The plan's devices, in rank order: this host's, and each upstream stage's on a host of its own."""
+        return cls(len(plan.devices), [d.upstream is not None for d in plan.devices])
+
     def others(self, order: int, now: float) -> int:
-        """How many devices other than ``order`` are running a batch at ``now`` (the rule's ``k``)."""
-        return busy_at(now, self.busy, self.starts, self.ends, order)
+        """How many devices other than ``order`` on its host are running a batch at ``now`` (the rule's ``k``)."""
+        return busy_at(now, self.busy, self.starts, self.ends, order, self.group)
 
     def start(self, order: int, now: float, end: float) -> None:
         """Device ``order`` runs a batch from ``now`` to ``end`` (``inf`` when not known in advance)."""
@@ -90,8 +98,8 @@ class HostLoad:
     def stop(self, order: int) -> None:
         self.busy[order] = False
 
-    def share(self, others: int) -> float:
-        return host_share(others, self.devices - 1)
+    def share(self, order: int, others: int) -> float:
+        return host_share(others, host_peers(self.group, order))
 
 
 class EmulatedDevice:
@@ -142,7 +150,7 @@ class EmulatedDevice:
         others = 0
         if host is not None:  # slower while the host's other devices are busy (what the simulator charges too)
             others = host.others(self.order, now)
-            secs = contended(secs, self.profile.models[row].busy_factor, host.share(others))
+            secs = contended(secs, self.profile.models[row].busy_factor, host.share(self.order, others))
         if self.slowdowns is not None:
             secs *= self.slowdowns.factor(self.name, now, self.profile.models[row].name)
         if host is not None:
@@ -152,7 +160,7 @@ class EmulatedDevice:
         finally:
             if host is not None:
                 host.stop(self.order)
-        share = host.share(others) if host is not None else 0.0
+        share = host.share(self.order, others) if host is not None else 0.0
         preds, certs = self.profile.predictions[row, inputs], self.profile.certainties[row, inputs]
         return BatchOutput(preds, certs, host_share=share)
 
@@ -236,7 +244,7 @@ class ThreadDevice:
             out = await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
         finally:
             host.stop(self.order)
-        return dataclasses.replace(out, host_share=host.share(others))
+        return dataclasses.replace(out, host_share=host.share(self.order, others))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -35,7 +35,7 @@ def emulated_runtime(
     clk = clock or MonotonicClock()
 
     slow = slowdowns if slowdowns is not None else (options.slowdowns if options is not None else None)
-    host = HostLoad(len(plan.devices))  # the plan's devices share one host: contention (profile/host.py)
+    host = HostLoad.of(plan)  # this host's devices contend (profile/host.py); an upstream's does not
 
     def make(name: str, order: int) -> Device:
         return EmulatedDevice(name, profile, clk, order=order, slowdowns=slow, overhead_s=batch_overhead_s, host=host)
@@ -63,7 +63,7 @@ def local_runtime(
     clk = clock or MonotonicClock()
     slow = options.slowdowns if options is not None else None
     rows = dict(enumerate(names))
-    host = HostLoad(len(plan.devices))  # how loaded the host is when each batch starts (calibration reads it)
+    host = HostLoad.of(plan)  # how loaded the host is when each batch starts (calibration reads it)
 
     def make(name: str, order: int) -> Device:
         return ThreadDevice(name, fns, certainty, slowdowns=slow, clock=clk, model_names=rows, host=host, order=order)

@@ -25,6 +25,7 @@ import numpy as np
 from cascadeserve.policy import AimdBatchLimit
 from cascadeserve.policy.qps import max_window_ticks
 from cascadeserve.profile import Profile
+from cascadeserve.profile.host import host_groups
 from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
@@ -207,6 +208,7 @@ def run_compiled(
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
             -1 if bound is None else int(bound), adm is not None, sim.record_batches, lim, *aimd_args,
             *audits, tok_args, tok is not None, np.asarray([m.busy_factor for m in prof.models], dtype=f8),
+            host_groups([d.upstream is not None for d in plan.devices]),
         )  # fmt: skip
         if out.table_short == 0:
             break

@@ -38,7 +38,7 @@ from cascadeserve.policy.kernels import (
     select_gear,
     windowed_qps,
 )
-from cascadeserve.profile.host import busy_at, contended, host_share
+from cascadeserve.profile.host import busy_at, contended, host_peers, host_share
 from cascadeserve.simulate.loop_queues import (
     F_HEAD,
     F_N,
@@ -67,7 +67,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     replica_device,
     route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs, forward_lane,
     highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
-    lim, lim_target, lim_step, lim_backoff, lim_ceiling, audit_f, audit_c0, tok, use_tok, busy_f,
+    lim, lim_target, lim_step, lim_backoff, lim_ceiling, audit_f, audit_c0, tok, use_tok, busy_f, host_g,
 ):
     inf = math.inf
     n = arr.shape[0]
@@ -119,7 +119,7 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
         record, rep_dirty, rep_first, rep_t, replica_device, replica_row, right, route_len, route_of,
         route_reps, route_start, rpos, rq, rt, samp, schedule, seq_len, seq_start, seqs, forward_lane, shed, stage,
         stage_table, t_len, thr, tick, tick_busy, tick_gear, tick_q0, tick_qps, tick_times, use_admission,
-        use_schedule, audit_f, audited, audit_c, tok, use_tok, busy_f,
+        use_schedule, audit_f, audited, audit_c, tok, use_tok, busy_f, host_g,
     )  # fmt: skip
     if short:  # a batch past the runtime table: the caller rebuilds it bigger and runs again
         return (short, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
@@ -140,6 +140,7 @@ def _ticks(  # type: ignore[no-untyped-def]
     rep_t, replica_device, replica_row, right, route_len, route_of, route_reps, route_start, rpos, rq, rt, samp,
     schedule, seq_len, seq_start, seqs, forward_lane, shed, stage, stage_table, t_len, thr, tick, tick_busy, tick_gear,
     tick_q0, tick_qps, tick_times, use_admission, use_schedule, audit_f, audited, audit_c, tok, use_tok, busy_f,
+    host_g,
 ):
     """The event loop proper, tick by tick (the producer's tick, then the tick's arrivals and device events, then
     the drain), over the state :func:`_loop` allocated; returns 0 (or the batch size that ran past the runtime
@@ -233,9 +234,10 @@ def _ticks(  # type: ignore[no-untyped-def]
                 row = replica_row[r]
                 if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
                     return size, rec_f[:0], rec_i[:0]
+                share = host_share(busy_at(t, busy, b_t0, busy_until, d, host_g), host_peers(host_g, d))
                 secs = contended((token_secs(head, size, row, nxt, by_index, n_samples, samp, rt, tok[0], tok[1],
                                   tok[2], tok[3]) if use_tok else rt[row, size]) + overhead, busy_f[row],
-                                 host_share(busy_at(t, busy, b_t0, busy_until, d), d_count - 1))  # fmt: skip
+                                 share)  # fmt: skip
                 busy[d] = True
                 busy_until[d] = t + secs
                 b_head[d], b_n[d], b_r[d], b_t0[d] = head, size, r, t

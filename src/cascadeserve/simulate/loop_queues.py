@@ -28,7 +28,7 @@ from cascadeserve.policy.kernels import (
     take_count,
     takes_forwarded,
 )
-from cascadeserve.profile.host import busy_at, contended, host_share
+from cascadeserve.profile.host import busy_at, contended, host_peers, host_share
 from cascadeserve.profile.tokens import batch_seconds
 
 __all__ = [
@@ -365,7 +365,8 @@ def forward(  # type: ignore[no-untyped-def]
 
 # Compiled in this order (and copied into their callers), each seeing the kernels and the helpers before it.
 HELPERS = (
-    batch_seconds, busy_at, host_share, contended, push, route, ready, arrives_at, woken, next_event, take, token_secs,
+    batch_seconds, busy_at, host_peers, host_share, contended, push, route, ready, arrives_at, woken, next_event,
+    take, token_secs,
     exits, exits_audited,
     record_batch, forward,
 )  # fmt: skip
