@@ -63,3 +63,40 @@ def test_tune_reference_must_be_audit_or_label(plan_file: Path, capsys: pytest.C
     args = ["simulate", "--profile", str(STREAM), "--plan", str(plan_file), "--tune", "--tune-reference", "oracle"]
     assert run([*args, "--trace", "synthetic:constant:qps=10,duration=1"]) == 2
     assert "--tune-reference 'oracle'" in capsys.readouterr().err
+
+
+LLM = Path(__file__).resolve().parents[2] / "profiles" / "llm-sst2"
+
+
+def test_trace_tokens_price_each_request_by_the_traces_prompt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same arrivals, first with each request's SST-2 review (about 30 tokens), then with the trace's prompts of
+    600 tokens: the LLM stages' prefill makes every request slower; the answers are the same."""
+    prof = load_profile(LLM)
+    plan = fixed_plan(prof, Cascade(("smollm2-135m",), ()), [Device(name="d", memory_mb=4000)])
+    plan.save(tmp_path / "plan.json")
+    trace = tmp_path / "llm.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{5.0 * i},600,20\n" for i in range(12)))
+    args = ["simulate", "--profile", str(LLM), "--plan", str(tmp_path / "plan.json"), "--trace", str(trace), "--json"]
+    assert run(args) == 0
+    own = stdout_json(capsys)
+    assert run([*args, "--trace-tokens"]) == 0
+    long = stdout_json(capsys)
+    assert own["tokens"] == "each request's validation sample's" and long["tokens"] == "the trace's"
+    assert own["requests"] == long["requests"] == 12 and own["accuracy"] == long["accuracy"]
+    assert long["p50_ms"] > 3 * own["p50_ms"]
+
+
+def test_trace_tokens_without_token_counts_is_one_line_and_exit_2(
+    plan_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", "--profile", str(STREAM), "--plan", str(plan_file), "--trace-tokens"]
+    assert run([*args, "--trace", "synthetic:constant:qps=10,duration=1"]) == 2
+    err = capsys.readouterr().err
+    assert "--trace-tokens: the trace synthetic constant 10 QPS" in err and "has no token counts" in err
+    trace = tmp_path / "llm.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,10,1\n")
+    assert run([*args, "--trace", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert "profile 'digits-shifted' has no token costs" in err and len(err.strip().splitlines()) == 1

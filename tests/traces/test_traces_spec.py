@@ -142,6 +142,35 @@ def test_timestamps_with_max_qps_are_binned_scaled_and_regenerated(timestamps: P
     assert "binned per second" in trace.source
 
 
+def test_a_trace_with_token_columns_keeps_each_requests_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "llm.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n3.4,340,34\n0.0,100,10\n5.05,505,50\n0.5,150,15\n3.3,330,33\n"
+    )
+    trace = build_trace(str(path))
+    assert trace.tokens is not None  # sorted with the arrivals
+    assert trace.tokens.tolist() == [[100, 10], [150, 15], [330, 33], [340, 34], [505, 50]]
+    window = build_trace(str(path), window="3:2")
+    assert window.tokens is not None and window.tokens.tolist() == [[330, 33], [340, 34]]
+    closed = build_trace(str(path), drop_zero=True)
+    assert closed.tokens is not None and closed.tokens.tolist() == trace.tokens.tolist()
+    scaled = build_trace(str(path), max_qps=30, seed=3)  # new arrivals: each takes the tokens of one of the five
+    assert scaled.tokens is not None and len(scaled.tokens) == len(scaled)
+    assert {tuple(t) for t in scaled.tokens.tolist()} <= {tuple(t) for t in trace.tokens.tolist()}
+    assert build_trace(str(path), max_qps=30, seed=3).tokens.tolist() == scaled.tokens.tolist()  # type: ignore[union-attr]
+
+
+def test_a_bad_token_count_names_the_line_and_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "llm.csv"
+    path.write_text("TIMESTAMP,prompt_tokens,output_tokens\n0.0,10,1\n1.0,-4,1\n")
+    with pytest.raises(TraceError, match=r"llm.csv, line 3, column prompt_tokens: '-4' is not a token count"):
+        build_trace(str(path))
+
+
+def test_a_trace_without_token_columns_has_none(timestamps: Path) -> None:
+    assert build_trace(str(timestamps)).tokens is None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Synthetic specs
 
@@ -279,5 +308,6 @@ def test_paper_setting_for_the_azure_traces() -> None:
     llm = SHARED_TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
     exact = build_trace(str(llm))
     assert len(exact) == 19_366
+    assert exact.tokens is not None and exact.tokens[0].tolist() == [374, 44]  # the first request's, in the file
     assert exact.max_qps == 16
     assert build_trace(str(llm), max_qps=60, drop_zero=True).max_qps == 60

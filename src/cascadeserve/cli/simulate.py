@@ -53,6 +53,7 @@ from cascadeserve.profile import Profile, load_profile
 from cascadeserve.simulate import simulate as run_simulation
 from cascadeserve.simulate.hops import hop_costs
 from cascadeserve.simulate.replan import simulate_replanning
+from cascadeserve.traces import Trace
 
 __all__ = ["read_sample_order", "simulate"]
 
@@ -100,6 +101,15 @@ def simulate(
         float, typer.Option(min=0.0, help="With --replan: simulated seconds a re-plan takes (serve's child process).")
     ] = 5.0,
     qps_scaling: QpsScalingOpt = "off",
+    trace_tokens: Annotated[
+        bool,
+        typer.Option(
+            "--trace-tokens",
+            help="Price each request of an LLM stage by the trace's own prompt and output tokens (a timestamps CSV "
+            "with ContextTokens and GeneratedTokens columns, as the Azure LLM inference trace has) instead of "
+            "its validation sample's; it is still answered as its sample is.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     workload: WorkloadOpt = None,
 ) -> None:
@@ -123,6 +133,8 @@ def simulate(
     if sample_order is not None:
         order = read_sample_order(sample_order, prof)
         samples = order[np.arange(len(tr.arrivals)) % len(order)]
+    if trace_tokens:
+        prof, samples = _with_trace_tokens(prof, tr, samples)
 
     def tuning_for(p: GearPlan) -> OnlineTuning:
         """A fresh tuner for the plan ``p`` (one per plan in force, as ``serve --tune --replan`` builds them)."""
@@ -169,6 +181,7 @@ def simulate(
         "backend": gear_plan.backend,
         "hop_ms": hop_ms,
         "hop_p95_ms": hop_p95_ms,
+        "tokens": "the trace's" if trace_tokens else "each request's validation sample's",
         **res.summary(),
         # which engine ran, and why the reference did when it did (the same trajectory either way)
         "engine": res.engine if not res.engine_note else f"{res.engine} ({res.engine_note})",
@@ -238,3 +251,21 @@ def read_sample_order(path: Path, profile: Profile) -> np.ndarray:
     if not out:
         raise CascadeServeError(f"--sample-order {path}: no sample ids")
     return np.asarray(out, dtype=np.int64)
+
+
+def _with_trace_tokens(prof: Profile, tr: Trace, samples: np.ndarray | None) -> tuple[Profile, np.ndarray]:
+    """``--trace-tokens``: one profile sample per request, priced by the trace's tokens (answered as the request's
+    validation sample), and the requests' order over it."""
+    if tr.tokens is None:
+        raise CascadeServeError(
+            f"--trace-tokens: the trace {tr.source} has no token counts (a timestamps CSV with ContextTokens and "
+            "GeneratedTokens columns, or prompt_tokens and output_tokens)"
+        )
+    if not any(m.tokens is not None for m in prof.models):
+        raise CascadeServeError(
+            f"--trace-tokens: profile {prof.name!r} has no token costs (llm/costs.json and llm/tokens/, which "
+            "profile measure writes for LLM stages)"
+        )
+    n = len(tr.arrivals)
+    picks = samples if samples is not None else np.arange(n) % prof.n_samples
+    return prof.with_request_tokens(picks, tr.tokens), np.arange(n)

@@ -24,6 +24,7 @@ in the plan, so the simulator charges it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -161,6 +162,28 @@ class Profile:
             predictions=preds,
             certainties=certs,
             **meta,
+        )
+
+    def with_request_tokens(self, samples: np.ndarray, tokens: np.ndarray) -> Profile:
+        """One sample per request: request ``i`` is answered as validation sample ``samples[i]`` is, and an LLM
+        stage prices it by ``tokens[i]`` (its prompt and output tokens: a trace's), its cost tables still anchored
+        on the validation set (:meth:`~cascadeserve.profile.tokens.TokenCost.replayed`). What ``simulate
+        --trace-tokens`` replays, with request ``i`` on sample ``i``."""
+        idx = np.asarray(samples, dtype=np.int64)
+        tok = np.asarray(tokens, dtype=np.int64)
+        if tok.shape != (len(idx), 2):
+            raise ValueError(f"tokens must be [{len(idx)}, 2] (prompt, output per request), got {list(tok.shape)}")
+        models = tuple(
+            m if m.tokens is None else dataclasses.replace(m, tokens=m.tokens.replayed(idx, tok[:, 0], tok[:, 1]))
+            for m in self.models
+        )
+        return dataclasses.replace(
+            self,
+            models=models,
+            sample_ids=self.sample_ids[idx],
+            labels=self.labels[idx],
+            predictions=self.predictions[:, idx],
+            certainties=self.certainties[:, idx],
         )
 
     # -- lookups ------------------------------------------------------------------------------------------

@@ -53,6 +53,10 @@ class TokenCost:
     prompt_tokens: np.ndarray  # [n_samples] the prompt's tokens after the chat template
     output_tokens: np.ndarray  # [n_samples] decode steps of the answer (0 for scoring)
     scored_tokens: np.ndarray  # [n_samples] the options' tokens scoring ran through the model (0 for generation)
+    # The validation set's (work, output) tokens the tables are anchored to (:meth:`shares`); None: these samples'
+    # own. Requests that carry other tokens (a trace's, :meth:`replayed`) keep the set's anchor, so a long prompt
+    # costs more than the set's mean batch instead of being scaled back to it.
+    anchor: tuple[np.ndarray, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         for what, curve in (
@@ -75,13 +79,26 @@ class TokenCost:
 
     def subset(self, idx: np.ndarray) -> TokenCost:
         """The same model on the samples ``idx`` (a split of the validation set)."""
-        return TokenCost(self.costs, self.prompt_tokens[idx], self.output_tokens[idx], self.scored_tokens[idx])
+        return TokenCost(
+            self.costs, self.prompt_tokens[idx], self.output_tokens[idx], self.scored_tokens[idx], self.anchor
+        )
+
+    def replayed(self, samples: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> TokenCost:
+        """The model answering requests that take the validation samples ``samples`` but carry their own prompt and
+        output tokens (a trace's): each priced by those (a scoring stage decodes nothing, whatever the output),
+        the tables still anchored on the validation set."""
+        idx = np.asarray(samples, dtype=np.int64)
+        decodes = bool(self.output_tokens.max(initial=0) > 0)
+        out = np.asarray(output, dtype=np.int64) if decodes else np.zeros(len(idx), dtype=np.int64)
+        anchor = self.anchor if self.anchor is not None else (self.work_tokens, self.output_tokens)
+        return TokenCost(self.costs, np.asarray(prompt, dtype=np.int64), out, self.scored_tokens[idx], anchor)
 
     def shares(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per batch size, over random batches: the fixed, prompt and output shares of a batch's mean time (they
         sum to 1), E[longest prompt] and E[longest output]."""
-        ep = expected_max(self.work_tokens, sizes)
-        ed = expected_max(self.output_tokens, sizes)
+        work, output = self.anchor if self.anchor is not None else (self.work_tokens, self.output_tokens)
+        ep = expected_max(work, sizes)
+        ed = expected_max(output, sizes)
         c = self.costs
         fixed = _interp(c.fixed_ms, sizes) if c.fixed_ms else np.zeros(len(sizes))
         tp = _interp(c.prefill_ms_per_token, sizes) * ep

@@ -21,6 +21,7 @@ import io
 import re
 import warnings
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,7 @@ __all__ = [
     "load_azure_functions_minutes",
     "load_per_second_counts",
     "load_timestamps",
+    "load_timestamps_with_tokens",
     "read_header",
 ]
 
@@ -182,7 +184,46 @@ def load_timestamps(path: PathLike) -> npt.NDArray[np.float64]:
     zone) or, if the first value is a number, plain seconds (any origin). Rows need not be sorted. Errors name
     the line and the column: a missing column, a short row, an empty or unparsable value, no rows at all.
     """
+    return load_timestamps_with_tokens(path)[0]
+
+
+# Column names of a request's prompt and output tokens (case-insensitive): the Azure LLM inference trace's, and
+# the plain spelling
+PROMPT_COLUMNS: Final = ("CONTEXTTOKENS", "PROMPT_TOKENS")
+OUTPUT_COLUMNS: Final = ("GENERATEDTOKENS", "OUTPUT_TOKENS")
+
+
+def load_timestamps_with_tokens(
+    path: PathLike,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64] | None]:
+    """:func:`load_timestamps`, and each request's prompt and output tokens (``[n, 2]``, in the same sorted
+    order) when the header has both a prompt column (``ContextTokens`` or ``prompt_tokens``) and an output column
+    (``GeneratedTokens`` or ``output_tokens``), as the Azure LLM inference trace has; ``None`` without them.
+    A token count that is not a whole number ≥ 0 is an error naming the line and the column."""
     header, rows = _csv_rows(path)
+    seconds = _timestamps(path, header, rows)
+    upper = [field.upper() for field in header]
+    found = [next((upper.index(c) for c in names if c in upper), -1) for names in (PROMPT_COLUMNS, OUTPUT_COLUMNS)]
+    order = np.argsort(seconds, kind="stable")
+    relative: npt.NDArray[np.float64] = seconds[order] - seconds[order[0]]
+    if min(found) < 0:
+        return relative, None
+    tokens = np.empty((len(rows), 2), dtype=np.int64)
+    for k, col in enumerate(found):
+        for i, (line_no, row) in enumerate(rows):
+            value = row[col].strip() if len(row) > col else ""
+            if not value.isdigit():
+                raise TraceError(
+                    f"{value!r} is not a token count (a whole number >= 0)", path=path, line=line_no, column=header[col]
+                )
+            tokens[i, k] = int(value)
+    return relative, tokens[order]
+
+
+def _timestamps(
+    path: PathLike, header: list[str], rows: list[tuple[int, list[str]]]
+) -> npt.NDArray[np.float64]:
+    """The ``TIMESTAMP`` column's seconds, in file order (any origin)."""
     upper = [field.upper() for field in header]
     if "TIMESTAMP" not in upper:
         raise TraceError(
@@ -211,12 +252,8 @@ def load_timestamps(path: PathLike) -> npt.NDArray[np.float64]:
     if not values:
         raise TraceError("the file has a header but no requests", path=path)
     if _is_number(values[0]):
-        seconds = _parse_seconds(values, lines, path, name)
-    else:
-        seconds = _parse_datetimes(values, lines, path, name)
-    ordered = np.sort(seconds)
-    relative: npt.NDArray[np.float64] = ordered - ordered[0]
-    return relative
+        return _parse_seconds(values, lines, path, name)
+    return _parse_datetimes(values, lines, path, name)
 
 
 def _is_number(text: str) -> bool:

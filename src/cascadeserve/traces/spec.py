@@ -18,6 +18,10 @@
    closing the gaps).
 5. **Arrivals.** Counts become arrival times with ``arrival`` (``poisson``: sorted random positions in each
    bin; ``uniform``: evenly spaced) and ``seed``.
+
+A timestamp trace with token columns (the Azure LLM inference trace's ``ContextTokens`` and ``GeneratedTokens``)
+keeps each request's tokens (:attr:`Trace.tokens`) through the window and the dropped seconds; scaled, its
+arrivals are new, and each takes the tokens of a request of the window, drawn with the seed.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from cascadeserve.traces.counts import ArrivalKind, arrivals_in_bins, check_arri
 from cascadeserve.traces.loaders import (
     load_azure_functions_minutes,
     load_per_second_counts,
-    load_timestamps,
+    load_timestamps_with_tokens,
     read_header,
 )
 from cascadeserve.traces.trace import Trace
@@ -265,8 +269,8 @@ def build_trace(
         source = f"{spec} (per-minute counts)"
         return _reshape_counts(counts, 60.0, source, win, drop_zero, peak, kind, seed)
     if fmt == "timestamps":
-        arrivals = load_timestamps(spec)
-        trace = Trace(arrivals, math.floor(arrivals[-1]) + 1.0, f"{spec} (request timestamps)")
+        arrivals, tokens = load_timestamps_with_tokens(spec)
+        trace = Trace(arrivals, math.floor(arrivals[-1]) + 1.0, f"{spec} (request timestamps)", tokens)
         return _reshape_arrivals(trace, win, drop_zero, peak, kind, seed)
     raise TraceError(f"unknown trace format {fmt!r}; valid: {', '.join(FORMATS)} (or a synthetic:<kind>:... spec)")
 
@@ -341,7 +345,12 @@ def _reshape_arrivals(
     amounts = counts.astype(np.float64)
     peak_basis = np.where(whole, amounts, 0.0) if whole.any() else amounts / widths
     source = f"{trace.source}, binned per second"
-    return _finish(amounts, widths, counts > 0, peak_basis, 1.0, source, drop_zero, max_qps, arrival, seed)
+    out = _finish(amounts, widths, counts > 0, peak_basis, 1.0, source, drop_zero, max_qps, arrival, seed)
+    if trace.tokens is None or not len(trace.tokens):
+        return out
+    # the arrivals are new: each takes the tokens of a request of the window, drawn with the trace's seed
+    pick = np.random.default_rng([seed, 1]).integers(0, len(trace.tokens), len(out))
+    return Trace(out.arrivals, out.duration_s, f"{out.source}, tokens drawn from the window's", trace.tokens[pick])
 
 
 def _close_empty_seconds(trace: Trace, counts: npt.NDArray[np.int64], widths: npt.NDArray[np.float64]) -> Trace:
@@ -355,7 +364,7 @@ def _close_empty_seconds(trace: Trace, counts: npt.NDArray[np.int64], widths: np
     arrivals = (ends - kept_widths)[seconds] + (trace.arrivals - seconds)
     duration = float(ends[-1])
     arrivals = np.minimum(arrivals, np.nextafter(duration, 0.0))
-    return Trace(arrivals, duration, f"{trace.source}, zero seconds dropped")
+    return Trace(arrivals, duration, f"{trace.source}, zero seconds dropped", trace.tokens)
 
 
 def _finish(

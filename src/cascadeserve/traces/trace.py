@@ -39,6 +39,9 @@ class Trace:
     arrivals: npt.NDArray[np.float64]
     duration_s: float
     source: str = ""
+    # each request's prompt and output tokens (``[n, 2]``), where the trace file has them (the Azure LLM inference
+    # trace's ContextTokens and GeneratedTokens): ``simulate --trace-tokens`` prices each request by them
+    tokens: npt.NDArray[np.int64] | None = None
 
     def __post_init__(self) -> None:
         duration = check_positive("duration_s", self.duration_s)
@@ -58,6 +61,12 @@ class Trace:
                     f"arrivals must lie in [0, {duration:g}) s, got [{arr[0]:g}, {arr[-1]:g}]",
                 )
         arr.flags.writeable = False
+        if self.tokens is not None:
+            tok = np.array(self.tokens, dtype=np.int64)
+            if tok.shape != (arr.size, 2) or (tok.size and tok.min() < 0):
+                raise TraceError(f"tokens must be [{arr.size}, 2] counts >= 0 (prompt, output), got {tok.shape}")
+            tok.flags.writeable = False
+            object.__setattr__(self, "tokens", tok)
         object.__setattr__(self, "arrivals", arr)
         object.__setattr__(self, "duration_s", duration)
         object.__setattr__(self, "source", str(self.source))
@@ -137,4 +146,5 @@ class Trace:
         shifted = self.arrivals[lo:hi] - start
         shifted = np.clip(shifted, 0.0, np.nextafter(length, 0.0))
         described = f"window {start:g}:{length:g} s"
-        return Trace(shifted, length, f"{self.source}, {described}" if self.source else described)
+        tokens = None if self.tokens is None else self.tokens[lo:hi]
+        return Trace(shifted, length, f"{self.source}, {described}" if self.source else described, tokens)
