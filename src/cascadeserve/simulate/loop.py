@@ -50,11 +50,12 @@ from cascadeserve.simulate.loop_queues import (
     exits,
     exits_audited,
     forward,
-    next_event,
+    ready,
     record_batch,
     route,
     take,
     token_secs,
+    woken,
 )
 
 __all__ = ["LoopOutput", "build_loop"]
@@ -160,41 +161,11 @@ def _ticks(  # type: ignore[no-untyped-def]
     # The QPS meter counts every arrival, ``bounds``, shed or admitted: the gear follows the offered load (metering
     # only the admitted would read an overload that admission sheds as a lighter load and keep the costlier gear).
     for w in range(n_ticks + 1):
-        lo = 0  # arrivals [lo, hi) are routed at once (known in advance); with admission, one by one on arrival
-        hi = 0
-        nxt_arrival = 0
-        if w < n_ticks:
-            t_w = w * tick
-            if w > 0:
-                qps, q0, new_gear = _gear_tick(
-                    w, bounds, tick_times, qps_min, qps_ticks,
-                    route_of[gear, first_row[gear]], route_len, route_reps, route_start, rq, use_schedule, schedule,
-                    qps_scales, highs, alpha, gear,
-                )  # fmt: skip
-                tick_qps[w] = qps
-                tick_q0[w] = q0
-                if new_gear != gear:
-                    gear = new_gear
-                    cur_minq[:] = min_queue[gear]
-                    cur_cap[:] = caps[gear]
-                    dirty[:] = True
-                    rep_dirty[:] = True
-            tick_gear[w] = gear
-            clock = t_w
-            gear_of[bounds[w] : bounds[w + 1]] = gear
-            if use_admission:  # each arrival in turn, after the device events before it, as the runtime admits
-                nxt_arrival = bounds[w]
-            else:
-                lo = bounds[w]
-                hi = bounds[w + 1]
-        else:  # drain: from the end of the last tick every non-empty queue fires once its device is free
-            clock = n_ticks * tick
-            cur_minq[:] = 1
-            cur_cap[:] = caps[gear]
-            cur_wait = inf
-            dirty[:] = True
-            rep_dirty[:] = True
-            poke_t[:] = clock  # the drain wakes every device at once
+        gear, clock, lo, hi, nxt_arrival, cur_wait = _tick_begin(
+            w, n_ticks, tick, gear, clock, cur_wait, bounds, tick_times, qps_min, qps_ticks, route_of, first_row,
+            route_len, route_reps, route_start, rq, use_schedule, schedule, qps_scales, highs, alpha, tick_qps,
+            tick_q0, tick_gear, cur_minq, min_queue, cur_cap, caps, dirty, rep_dirty, gear_of, use_admission, poke_t,
+        )  # fmt: skip
 
         t_stop = (w + 1) * tick if w < n_ticks else inf
         b_w = bounds[w + 1] if w < n_ticks else 0
@@ -206,10 +177,34 @@ def _ticks(  # type: ignore[no-untyped-def]
                        route_start, rq, nxt, P_HEAD, rep_dirty, dirty, replica_device)  # fmt: skip
                 lo = hi
             t_end = arr[nxt_arrival] if nxt_arrival < b_w else t_stop
-            best_t, best_d = next_event(
-                t_end, clock, d_count, busy, busy_until, dirty, ready_t, ready_r, free_at, poke_t, dev_start, dev_reps,
-                rep_dirty, rep_t, rep_first, rq, ftime, arr, nxt, cur_minq, lim, cur_wait,
-            )  # fmt: skip
+            # The next device event before t_end. Inline, not a helper: numba copies a helper into its caller, but
+            # not the helpers that helper calls (a call per device per event halved the loop's speed).
+            best_t = t_end
+            best_d = -1
+            best_p = -1  # whether the best is a device woken at best_t (0), or not (1); -1: not asked yet
+            for d in range(d_count):
+                if busy[d]:
+                    td = busy_until[d]
+                else:
+                    if dirty[d]:
+                        ready_t[d], ready_r[d] = ready(d, clock if clock >= free_at[d] else free_at[d], dev_start,
+                                                        dev_reps, rep_dirty, rep_t, rep_first, rq, ftime, arr, nxt,
+                                                        cur_minq, lim, cur_wait)  # fmt: skip
+                        dirty[d] = False
+                    td = ready_t[d]
+                if td < best_t:
+                    best_t = td
+                    best_d = d
+                    best_p = -1
+                elif td == best_t and best_d >= 0 and not busy[d]:  # (best_d < 0: the next arrival goes first)
+                    # A tie: a free device woken at td by the event that poked it (an arrival, a forward, its own
+                    # batch's end, the drain) fires first, as the runtime runs its consumer right after that event
+                    # and before any other timer of the instant; any other tie goes to the lower device.
+                    if best_p < 0:
+                        best_p = 0 if woken(best_d, td, busy, poke_t, dev_start, dev_reps, rq, nxt, arr) else 1
+                    if best_p == 1 and woken(d, td, busy, poke_t, dev_start, dev_reps, rq, nxt, arr):
+                        best_d = d
+                        best_p = 0
             if best_d < 0:
                 if nxt_arrival < b_w:  # admit the next arrival, after every device event before it
                     i = nxt_arrival
@@ -234,7 +229,9 @@ def _ticks(  # type: ignore[no-untyped-def]
                 row = replica_row[r]
                 if size >= t_len:  # past the runtime table: the caller rebuilds it bigger and runs again
                     return size, rec_f[:0], rec_i[:0]
-                share = host_share(busy_at(t, busy, b_t0, busy_until, d, host_g), host_peers(host_g, d))
+                share = 0.0  # only a model the host's load slows reads it (two scans of the devices per batch)
+                if busy_f[row] != 1.0:
+                    share = host_share(busy_at(t, busy, b_t0, busy_until, d, host_g), host_peers(host_g, d))
                 secs = contended((token_secs(head, size, row, nxt, by_index, n_samples, samp, rt, tok[0], tok[1],
                                   tok[2], tok[3]) if use_tok else rt[row, size]) + overhead, busy_f[row],
                                  share)  # fmt: skip
@@ -274,6 +271,52 @@ def _ticks(  # type: ignore[no-untyped-def]
                         poke_t)  # fmt: skip
     return 0, rec_f[:n_rec], rec_i[:n_rec]
 
+def _tick_begin(  # type: ignore[no-untyped-def]
+    w, n_ticks, tick, gear, clock, cur_wait, bounds, tick_times, qps_min, qps_ticks, route_of, first_row, route_len,
+    route_reps, route_start, rq, use_schedule, schedule, qps_scales, highs, alpha, tick_qps, tick_q0, tick_gear,
+    cur_minq, min_queue, cur_cap, caps, dirty, rep_dirty, gear_of, use_admission, poke_t,
+):
+    """The start of tick ``w``: the producer's tick (the meter, the gear) and which arrivals come; or of the drain
+    (``w == n_ticks``), from the end of the last tick, where every non-empty queue fires once its device is free.
+    Returns the gear, the clock, the arrivals ``[lo, hi)`` to route at once (known in advance), the next arrival to
+    admit (with admission, one by one on arrival) and the max wait."""
+    lo = 0
+    hi = 0
+    nxt_arrival = 0
+    if w < n_ticks:
+        if w > 0:
+            qps, q0, new_gear = _gear_tick(
+                w, bounds, tick_times, qps_min, qps_ticks,
+                route_of[gear, first_row[gear]], route_len, route_reps, route_start, rq, use_schedule, schedule,
+                qps_scales, highs, alpha, gear,
+            )  # fmt: skip
+            tick_qps[w] = qps
+            tick_q0[w] = q0
+            if new_gear != gear:
+                gear = new_gear
+                cur_minq[:] = min_queue[gear]
+                cur_cap[:] = caps[gear]
+                dirty[:] = True
+                rep_dirty[:] = True
+        tick_gear[w] = gear
+        clock = w * tick
+        gear_of[bounds[w] : bounds[w + 1]] = gear
+        if use_admission:  # each arrival in turn, after the device events before it, as the runtime admits
+            nxt_arrival = bounds[w]
+        else:
+            lo = bounds[w]
+            hi = bounds[w + 1]
+    else:
+        clock = n_ticks * tick
+        cur_minq[:] = 1
+        cur_cap[:] = caps[gear]
+        cur_wait = math.inf
+        dirty[:] = True
+        rep_dirty[:] = True
+        poke_t[:] = clock  # the drain wakes every device at once
+    return gear, clock, lo, hi, nxt_arrival, cur_wait
+
+
 def _gear_tick(  # type: ignore[no-untyped-def]
     w, cum, tick_times, qps_min, qps_ticks, k0, route_len, route_reps, route_start, rq, use_schedule, schedule,
     qps_scales, highs, alpha, gear,
@@ -295,8 +338,8 @@ def _gear_tick(  # type: ignore[no-untyped-def]
 # Compiled in this order, each seeing the kernels and the helpers before it. Numba copies each helper into its
 # callers (a call per event would halve the loop's speed); ``_ticks``, called once per run, is not copied: numba
 # inlines only into a function that is not itself inlined.
-_HELPERS = (*HELPERS, _gear_tick, _ticks)
-_CALLED = ("_ticks",)
+_HELPERS = (*HELPERS, _gear_tick, _tick_begin, _ticks)
+_CALLED = ("_tick_begin", "_ticks")  # once per tick or run: a call costs nothing there
 
 
 @dataclass(frozen=True, slots=True)

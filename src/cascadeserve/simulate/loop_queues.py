@@ -33,8 +33,8 @@ from cascadeserve.profile.tokens import batch_seconds
 
 __all__ = [
     "F_HEAD", "F_N", "F_TAIL", "HELPERS", "P_HEAD", "P_N", "P_TAIL", "arrives_at", "exits", "exits_audited",
-    "forward", "next_event", "push",
-    "ready", "record_batch", "route", "take", "token_secs",
+    "forward", "push",
+    "ready", "record_batch", "route", "take", "token_secs", "woken",
 ]  # fmt: skip
 
 # Columns of the per-replica queue table ``rq``.
@@ -112,6 +112,9 @@ def arrives_at(d, t, dev_start, dev_reps, rq, nxt, arr):  # type: ignore[no-unty
     """Whether a new request reaches a replica of device ``d`` at exactly ``t``. The runtime wakes a free device's
     consumer on every arrival, and an instant's arrivals come before its device events: a batch that such an arrival
     makes ready fires before another device's batch ending at ``t`` forwards anything to it."""
+    k = np.searchsorted(arr, t)  # most instants have no arrival at all: no queue to scan
+    if k >= arr.shape[0] or arr[k] != t:
+        return False
     for jj in range(dev_start[d], dev_start[d + 1]):
         r = dev_reps[jj]
         node = rq[r, P_HEAD]
@@ -127,40 +130,6 @@ def arrives_at(d, t, dev_start, dev_reps, rq, nxt, arr):  # type: ignore[no-unty
 def woken(d, t, busy, poke_t, dev_start, dev_reps, rq, nxt, arr):  # type: ignore[no-untyped-def]
     """Whether free device ``d`` was woken at ``t`` by an event (a batch end, a forward, the drain) or an arrival."""
     return not busy[d] and (poke_t[d] == t or arrives_at(d, t, dev_start, dev_reps, rq, nxt, arr))
-
-
-def next_event(  # type: ignore[no-untyped-def]
-    t_end, clock, d_count, busy, busy_until, dirty, ready_t, ready_r, free_at, poke_t, dev_start, dev_reps, rep_dirty,
-    rep_t, rep_first, rq, ftime, arr, nxt, cur_minq, lim, cur_wait,
-):
-    """The next device event before ``t_end`` (the next arrival to admit, or the tick's end): its time and device
-    (``t_end``, -1: none). Earliest first; on a tie, a free device woken at that instant by the event that poked it
-    (an arrival, a forward, its own batch's end, the drain) goes first, as the runtime runs its consumer right after
-    that event and before any other timer of the instant; any other tie goes to the lower device, as timers do."""
-    best_t = t_end
-    best_d = -1
-    best_p = -1  # whether the best is a device woken at best_t (0), or not (1); -1: not asked yet
-    for d in range(d_count):
-        if busy[d]:
-            td = busy_until[d]
-        else:
-            if dirty[d]:
-                ready_t[d], ready_r[d] = ready(d, clock if clock >= free_at[d] else free_at[d], dev_start, dev_reps,
-                                               rep_dirty, rep_t, rep_first, rq, ftime, arr, nxt, cur_minq, lim,
-                                               cur_wait)  # fmt: skip
-                dirty[d] = False
-            td = ready_t[d]
-        if td < best_t:
-            best_t = td
-            best_d = d
-            best_p = -1
-        elif td == best_t and best_d >= 0 and not busy[d]:  # (best_d < 0: the next arrival goes first)
-            if best_p < 0:
-                best_p = 0 if woken(best_d, td, busy, poke_t, dev_start, dev_reps, rq, nxt, arr) else 1
-            if best_p == 1 and woken(d, td, busy, poke_t, dev_start, dev_reps, rq, nxt, arr):
-                best_d = d
-                best_p = 0
-    return best_t, best_d
 
 
 def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
@@ -365,7 +334,7 @@ def forward(  # type: ignore[no-untyped-def]
 
 # Compiled in this order (and copied into their callers), each seeing the kernels and the helpers before it.
 HELPERS = (
-    batch_seconds, busy_at, host_peers, host_share, contended, push, route, ready, arrives_at, woken, next_event,
+    batch_seconds, busy_at, host_peers, host_share, contended, push, route, ready, arrives_at, woken,
     take, token_secs,
     exits, exits_audited,
     record_batch, forward,
