@@ -1,7 +1,9 @@
 """Prometheus metrics: an :class:`~cascadeserve.runtime.Observer` that counts, plus a scrape-time collector.
 
-Counters and histograms are updated from the runtime's observer calls; queue lengths, requests in flight and
-the current gear are read from the runtime when ``/metrics`` is scraped, so the hot path never touches a gauge.
+Counters and histograms are updated from the runtime's observer calls; queue lengths, requests in flight, the
+current gear and its QPS range (``cascadeserve_gear_qps_low`` / ``_high``, beside the measured ``cascadeserve_qps``)
+are read from the runtime when ``/metrics`` is scraped, so the hot path never touches a gauge. A Grafana dashboard
+over all of them: ``docs/grafana-dashboard.json``.
 Exactly-once answering is visible as ``admitted_total == answered_total`` once traffic stops (and
 ``duplicate_answers_refused_total`` counts the second answers the runtime refused). With online threshold tuning
 (``serve --tune``): ``cascadeserve_threshold_changes_total{gear,reason}``, and at scrape time the thresholds in force
@@ -228,17 +230,20 @@ class _RuntimeCollector(Collector):
         qps = GaugeMetricFamily(
             "cascadeserve_qps", "The load the gear was last chosen for: requests per second offered, shed ones too."
         )
+        # the gear's QPS range, to plot the measured load against the range the gear in force was planned for
+        low = GaugeMetricFamily("cascadeserve_gear_qps_low", "Lower end of the gear in force's QPS range.")
+        high = GaugeMetricFamily("cascadeserve_gear_qps_high", "Upper end of the gear in force's QPS range.")
         if rt.accepting or rt.generations:
             for rid, n in rt.queue_lengths().items():
                 q.add_metric([rid], n)
             with contextlib.suppress(RuntimeError):  # not started yet
                 gear.add_metric([], rt.gear)
                 qps.add_metric([], rt.producer.last_qps)
+                g = rt.plan.gears[rt.gear]
+                low.add_metric([], g.qps_low)
+                high.add_metric([], g.qps_high)
         flight.add_metric([], rt.in_flight)
-        yield q
-        yield gear
-        yield qps
-        yield flight
+        yield from (q, gear, qps, low, high, flight)
         tuning = rt.tuning if rt.accepting or rt.generations else None
         if tuning is not None:
             yield from _tuning_gauges(tuning)
