@@ -23,6 +23,9 @@ def make(classes=3, bias=0.0):
 
 def double(batch):
     return np.asarray(batch) * 2
+
+def join(batch):  # a model of several input tensors: one array per input name
+    return np.hstack([batch["ids"], batch["mask"]])
 """
 
 
@@ -79,6 +82,19 @@ def test_a_valid_config_builds_callable_adapters_with_preprocessing(tmp_path: Pa
         ("models:\n  - {name: a/b, adapter: torch, ref: m:f}", r"models\[0\]\.name"),
         ("[1, 2]", r"expected a mapping"),
         ("models: [", r"invalid YAML"),
+        (
+            "input: {name: x}\ninputs: [{name: a}]\nmodels:\n  - {name: m, adapter: torch, ref: m:f}",
+            r"give 'input' \(one tensor\) or 'inputs' \(several\), not both",
+        ),
+        (
+            "inputs: [{name: a}, {name: a}]\nmodels:\n  - {name: m, adapter: torch, ref: m:f}",
+            r"inputs: .*duplicate input names: a",
+        ),
+        ("inputs: []\nmodels:\n  - {name: m, adapter: torch, ref: m:f}", r"inputs: List should have at least 1 item"),
+        (
+            "inputs: [{name: a, shape: [3]}]\nmodels:\n  - {name: m, adapter: torch, ref: m:f}",
+            r"inputs\[0\]\.shape: \[3\]: the first dimension is the batch",
+        ),
     ],
 )
 def test_bad_configs_name_the_file_and_field(tmp_path: Path, body: str, message: str) -> None:
@@ -158,3 +174,33 @@ def test_devices_asking_for_more_threads_than_cores_are_named(
 )
 def test_threads_that_fit_the_cores_raise_no_warning(tmp_path: Path, body: str, devices: int, cores: int) -> None:
     assert load_models_config(_threads_config(tmp_path, body)).oversubscription(devices, cores) is None
+
+
+def test_a_model_of_several_input_tensors_gets_each_rows_by_name(tmp_path: Path, factory_module: str) -> None:
+    """``inputs`` lists the tensors; the runtime's view keeps their order, and a batch of rows (each a mapping)
+    reaches a callable model as one array per input."""
+    p = write(
+        tmp_path,
+        f"""
+        inputs:
+          - {{name: ids, datatype: int64, shape: [-1, 3]}}
+          - {{name: mask, datatype: int64, shape: [-1, 3]}}
+        models:
+          - name: m
+            adapter: callable
+            ref: "{factory_module}:make"
+            preprocess: {{function: "{factory_module}:join"}}
+        """,
+    )
+    cfg = load_models_config(p)
+    assert [(i.name, i.datatype, i.shape) for i in cfg.input_list] == [
+        ("ids", "INT64", [-1, 3]),
+        ("mask", "INT64", [-1, 3]),
+    ]
+    runtime_cfg = load_model_config(p)
+    assert [i.name for i in runtime_cfg.inputs] == ["ids", "mask"] and runtime_cfg.input.name == "ids"
+    from cascadeserve.runtime.device import batch_of
+
+    batch = batch_of([{"ids": np.array([1, 2, 3]), "mask": np.array([1, 1, 0])}] * 2)
+    scores = runtime_cfg.models["m"](batch)  # each row [1, 2, 3, 1, 1, 0] sums to 8: class k scores 8 * (k + 1)
+    np.testing.assert_allclose(scores, [[8.0, 16.0, 24.0]] * 2)

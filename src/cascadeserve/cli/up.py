@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -127,15 +128,17 @@ def first_request(workload: LoadedWorkload, state: StateDir | None = None) -> di
 
     cfg = load_models_config((state or StateDir.of(workload)).models_config())
     row = load_validation(workload.validation(), limit=1).inputs[0]
-    spec = cfg.input
-    if spec.datatype == "BYTES":
-        data: list[Any] = [row if isinstance(row, str) else str(row)]
-        shape = [1]
-    else:
-        arr = np.asarray(row).reshape(-1)
-        data = arr.tolist()
-        shape = [1, *spec.shape[1:]] if len(spec.shape) > 1 else [1]
-    return {"inputs": [{"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": data}]}
+    tensors = []
+    for spec in cfg.input_list:  # a model of several input tensors: the row maps each name to its value
+        value = row[spec.name] if isinstance(row, Mapping) else row
+        if spec.datatype == "BYTES":
+            data: list[Any] = [value if isinstance(value, str) else str(value)]
+            shape = [1]
+        else:
+            data = np.asarray(value).reshape(-1).tolist()
+            shape = [1, *spec.shape[1:]] if len(spec.shape) > 1 else [1]
+        tensors.append({"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": data})
+    return {"inputs": tensors}
 
 
 @app.command("init")

@@ -40,7 +40,7 @@ from cascadeserve.http.control import AuthError
 from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.v2 import ProtocolError
-from cascadeserve.runtime import Runtime
+from cascadeserve.runtime import InputSpec, Runtime
 
 __all__ = ["GrpcFrontEnd"]
 
@@ -171,30 +171,26 @@ class _Servicer:
     @_rpc()
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
         self._model(request.name, request.version)
-        spec = self.api.model.input
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=self.api.model.name,
             versions=["1"],
             platform="cascadeserve",
-            inputs=[tensor(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))],
+            inputs=[tensor(name=i.name, datatype=i.datatype, shape=list(i.shape)) for i in self.api.model.inputs],
             outputs=[tensor(name=n, datatype=dt, shape=[-1]) for n, dt in OUTPUTS],
         )
 
     @_rpc()
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         self._model(request.name, request.version)
-        spec = self.api.model.input
         # Triton's batching convention: max_batch_size > 0 and dims without the batch dimension; a [-1] input is
         # dims [1] reshaped to [] (max_batch_size: the most rows admission can ever hold in one call)
         limit = self.api.runtime.admission_policy.limit
-        dims, reshape = (list(spec.shape[1:]), None) if len(spec.shape) > 1 else ([1], mc.ModelTensorReshape())
-        dtype = mc.DataType.Value("TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}")
         config = mc.ModelConfig(
             name=self.api.model.name,
             platform="cascadeserve",
             max_batch_size=limit if limit is not None else 2**31 - 1,
-            input=[mc.ModelInput(name=spec.name, data_type=dtype, dims=dims, reshape=reshape)],
+            input=[_model_input(spec) for spec in self.api.model.inputs],
             output=[
                 mc.ModelOutput(
                     name=n,
@@ -294,3 +290,10 @@ class GrpcFrontEnd:
         if self._server is not None:
             await self._server.stop(grace_s)  # refuse new calls; cancel those still running after the grace
             self._server = None
+
+
+def _model_input(spec: InputSpec) -> mc.ModelInput:
+    """One input tensor in Triton's model config (dims without the batch dimension)."""
+    dims, reshape = (list(spec.shape[1:]), None) if len(spec.shape) > 1 else ([1], mc.ModelTensorReshape())
+    dtype = mc.DataType.Value("TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}")
+    return mc.ModelInput(name=spec.name, data_type=dtype, dims=dims, reshape=reshape)

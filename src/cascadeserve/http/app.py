@@ -193,17 +193,16 @@ class _Api:
 
     @describe(responses=(401, 403, 404), secured=True)
     async def model_metadata(self, request: Request) -> Response:
-        """Model metadata: its one input, the outputs, and the cascade's models."""
+        """Model metadata: its inputs, the outputs, and the cascade's models."""
         if (bad := self._check_name(request)) is not None:
             return bad
-        spec = self.model.input
         plan = self.runtime.plan
         return JSONResponse(
             {
                 "name": self.model.name,
                 "versions": ["1"],
                 "platform": "cascadeserve",
-                "inputs": [{"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}],
+                "inputs": [{"name": i.name, "datatype": i.datatype, "shape": list(i.shape)} for i in self.model.inputs],
                 "outputs": [{"name": n, "datatype": dt, "shape": [-1]} for n, dt in OUTPUTS],
                 "parameters": {
                     "emulated": self.model.emulated,

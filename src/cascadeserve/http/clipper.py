@@ -311,6 +311,12 @@ class ClipperLayer:
                 raise ProtocolError("input_batch: expected a non-empty list of inputs")
         else:
             raise ProtocolError("input: missing (send 'input' or 'input_batch')")
+        if len(api.model.inputs) > 1:  # Clipper's REST carries one input per query
+            names = ", ".join(i.name for i in api.model.inputs)
+            raise ProtocolError(
+                f"{field}: this model takes several input tensors ({names}); send them to "
+                f"POST /v2/models/{api.model.name}/infer"
+            )
         spec = api.model.input
         try:
             if spec.datatype == "BF16":  # numbers, rounded to bfloat16 as a V2 JSON tensor's are

@@ -39,13 +39,19 @@ Watch = Callable[[Sequence["asyncio.Future[Any]"]], Awaitable[bool]]
 
 @dataclass(frozen=True)
 class ServedModel:
-    """What the V2 front end exposes: the model name, its one input, and how rows become payloads."""
+    """What the V2 front end exposes: the model name, its inputs, and how rows become payloads."""
 
     name: str
     input: InputSpec = field(default_factory=InputSpec)
     emulated: bool = False
     sample_index: Mapping[int, int] | None = None  # emulated: validation sample id -> profile row
     check_plan: Callable[[GearPlan], None] | None = None  # extra validation of a PUT plan (e.g. the profile)
+    more_inputs: tuple[InputSpec, ...] = ()  # the second and later input tensors (a row is then a mapping)
+
+    @property
+    def inputs(self) -> tuple[InputSpec, ...]:
+        """Every input tensor clients send, in order."""
+        return (self.input, *self.more_inputs)
 
 
 class InferError(ProtocolError):
@@ -88,7 +94,6 @@ class InferCore:
         self.runtime = runtime
         self.model = model
         self.layer = layer
-        self._dtype = DTYPES[model.input.datatype]
         self._names = {d: k for k, d in reversed(DTYPES.items())}  # dtype -> datatype (np.uint16: UINT16, not BF16)
         self._lookup: Callable[[np.ndarray], list[Any]] = self._sample_rows if model.emulated else self._rows
 
@@ -121,21 +126,36 @@ class InferCore:
         return list(arr)
 
     def payloads(self, inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str] | None = None) -> list[Any]:
-        """The runtime payloads of the rows of ``inputs``, checked against the model's input (400 naming it).
+        """The runtime payloads of the rows of ``inputs``, checked against the model's inputs (400 naming them):
+        a row of the one input, or for a model that takes several a mapping of each input's name to its row.
 
         ``datatypes``: each input's V2 datatype as the request named it (the decoders give it: the dtype alone does
         not tell UINT16 from BF16); without it the dtype decides, for a caller that built the array for this input.
         """
-        spec = self.model.input
-        arr = inputs.get(spec.name)
-        if arr is None:
-            raise ProtocolError(f"input {spec.name!r} is missing (got {', '.join(inputs) or 'none'})")
+        specs = self.model.inputs
+        names = [s.name for s in specs]
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise ProtocolError(f"input {missing[0]!r} is missing (got {', '.join(inputs) or 'none'})")
         for other in inputs:
-            if other != spec.name:
-                raise ProtocolError(f"input {other!r} is unknown; this model takes only {spec.name!r}")
+            if other not in names:
+                takes = f"only {names[0]!r}" if len(names) == 1 else ", ".join(repr(n) for n in names)
+                raise ProtocolError(f"input {other!r} is unknown; this model takes {takes}")
+        arrays = [self._checked(spec, inputs[spec.name], datatypes) for spec in specs]
+        if len(arrays) == 1:
+            return self._lookup(arrays[0])
+        rows = {len(a) for a in arrays}
+        if len(rows) > 1:
+            held = ", ".join(f"{n!r} {len(a)}" for n, a in zip(names, arrays, strict=True))
+            raise ProtocolError(f"inputs hold different numbers of rows ({held}): one row per request in each")
+        return [dict(zip(names, row, strict=True)) for row in zip(*arrays, strict=True)]
+
+    def _checked(self, spec: InputSpec, arr: np.ndarray, datatypes: Mapping[str, str] | None) -> np.ndarray:
+        """``arr`` if it is what input ``spec`` takes (datatype, shape, rows, finite values); else 400 naming it."""
         got = datatypes.get(spec.name) if datatypes else None
         if got is None:
-            got = spec.datatype if arr.dtype == self._dtype else self._names.get(arr.dtype, str(arr.dtype))
+            want = DTYPES[spec.datatype]
+            got = spec.datatype if arr.dtype == want else self._names.get(arr.dtype, str(arr.dtype))
         if got != spec.datatype:
             raise ProtocolError(f"input {spec.name!r}: datatype {got}, expected {spec.datatype}")
         if arr.ndim != len(spec.shape) or any(s != -1 and s != a for s, a in zip(spec.shape, arr.shape, strict=True)):
@@ -150,7 +170,7 @@ class InferCore:
                     f"input {spec.name!r}: row {row} holds a non-finite value (NaN or Inf; a number past the range "
                     f"of {spec.datatype} is Inf too); this model accepts finite values only"
                 )
-        return self._lookup(arr)
+        return arr
 
     def timeout_s(self, params: Mapping[str, Any]) -> float | None:
         """``parameters.timeout_ms`` in seconds (``None``: the server's default deadline)."""

@@ -66,6 +66,9 @@ class _Served(Protocol):
     @property
     def input(self) -> InputSpec: ...
 
+    @property
+    def inputs(self) -> tuple[InputSpec, ...]: ...
+
 
 class _Api(Protocol):
     """What the routes need of the app's handlers (``http.app``; a Protocol, so no import goes back up there)."""
@@ -297,8 +300,9 @@ class _Front:
                 raise OpenAIError(
                     f"model {model!r} not found; this server serves {api.model.name!r}", 404, "model", "model_not_found"
                 )
-            if api.model.input.datatype != "BYTES":
-                raise OpenAIError(f"model {model!r} takes {api.model.input.datatype} tensors, not text", param="model")
+            if len(api.model.inputs) > 1 or api.model.input.datatype != "BYTES":
+                takes = ", ".join(f"{i.name} ({i.datatype})" for i in api.model.inputs)
+                raise OpenAIError(f"model {model!r} takes the tensors {takes}, not text", param="model")
             if len(prompt) > MAX_PROMPT_CHARS:
                 raise OpenAIError(
                     f"the prompt is {len(prompt)} characters, over this server's limit of {MAX_PROMPT_CHARS}",

@@ -116,7 +116,7 @@ def build_app(
         served = ServedModel(name or profile.name, InputSpec(), True, index, check)
     else:
         assert models is not None
-        served = ServedModel(name or profile.name, models.input, False, None, check)
+        served = ServedModel(name or profile.name, models.input, False, None, check, models.more_inputs)
     # Clipper's layer: alternatives (one runtime each, same backend), selection, SLO and default output
     layer = None if clipper is None else clipper.layer(runtime, served.name, make)
     replanner = None

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from cascadeserve.models.base import ModelLoadError, require
+from cascadeserve.models.base import ModelLoadError, batch_rows, require
 
 __all__ = [
     "Adapter",
@@ -65,7 +65,7 @@ class Adapter:
 
     def predict(self, batch: Any) -> np.ndarray:
         self.load()
-        n = len(batch)
+        n = batch_rows(batch)
         x = self.preprocess(batch) if self.preprocess is not None else batch
         out = self._run(x)
         if self.postprocess is not None:

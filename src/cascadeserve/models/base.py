@@ -12,6 +12,7 @@ and, when it is missing, raises :class:`MissingExtraError` naming the ``pip inst
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,6 +28,7 @@ __all__ = [
     "ModelLoadError",
     "TextOutput",
     "TokenLogprobs",
+    "batch_rows",
     "require",
 ]
 
@@ -117,3 +119,9 @@ class Model(Protocol):
     def memory_mb(self) -> float | None:
         """Memory of one replica if the adapter can tell (parameters, serialized size), else None."""
         ...
+
+
+def batch_rows(batch: Any) -> int:
+    """How many rows a batch holds: its length, or for a model that takes several input tensors (a mapping of each
+    input's name to its rows) the length of any of them."""
+    return len(next(iter(batch.values()))) if isinstance(batch, Mapping) else len(batch)

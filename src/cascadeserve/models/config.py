@@ -21,6 +21,14 @@
         ref: http://127.0.0.1:8000                        # its base URL
         options: {model: my-llm, api_key_env: UPSTREAM_KEY, max_concurrency: 8}
 
+A model that takes several input tensors (a tokenised text model: ``input_ids`` and ``attention_mask``) lists them
+under ``inputs`` instead of ``input``; each row then reaches the model as a mapping of name to array (the ONNX
+adapter feeds it by input name, the torch adapter as keyword arguments)::
+
+    inputs:
+      - {name: input_ids, datatype: INT64, shape: [-1, 64]}
+      - {name: attention_mask, datatype: INT64, shape: [-1, 64]}
+
 A ``ref`` of the form ``package.module:factory`` is imported and called with ``kwargs``; what it returns is
 handed to the adapter (a module, an estimator, a callable, or a path for onnx/hf). Anything else is a path.
 The file is validated with pydantic, and every error names the file and the field (``models[1].adapter``) and,
@@ -49,7 +57,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.models.adapters import (
@@ -164,6 +172,8 @@ class ModelsConfig(_Strict):
     certainty: str = "margin"
     threads: int | None = Field(default=None, ge=1)
     input: InputConfig = Field(default_factory=InputConfig)
+    # several input tensors (instead of ``input``): each row reaches the models as a mapping of name to array
+    inputs: list[InputConfig] | None = Field(default=None, min_length=1)
     path: Path | None = None  # where it was read from (relative refs resolve against its folder)
 
     @field_validator("models")
@@ -174,6 +184,26 @@ class ModelsConfig(_Strict):
         if dupes:
             raise ValueError(f"duplicate model names: {', '.join(dupes)}")
         return v
+
+    @field_validator("inputs")
+    @classmethod
+    def _unique_inputs(cls, v: list[InputConfig] | None) -> list[InputConfig] | None:
+        names = [i.name for i in v or ()]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate input names: {', '.join(dupes)}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ModelsConfig:
+        if self.inputs is not None and "input" in self.model_fields_set:
+            raise ValueError("give 'input' (one tensor) or 'inputs' (several), not both")
+        return self
+
+    @property
+    def input_list(self) -> list[InputConfig]:
+        """Every input tensor clients send, in order (the one ``input``, or ``inputs``)."""
+        return list(self.inputs) if self.inputs is not None else [self.input]
 
     @property
     def base_dir(self) -> Path:

@@ -22,7 +22,7 @@ cascade's answer. Counters (hits, misses, evictions, invalidations) are plain fi
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -44,8 +44,11 @@ class CacheStore:
 
 
 def input_key(payload: Any) -> Hashable:
-    """The cache key of a runtime payload: its bytes with dtype and shape (arrays), or the value itself (a sample
-    id in emulated mode). Equal inputs give equal keys; arrays of one content but another dtype or shape do not."""
+    """The cache key of a runtime payload: its bytes with dtype and shape (arrays), each input's by name (a model of
+    several input tensors), or the value itself (a sample id in emulated mode). Equal inputs give equal keys;
+    arrays of one content but another dtype or shape do not."""
+    if isinstance(payload, Mapping):
+        return tuple((name, input_key(value)) for name, value in sorted(payload.items()))
     if isinstance(payload, np.ndarray):
         return (payload.dtype.str, payload.shape, payload.tobytes())
     if isinstance(payload, np.generic):

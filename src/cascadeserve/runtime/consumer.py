@@ -44,7 +44,7 @@ import numpy as np
 from cascadeserve.policy import batch_members, batch_size, next_batch
 from cascadeserve.policy.adaptive import capped_trigger
 from cascadeserve.runtime.clock import Cancellable, Clock
-from cascadeserve.runtime.device import BatchOutput, Device
+from cascadeserve.runtime.device import BatchOutput, Device, batch_of
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.observer import BatchEvent, Observer
 from cascadeserve.runtime.queue import ReplicaQueue
@@ -142,7 +142,7 @@ class Consumer:
         for req in batch:
             req.queue_s += t0 - req.enqueued
         try:
-            inputs = np.asarray([req.payload for req in batch])
+            inputs = batch_of([req.payload for req in batch])
             out = await self.device.run(row, inputs)
         except Exception as e:  # a model that raises fails its own rows, not the batch's others nor the server
             decision, err = stage_failure(gen.model_names[row], e)  # policy/failure.py
@@ -174,7 +174,7 @@ class Consumer:
             if req.done:
                 continue
             try:
-                out = await self.device.run(row, np.asarray([req.payload]))
+                out = await self.device.run(row, batch_of([req.payload]))
             except Exception as e:
                 t1 = self.clock.now()
                 req.compute_s += t1 - t0

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from cascadeserve.models.base import Generated, TextOutput
+from cascadeserve.models.base import Generated, TextOutput, batch_rows
 from cascadeserve.plan import GearPlan
 from cascadeserve.profile import CertaintyFn, Profile, certainty_function
 from cascadeserve.profile.host import busy_at, contended, host_groups, host_peers, host_share
@@ -35,9 +35,18 @@ from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.runtime.clock import Clock
 
-__all__ = ["BatchOutput", "Device", "EmulatedDevice", "HostLoad", "ModelFn", "ThreadDevice"]
+__all__ = [
+    "BatchOutput",
+    "Device",
+    "EmulatedDevice",
+    "HostLoad",
+    "Inputs",
+    "ModelFn",
+    "ThreadDevice",
+    "batch_of",
+]
 
-ModelFn = Callable[[np.ndarray], "np.ndarray | Generated"]
+ModelFn = Callable[[Any], "np.ndarray | Generated"]  # a batch's Inputs -> scores (or generated answers)
 """A model: ``scores[n, classes] = f(batch[n, ...])``, or a generative stage's :class:`Generated` answers."""
 
 # The simulator looks runtimes up in a table of this many batch sizes; the emulated device uses the same table
@@ -58,13 +67,26 @@ class BatchOutput:
     host_share: float = 0.0
 
 
+Inputs = np.ndarray | Mapping[str, np.ndarray]
+"""A batch's input: one array whose first dimension is the batch, or for a model that takes several input tensors a
+mapping of each input's name to such an array."""
+
+
+def batch_of(payloads: Sequence[Any]) -> Inputs:
+    """The model's input for the rows ``payloads``: their array, or where each row is a mapping of input name to
+    array (a model that takes several input tensors), each name's rows stacked."""
+    if payloads and isinstance(payloads[0], Mapping):
+        return {k: np.stack([p[k] for p in payloads]) for k in payloads[0]}
+    return np.asarray(payloads)
+
+
 class Device(Protocol):
     """Something that runs one batch of one model row and returns labels and certainties."""
 
     name: str
     emulated: bool
 
-    async def run(self, row: int, inputs: np.ndarray) -> BatchOutput: ...
+    async def run(self, row: int, inputs: Inputs) -> BatchOutput: ...
 
     def close(self) -> None: ...
 
@@ -143,7 +165,9 @@ class EmulatedDevice:
             return tok.seconds(row, samples) + self.overhead_s
         return (tab[size] if size < len(tab) else self.profile.models[row].runtime.seconds(size)) + self.overhead_s
 
-    async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
+    async def run(self, row: int, inputs: Inputs) -> BatchOutput:
+        if isinstance(inputs, Mapping):
+            raise TypeError("an emulated device takes the validation samples' indices, not named input tensors")
         now = self.clock.now()
         secs = self.seconds(row, inputs)
         host = self.host
@@ -209,31 +233,32 @@ class ThreadDevice:
             raise ValueError(f"device {name!r}: a real model cannot run faster than it does (slowdown factor < 1)")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cascadeserve-{name}")
 
-    def _compute(self, row: int, inputs: np.ndarray) -> BatchOutput:
+    def _compute(self, row: int, inputs: Inputs) -> BatchOutput:
         started = time.perf_counter()
+        n = batch_rows(inputs)
         result = self.models[row](inputs)
         if self.slowdowns is not None and self.clock is not None:
             f = self.slowdowns.factor(self.name, self.clock.now(), self.model_names.get(row))
             if f > 1:
                 time.sleep((f - 1.0) * (time.perf_counter() - started))
         if isinstance(result, Generated):
-            return _generated(result, len(inputs))
+            return _generated(result, n)
         scores = np.asarray(result)
-        if scores.ndim != 2 or scores.shape[0] != len(inputs):
-            raise ValueError(f"expected scores of shape [{len(inputs)}, classes], got {list(scores.shape)}")
+        if scores.ndim != 2 or scores.shape[0] != n:
+            raise ValueError(f"expected scores of shape [{n}, classes], got {list(scores.shape)}")
         if scores.dtype.kind not in "fiub":
             raise ValueError(f"expected numeric scores, got dtype {scores.dtype}")
         with np.errstate(invalid="ignore", over="ignore"):  # garbage rows are flagged below, never trusted
             certs = np.asarray(self.certainty(scores), dtype=np.float64)
-        if certs.shape != (len(inputs),):
-            raise ValueError(f"the certainty function gave shape {list(certs.shape)}, expected [{len(inputs)}]")
+        if certs.shape != (n,):
+            raise ValueError(f"the certainty function gave shape {list(certs.shape)}, expected [{n}]")
         sound = np.isfinite(certs)
         if scores.dtype.kind == "f":
             sound &= np.isfinite(scores).all(axis=1)
         garbage = None if sound.all() else ~sound
         return BatchOutput(np.asarray(scores.argmax(axis=1), dtype=np.int64), certs, garbage)
 
-    async def run(self, row: int, inputs: np.ndarray) -> BatchOutput:
+    async def run(self, row: int, inputs: Inputs) -> BatchOutput:
         host = self.host
         if host is None:
             return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)

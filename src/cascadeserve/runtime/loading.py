@@ -47,6 +47,13 @@ class ModelConfig:
     models: Mapping[str, ModelFn]
     input: InputSpec = field(default_factory=InputSpec)
     certainty: str = "margin"
+    # the second and later input tensors of models that take several (each row then reaches them as a mapping)
+    more_inputs: tuple[InputSpec, ...] = ()
+
+    @property
+    def inputs(self) -> tuple[InputSpec, ...]:
+        """Every input tensor clients send, in order."""
+        return (self.input, *self.more_inputs)
 
 
 def load_model(ref: str | ModelFn, kwargs: Mapping[str, Any] | None = None) -> ModelFn:
@@ -89,7 +96,8 @@ def _adapter_config(cfg: ModelsConfig) -> ModelConfig:
     adapters = cfg.build()
     for adapter in adapters.values():
         adapter.load()
-    return ModelConfig(dict(adapters), _input_spec(cfg.input), cfg.certainty)
+    first, *more = (_input_spec(i) for i in cfg.input_list)
+    return ModelConfig(dict(adapters), first, cfg.certainty, tuple(more))
 
 
 def _input_spec(cfg: Any) -> InputSpec:
