@@ -238,7 +238,8 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.http.openapi": ["InferRequest", "InferTensor", "RequestedOutput", "describe", "openapi_document"],
     "cascadeserve.http.stats": ["InferenceStats"],
     "cascadeserve.http.metrics": ["CONTENT_TYPE", "PrometheusObserver"],
-    "cascadeserve.http.server": ["App", "Server", "build_app"],
+    "cascadeserve.http.server": ["App", "Server", "build_app", "cascade_builder", "with_repository"],
+    "cascadeserve.http.repository": ["Builder", "LoadError", "Repository", "RepositoryError"],
     "cascadeserve.http.v2": [
         "DTYPES",
         "HEADER_LENGTH",

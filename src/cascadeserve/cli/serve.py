@@ -73,6 +73,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.app import FrontEnd
 from cascadeserve.http.clipper import ClipperOptions
+from cascadeserve.http.server import cascade_builder, with_repository
 from cascadeserve.plan import GearPlan, load_plan, plan_profile
 from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for, batch_target_s
@@ -233,7 +234,8 @@ def serve(
     ] = None,
     workload: WorkloadOpt = None,
 ) -> None:
-    """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest."""
+    """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest. With
+    --admin-token, POST /v2/repository/models/NAME/load serves more cascades beside it (docs/serving.md)."""
     check_options(max_in_flight, max_wait_slos, capacity_qps, slo_p95_ms, timeout_ms, max_body_bytes, grace_s)
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise CascadeServeError("--ssl-certfile and --ssl-keyfile go together")
@@ -273,30 +275,26 @@ def serve(
     slo = slo_p95_ms
     if slo is None:
         slo = gear_plan.slo.value if gear_plan.slo is not None and gear_plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
+    options = RuntimeOptions(
+        max_in_flight=max_in_flight,
+        max_wait_slos=max_wait_slos or None,
+        capacity_qps=capacity_qps,
+        slo_ms=slo,
+        default_timeout_s=(timeout_ms if timeout_ms is not None else 10 * slo) / 1000.0,
+        tuning=tuning,
+        slowdowns=slowed,
+        **clipper,
+    )
+    served = ServerOptions(
+        max_body_bytes=max_body_bytes, stop_grace_s=grace_s, admin_token=admin_token, auth_token=auth_token
+    )
     built = build_app(
-        prof,
-        gear_plan,
-        models=config,
-        emulate=emulate,
-        name=name,
-        runtime_options=RuntimeOptions(
-            max_in_flight=max_in_flight,
-            max_wait_slos=max_wait_slos or None,
-            capacity_qps=capacity_qps,
-            slo_ms=slo,
-            default_timeout_s=(timeout_ms if timeout_ms is not None else 10 * slo) / 1000.0,
-            tuning=tuning,
-            slowdowns=slowed,
-            **clipper,
-        ),
-        server_options=ServerOptions(
-            max_body_bytes=max_body_bytes, stop_grace_s=grace_s, admin_token=admin_token, auth_token=auth_token
-        ),
-        backend=engine,
-        clipper=layer,
-        replan=replan_options,
-        costs=costs,
-        front_ends=front_ends,
+        prof, gear_plan, models=config, emulate=emulate, name=name, runtime_options=options, server_options=served,
+        backend=engine, clipper=layer, replan=replan_options, costs=costs, front_ends=front_ends,
+    )  # fmt: skip
+    # more cascades beside it: POST /v2/repository/models/<name>/load (admin token), each from its own files
+    built = with_repository(
+        built, served, cascade_builder(runtime_options=options, server_options=served, backend=engine, costs=costs)
     )
     server = Server(
         built,

@@ -39,6 +39,7 @@ from cascadeserve.http.clipper import context_of
 from cascadeserve.http.control import AuthError
 from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel
 from cascadeserve.http.metrics import PrometheusObserver
+from cascadeserve.http.repository import RepositoryError
 from cascadeserve.http.v2 import ProtocolError
 from cascadeserve.runtime import InputSpec, Runtime
 
@@ -50,6 +51,7 @@ _CODES: dict[int, grpc.StatusCode] = {
     401: grpc.StatusCode.UNAUTHENTICATED,
     403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.FAILED_PRECONDITION,  # a repository call on a cascade already served, or stopping
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     499: grpc.StatusCode.CANCELLED,
     500: grpc.StatusCode.INTERNAL,
@@ -57,11 +59,25 @@ _CODES: dict[int, grpc.StatusCode] = {
     503: grpc.StatusCode.UNAVAILABLE,  # stopping; a shed call (with a retry hint) is RESOURCE_EXHAUSTED
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
-# Why an RPC is not served, by name (the rest: the repository, shared memory, trace and log settings)
+# Why an RPC is not served, by name (the rest: shared memory, trace and log settings)
 _WHY_NOT = {
-    "RepositoryModelLoad": "the served cascade is fixed at start-up (hot-swap a plan over HTTP instead)",
-    "RepositoryModelUnload": "the served cascade is fixed at start-up",
+    "RepositoryModelLoad": "this server's cascades are fixed at start-up (hot-swap a plan over HTTP instead)",
+    "RepositoryModelUnload": "this server's cascades are fixed at start-up",
 }
+
+
+class Directory(Protocol):
+    """The cascades a server serves by name, and the repository calls (``http.repository``'s ``Repository``)."""
+
+    def api(self, name: str) -> Any: ...
+
+    def index(self) -> list[dict[str, Any]]: ...
+
+    def check_admin(self, authorization: str | None) -> None: ...
+
+    async def load(self, name: str, params: Any) -> Any: ...
+
+    async def unload(self, name: str) -> None: ...
 
 
 class _Api(Protocol):
@@ -131,10 +147,19 @@ def _unimplemented(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Await
 
 
 class _Servicer:
-    """The RPCs, over the HTTP app's handlers ``api``."""
+    """The RPCs, over the HTTP app's handlers ``api`` (the first cascade's) and, with several cascades, the
+    ``directory`` that finds each one's by name and loads and unloads them."""
 
-    def __init__(self, api: _Api) -> None:
+    def __init__(self, api: _Api, directory: Directory | None = None) -> None:
         self.api = api
+        self.directory = directory
+
+    def _for(self, name: str, version: str) -> _Api:
+        """The handlers of the cascade ``name`` (404 when none is served, or it lacks ``version``)."""
+        api = self.directory.api(name) if self.directory is not None and name else None
+        api = api or self.api
+        api.core.check_name(name, version or None)  # no version: the latest, as Triton reads it
+        return cast(_Api, api)
 
     def __getattr__(self, name: str) -> Any:
         # only for the RPCs not defined below: the generated registration looks up every RPC of the service
@@ -142,8 +167,6 @@ class _Servicer:
             raise AttributeError(name)
         return _unimplemented(name)
 
-    def _model(self, name: str, version: str) -> None:
-        self.api.core.check_name(name, version or None)  # no version: the latest, as Triton reads it
 
     @_rpc(auth=False)
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
@@ -157,10 +180,10 @@ class _Servicer:
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         # Triton answers an unknown model "not ready" (HTTP: 404, which tritonclient.http reads as not ready too)
         try:
-            self._model(request.name, request.version)
+            api = self._for(request.name, request.version)
         except ProtocolError:
             return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=self.api.runtime.readiness().ready)
+        return pb.ModelReadyResponse(ready=api.runtime.readiness().ready)
 
     @_rpc()
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
@@ -170,27 +193,27 @@ class _Servicer:
 
     @_rpc()
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
-        self._model(request.name, request.version)
+        api = self._for(request.name, request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
-            name=self.api.model.name,
+            name=api.model.name,
             versions=["1"],
             platform="cascadeserve",
-            inputs=[tensor(name=i.name, datatype=i.datatype, shape=list(i.shape)) for i in self.api.model.inputs],
+            inputs=[tensor(name=i.name, datatype=i.datatype, shape=list(i.shape)) for i in api.model.inputs],
             outputs=[tensor(name=n, datatype=dt, shape=[-1]) for n, dt in OUTPUTS],
         )
 
     @_rpc()
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
-        self._model(request.name, request.version)
+        api = self._for(request.name, request.version)
         # Triton's batching convention: max_batch_size > 0 and dims without the batch dimension; a [-1] input is
         # dims [1] reshaped to [] (max_batch_size: the most rows admission can ever hold in one call)
-        limit = self.api.runtime.admission_policy.limit
+        limit = api.runtime.admission_policy.limit
         config = mc.ModelConfig(
-            name=self.api.model.name,
+            name=api.model.name,
             platform="cascadeserve",
             max_batch_size=limit if limit is not None else 2**31 - 1,
-            input=[_model_input(spec) for spec in self.api.model.inputs],
+            input=[_model_input(spec) for spec in api.model.inputs],
             output=[
                 mc.ModelOutput(
                     name=n,
@@ -205,26 +228,55 @@ class _Servicer:
 
     @_rpc()
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
-        if request.name:  # no name: every model (the one served)
-            self._model(request.name, request.version)
+        # no name: the first cascade's (HTTP's /v2/models/stats of the server's own app)
+        api = self._for(request.name, request.version) if request.name else self.api
         # the very numbers of HTTP's /stats (Triton's JSON is this message's JSON form)
-        stats = self.api.metrics.stats.render(self.api.model.name)
+        stats = api.metrics.stats.render(api.model.name)
         return cast(pb.ModelStatisticsResponse, json_format.ParseDict(stats, pb.ModelStatisticsResponse()))
 
     @_rpc()
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
-        entry = pb.RepositoryIndexResponse.ModelIndex(name=self.api.model.name, version="1", state="READY")
-        return pb.RepositoryIndexResponse(models=[entry])
+        index = pb.RepositoryIndexResponse.ModelIndex
+        if self.directory is None:
+            return pb.RepositoryIndexResponse(models=[index(name=self.api.model.name, version="1", state="READY")])
+        return pb.RepositoryIndexResponse(models=[index(**row) for row in self.directory.index()])
+
+    @_rpc()
+    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest, context: Any) -> Any:
+        """Load a cascade (admin token in the metadata): ``parameters`` as HTTP's load takes them (``config``, as
+        tritonclient sends it, or ``plan``, ``profile``, ``models``, ``emulate``)."""
+        directory = self._repository(context)
+        params = {k: _parameter(v) for k, v in request.parameters.items()}
+        try:
+            await directory.load(request.model_name, params)
+        except RepositoryError as e:
+            raise ProtocolError(e.message, e.status) from None
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc()
+    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest, context: Any) -> Any:
+        directory = self._repository(context)
+        try:
+            await directory.unload(request.model_name)
+        except RepositoryError as e:
+            raise ProtocolError(e.message, e.status) from None
+        return pb.RepositoryModelUnloadResponse()
+
+    def _repository(self, context: Any) -> Directory:
+        if self.directory is None:
+            raise ProtocolError(f"the repository is fixed: {_WHY_NOT['RepositoryModelLoad']}", 403)
+        self.directory.check_admin(dict(context.invocation_metadata() or ()).get("authorization"))
+        return self.directory
 
     async def _infer(self, request: pb.ModelInferRequest, metadata: dict[str, str]) -> pb.ModelInferResponse:
-        core = self.api.core
-        self._model(request.model_name, request.model_version)
+        api = self._for(request.model_name, request.model_version)
+        core = api.core
         core.shed_early()
         inputs, datatypes = decode_inputs(request)
         params = decode_parameters(request.parameters)
         # a cancelled call (client gone, deadline passed) cancels this coroutine: the core drops its waiting rows
         done = await core.infer(inputs, params, context_of(params, metadata), request.id or None, datatypes=datatypes)
-        return encode_response(self.api.model.name, request.id, done, [o.name for o in request.outputs])
+        return encode_response(api.model.name, request.id, done, [o.name for o in request.outputs])
 
     @_rpc()
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
@@ -271,12 +323,13 @@ class GrpcFrontEnd:
         self.requested_port = port
         self.tls = tls
         self.port: int | None = None
+        self.directory: Directory | None = None  # several cascades: set by the repository that serves them
         self._server: Any = None
 
     async def start(self, api: _Api) -> None:
         limit = api.opts.max_body_bytes  # the HTTP body limit: past it gRPC answers RESOURCE_EXHAUSTED itself
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(api), server)
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(api, self.directory), server)
         host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
         address = f"{host}:{self.requested_port}"
         if self.tls is None:
@@ -297,3 +350,10 @@ def _model_input(spec: InputSpec) -> mc.ModelInput:
     dims, reshape = (list(spec.shape[1:]), None) if len(spec.shape) > 1 else ([1], mc.ModelTensorReshape())
     dtype = mc.DataType.Value("TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}")
     return mc.ModelInput(name=spec.name, data_type=dtype, dims=dims, reshape=reshape)
+
+
+def _parameter(p: Any) -> Any:
+    """A ``ModelRepositoryParameter``'s value (bool, int, string or bytes)."""
+    kind = p.WhichOneof("parameter_choice")
+    value = getattr(p, kind) if kind is not None else None
+    return value.decode() if isinstance(value, bytes) else value

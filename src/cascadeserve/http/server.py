@@ -13,6 +13,7 @@ lifespan; :attr:`Server.grpc_port` is the gRPC one's port once started.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from cascadeserve.http.control import check_plan
 from cascadeserve.http.costs import CostCollector
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.replan import ReplanCollector
+from cascadeserve.http.repository import Builder, LoadError, Repository
 from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.costs import CostSettings
@@ -47,7 +49,7 @@ from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.observer import Fanout
 from cascadeserve.runtime.replanner import Replanner, ReplanOptions
 
-__all__ = ["App", "Server", "build_app"]
+__all__ = ["App", "Server", "build_app", "cascade_builder", "with_repository"]
 
 
 @dataclass
@@ -61,6 +63,74 @@ class App:
     replanner: Replanner | None = None
     costs: CostMonitor | None = None
     front_ends: tuple[FrontEnd, ...] = ()
+    repository: Repository | None = None  # several cascades behind the app (with_repository)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether a cascade the app serves still admits requests (a shutdown has not begun)."""
+        return self.runtime.accepting or (self.repository is not None and self.repository.accepting)
+
+    def begin_shutdown(self) -> None:
+        """Not ready, admit nothing, drain: every cascade the app serves."""
+        if self.repository is not None:
+            self.repository.begin_shutdown()
+        elif self.runtime.accepting:
+            self.runtime.begin_shutdown()
+
+
+_LOAD_KEYS = ("plan", "profile", "models", "emulate")
+
+
+def cascade_builder(
+    *,
+    runtime_options: RuntimeOptions | None = None,
+    server_options: ServerOptions | None = None,
+    backend: Backend | None = None,
+    costs: CostSettings | None = None,
+) -> Builder:
+    """How the repository API builds a cascade to load: from the load request's ``parameters`` (``plan``,
+    ``profile`` and ``models`` paths on this machine, or ``emulate: true`` instead of ``models``), served with these
+    options; its latency objective and default deadline come from its own plan (ten SLOs, as ``serve``'s)."""
+    from cascadeserve.plan import load_plan, plan_profile  # deferred: the repository API is rarely used
+    from cascadeserve.policy import DEFAULT_SLO_MS
+    from cascadeserve.profile import load_profile
+    from cascadeserve.runtime import load_model_config
+
+    base = runtime_options or RuntimeOptions()
+
+    def build(name: str, params: Mapping[str, Any]) -> App:
+        unknown = sorted(set(params) - set(_LOAD_KEYS))
+        if unknown:
+            raise LoadError(f"parameters.{unknown[0]}: unknown (give {', '.join(_LOAD_KEYS)})")
+        emulate = params.get("emulate", False)
+        if not isinstance(emulate, bool):
+            raise LoadError("parameters.emulate: true or false")
+        for key in ("plan", "profile") if emulate else ("plan", "profile", "models"):
+            if not isinstance(params.get(key), str):
+                raise LoadError(f"parameters.{key}: a path on the server is required")
+        profile = load_profile(params["profile"])
+        plan = load_plan(params["plan"], profile)
+        slo = plan.slo.value if plan.slo is not None and plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
+        options = dataclasses.replace(
+            base, slo_ms=slo, default_timeout_s=10 * slo / 1000.0, capacity_qps=None, tuning=None, slowdowns=None
+        )
+        models = None if emulate else load_model_config(params["models"])
+        return build_app(
+            plan_profile(profile, plan), plan, models=models, emulate=emulate, name=name, runtime_options=options,
+            server_options=server_options, backend=backend, costs=costs,
+        )  # fmt: skip
+
+    return build
+
+
+def with_repository(app: App, options: ServerOptions | None = None, build: Builder | None = None) -> App:
+    """``app`` as the first cascade of a :class:`~cascadeserve.http.repository.Repository`: the repository API
+    loads and unloads others beside it (``build`` makes them; ``None``: the set is fixed)."""
+    repo = Repository(app, options or ServerOptions(), build)
+    for front in app.front_ends:  # the gRPC front end finds every cascade by name, and loads and unloads them
+        if hasattr(front, "directory"):
+            front.directory = repo
+    return dataclasses.replace(app, asgi=repo, repository=repo)
 
 
 def build_app(
@@ -153,9 +223,9 @@ def build_app(
 class _DrainingServer(uvicorn.Server):
     """uvicorn, but a shutdown signal first tells the runtime to drain its queues."""
 
-    def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
+    def __init__(self, config: uvicorn.Config, app: App) -> None:
         super().__init__(config)
-        self.runtime = runtime
+        self.app = app
         self.loop: asyncio.AbstractEventLoop | None = None
         self.on_listening: Callable[[], None] | None = None  # called once the socket is bound (the CLI's banner)
 
@@ -166,8 +236,8 @@ class _DrainingServer(uvicorn.Server):
             self.on_listening()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self.loop is not None and self.runtime.accepting:
-            self.loop.call_soon_threadsafe(self.runtime.begin_shutdown)  # not ready, admit nothing, drain
+        if self.loop is not None and self.app.accepting:
+            self.loop.call_soon_threadsafe(self.app.begin_shutdown)  # not ready, admit nothing, drain
         super().handle_exit(sig, frame)
 
 
@@ -197,7 +267,7 @@ class Server:
         )
         self.tls = ssl_certfile is not None
         self.app = app
-        self.server = _DrainingServer(config, app.runtime)
+        self.server = _DrainingServer(config, app)
         self._thread: threading.Thread | None = None
 
     @property
@@ -243,8 +313,8 @@ class Server:
         return self
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        if self.server.loop is not None and self.app.runtime.accepting:
-            self.server.loop.call_soon_threadsafe(self.app.runtime.begin_shutdown)
+        if self.server.loop is not None and self.app.accepting:
+            self.server.loop.call_soon_threadsafe(self.app.begin_shutdown)
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout_s)

@@ -1,0 +1,412 @@
+"""Several cascades in one server, and Triton's model repository API over them.
+
+A :class:`Repository` is the ASGI app ``serve`` runs: it holds one served cascade per name (each an
+:class:`~cascadeserve.http.server.App` with its own plan, runtime, queues, devices and metrics) and sends each
+request to the cascade it names:
+
+* ``/v2/models/<name>/...`` (infer, metadata, ready, stats) to that cascade; an unknown name is a 404 listing the
+  served ones;
+* ``POST /v1/completions`` and ``/v1/chat/completions`` by the body's ``model``; ``GET /v1/models`` lists them all;
+* ``GET /metrics``: every cascade's metrics, each sample labelled ``cascade="<name>"``;
+* ``/v2/health/ready``: ready while every cascade is (Triton's rule); live while the process is;
+* ``POST /v2/repository/index``: each cascade with its state (``READY``, or ``UNAVAILABLE`` with a reason while it
+  unloads);
+* ``POST /v2/repository/models/<name>/load`` (admin token): builds the cascade from its files, given as
+  ``{"parameters": {"plan": PATH, "profile": PATH, "models": PATH}}`` (or ``"emulate": true`` instead of
+  ``models``; tritonclient's ``load_model(name, config=...)`` sends the same object as the JSON string
+  ``parameters.config``), starts it and serves it under ``<name>``; the cascades already served keep serving
+  meanwhile (the models load on a worker thread);
+* ``POST /v2/repository/models/<name>/unload`` (admin token): stops admitting to it (its readiness turns false),
+  lets what it admitted finish within the server's grace period, stops it and forgets it;
+* anything else (the plan and cost endpoints, Clipper's REST, the OpenAPI document) to the first cascade, or to
+  the one a ``?model=<name>`` query names.
+
+Loading and unloading change which cascades exist, never a request in flight: a request is routed once, on
+arrival, to a cascade that stays until what it admitted has been answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qs
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
+
+from cascadeserve.http.app import ServerOptions
+from cascadeserve.http.control import AuthError, check_bearer
+from cascadeserve.http.metrics import CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from cascadeserve.http.infer import ServedModel
+    from cascadeserve.http.metrics import PrometheusObserver
+    from cascadeserve.runtime import Runtime
+
+
+class App(Protocol):
+    """What the repository needs of a served cascade (:class:`cascadeserve.http.server.App`)."""
+
+    @property
+    def asgi(self) -> Any: ...
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def metrics(self) -> PrometheusObserver: ...
+
+    @property
+    def model(self) -> ServedModel: ...
+
+__all__ = ["Builder", "LoadError", "Repository", "RepositoryError"]
+
+Builder = Callable[[str, Mapping[str, Any]], App]
+"""Builds a cascade named by its first argument from the load request's ``parameters`` (raises :class:`LoadError`
+naming the parameter, or any error, which becomes a 400 naming the cascade)."""
+
+_MODEL = re.compile(r"^/v2/models/([^/]+)(?:/.*)?$")
+_CONTROL = re.compile(r"^/v2/repository/models/([^/]+)/(load|unload)$")
+
+
+class LoadError(Exception):
+    """A load request the builder refuses (400), naming the parameter."""
+
+
+class RepositoryError(Exception):
+    """A repository call refused: its HTTP status and a message naming the model or parameter (the gRPC front end
+    maps the status to its code)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+def _error(message: str, status: int) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class _Lifespan:
+    """Drives one cascade's ASGI lifespan (its runtime and front ends start and stop with it) from the outside."""
+
+    def __init__(self, asgi: Any) -> None:
+        self.asgi = asgi
+        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._outbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _step(self, kind: str) -> None:
+        await self._inbox.put({"type": f"lifespan.{kind}"})
+        reply = await self._outbox.get()
+        if reply["type"].endswith(".failed"):
+            raise RuntimeError(reply.get("message") or f"the cascade's {kind} failed")
+
+    async def start(self) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+        self._task = asyncio.create_task(self.asgi(scope, self._inbox.get, self._outbox.put))
+        await self._step("startup")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await self._step("shutdown")
+            await self._task
+
+
+@dataclass
+class _Entry:
+    app: App
+    lifespan: _Lifespan | None = None  # None: the first cascade, whose lifespan is the server's own
+    unloading: bool = False
+
+
+@dataclass
+class Repository:
+    """The cascades one server serves, by name (module docstring). ``first`` is served from start-up, under its
+    own lifespan (the server's); ``build`` makes the cascades that ``load`` requests name (``None``: the
+    repository is fixed, and load answers 403)."""
+
+    first: App
+    options: ServerOptions = field(default_factory=ServerOptions)
+    build: Builder | None = None
+    _entries: dict[str, _Entry] = field(init=False, default_factory=dict)
+    _busy: set[str] = field(init=False, default_factory=set)  # names being loaded or unloaded
+
+    def __post_init__(self) -> None:
+        self._entries[self.first.model.name] = _Entry(self.first)
+        self.default = self.first.model.name
+
+    # -- what is served ---------------------------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def app(self, name: str) -> App | None:
+        entry = self._entries.get(name)
+        return None if entry is None or entry.unloading else entry.app
+
+    @property
+    def accepting(self) -> bool:
+        return any(e.app.runtime.accepting for e in self._entries.values())
+
+    def begin_shutdown(self) -> None:
+        """Every cascade: not ready, admit nothing, drain (the server's shutdown signal)."""
+        for entry in self._entries.values():
+            if entry.app.runtime.accepting:
+                entry.app.runtime.begin_shutdown()
+
+    # -- ASGI -------------------------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            await self.first.asgi(scope, receive, send)
+            return
+        target, response = await self._route(scope, receive)
+        if response is not None:
+            await response(scope, receive, send)
+            return
+        assert target is not None
+        body = scope.pop("_body", None)  # read to route it by its model: given again to the cascade
+        await target(scope, receive if body is None else replaying(body, receive), send)
+
+    async def _route(self, scope: Scope, receive: Receive) -> tuple[Any, Response | None]:
+        path, method = scope["path"], scope["method"]
+        if path == "/metrics":
+            return None, self._metrics(scope)
+        if path == "/v2/health/ready":
+            return None, self._ready()
+        if path == "/v2/repository/index" and method in ("POST", "GET"):
+            return None, self._auth(scope) or self._index()
+        if m := _CONTROL.match(path):
+            if method != "POST":
+                return None, _error(f"{path} takes POST", 405)
+            return None, self._admin(scope) or await self._control(m.group(1), m.group(2), receive, scope)
+        if m := _MODEL.match(path):
+            app = self.app(m.group(1))
+            if app is None:
+                return None, self._unknown(m.group(1))
+            return app.asgi, None
+        if path == "/v1/models" and len(self._entries) > 1:
+            return None, self._auth(scope) or self._models()
+        if path in ("/v1/completions", "/v1/chat/completions") and method == "POST" and len(self._entries) > 1:
+            body = await _read(receive)
+            scope["_body"] = body
+            name = _body_model(body)
+            app = self.app(name) if name is not None else None
+            return (app or self.first).asgi, None  # an unknown model: the first cascade answers OpenAI's 404
+        name = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("model", [None])[0]
+        if name is not None:
+            app = self.app(name)
+            return (None, self._unknown(name)) if app is None else (app.asgi, None)
+        return self.first.asgi, None
+
+    # -- repository endpoints ----------------------------------------------------------------------------------
+    def _unknown(self, name: str) -> Response:
+        served = ", ".join(repr(n) for n in self.names)
+        return _error(f"unknown model {name!r}; this server serves {served}", 404)
+
+    def _auth(self, scope: Scope) -> Response | None:
+        if self.options.auth_token is None:
+            return None
+        tokens = tuple(t for t in (self.options.auth_token, self.options.admin_token) if t)
+        return _check(scope, tokens)
+
+    def _admin(self, scope: Scope) -> Response | None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        try:
+            self.check_admin(headers.get("authorization"))
+        except AuthError as e:
+            return _error(str(e), e.status)
+        return None
+
+    def index(self) -> list[dict[str, Any]]:
+        """Each cascade with its state: ``READY``, or ``UNAVAILABLE`` (with a reason) while it stops."""
+        rows = []
+        for name, entry in self._entries.items():
+            state = "UNAVAILABLE" if entry.unloading or not entry.app.runtime.accepting else "READY"
+            row: dict[str, Any] = {"name": name, "version": "1", "state": state}
+            if entry.unloading:
+                row["reason"] = "unloading"
+            rows.append(row)
+        return rows
+
+    def _index(self) -> Response:
+        return JSONResponse(self.index())
+
+    def check_admin(self, authorization: str | None) -> None:
+        """Pass when ``authorization`` carries the admin token; raise AuthError (401/403) otherwise, or 403 when
+        the server has none (the repository is then read-only)."""
+        if self.options.admin_token is None:
+            raise AuthError("the repository API is off: start the server with --admin-token", 403)
+        check_bearer(authorization, (self.options.admin_token,), what="the repository API")
+
+    def api(self, name: str) -> Any:
+        """The request handlers of the cascade ``name`` (the gRPC front end's), or ``None`` when none is served."""
+        app = self.app(name)
+        return None if app is None else getattr(app.asgi, "api", None)
+
+    def _ready(self) -> Response:
+        for name, entry in self._entries.items():
+            state = entry.app.runtime.readiness()
+            if not entry.unloading and not state.ready:
+                return JSONResponse({"ready": False, "reason": f"{name}: {state.reason}"}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    def _models(self) -> Response:
+        data = [{"id": n, "object": "model", "owned_by": "cascadeserve"} for n in self.names if self.app(n)]
+        return JSONResponse({"object": "list", "data": data})
+
+    def _metrics(self, scope: Scope) -> Response:
+        if (bad := self._auth(scope)) is not None:
+            return bad
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Labelled({n: e.app for n, e in self._entries.items()}))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+
+    async def _control(self, name: str, action: str, receive: Receive, scope: Scope) -> Response:
+        try:
+            if action == "unload":
+                await self.unload(name)
+                return JSONResponse({"unloaded": name})
+            try:
+                params = json.loads(await _read(receive) or b"{}").get("parameters", {})
+            except (ValueError, AttributeError):
+                return _error("body: expected a JSON object, optionally with 'parameters'", 400)
+            app = await self.load(name, params)
+        except RepositoryError as e:
+            return _error(e.message, e.status)
+        return JSONResponse({"loaded": name, "models": list(app.runtime.plan.models())})
+
+    async def load(self, name: str, params: Any) -> App:
+        """Build the cascade ``name`` from the load ``params`` (module docstring), start it and serve it; raise
+        :class:`RepositoryError` naming what is wrong. The other cascades keep serving meanwhile."""
+        if self.build is None:
+            raise RepositoryError("this server's cascades are fixed at start-up", 403)
+        if name in self._busy:
+            raise RepositoryError(f"model {name!r} is being loaded or unloaded; try again once that is done", 409)
+        if name in self._entries:
+            raise RepositoryError(f"model {name!r} is already served; unload it first", 409)
+        if not isinstance(params, dict):
+            raise RepositoryError("parameters: expected an object", 400)
+        if "config" in params:  # tritonclient's load_model(name, config=JSON): the same parameters, as one string
+            try:
+                params = json.loads(params["config"])
+            except (TypeError, ValueError):
+                params = None
+            if not isinstance(params, dict):
+                raise RepositoryError(
+                    "parameters.config: expected a JSON object (plan, profile, models or emulate)", 400
+                )
+        self._busy.add(name)
+        try:  # reading files and loading models blocks: a worker thread, so the other cascades keep serving
+            app = await asyncio.to_thread(self.build, name, params)
+            lifespan = _Lifespan(app.asgi)
+            await lifespan.start()
+        except LoadError as e:
+            raise RepositoryError(f"model {name!r}: {e}", 400) from None
+        except Exception as e:  # a bad file, a model that fails to load: the load fails, nothing else does
+            raise RepositoryError(f"model {name!r} did not load: {type(e).__name__}: {e}", 400) from None
+        finally:
+            self._busy.discard(name)
+        self._entries[name] = _Entry(app, lifespan)
+        return app
+
+    async def unload(self, name: str) -> None:
+        """Stop admitting to the cascade ``name``, let what it admitted finish (the grace period), stop it and
+        forget it; raise :class:`RepositoryError` for the first cascade, an unknown one or one already stopping."""
+        entry = self._entries.get(name)
+        if entry is None:
+            served = ", ".join(repr(n) for n in self.names)
+            raise RepositoryError(f"unknown model {name!r}; this server serves {served}", 404)
+        if entry.lifespan is None:
+            raise RepositoryError(f"model {name!r} is the server's first cascade; stop the server to stop it", 409)
+        if name in self._busy:
+            raise RepositoryError(f"model {name!r} is being loaded or unloaded; try again once that is done", 409)
+        self._busy.add(name)
+        try:
+            entry.unloading = True  # new requests for it: 404; what it admitted finishes (runtime.stop's grace)
+            entry.app.runtime.begin_shutdown()
+            await entry.lifespan.stop()
+            del self._entries[name]
+        finally:
+            self._busy.discard(name)
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def on_send(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":  # the loaded cascades stop before the first
+                for entry in list(self._entries.values()):
+                    if entry.lifespan is not None:
+                        entry.app.runtime.begin_shutdown()
+                        await entry.lifespan.stop()
+            await send(message)
+
+        await self.first.asgi(scope, receive, on_send)
+
+
+class _Labelled(Collector):
+    """Every cascade's metric families merged by name, each sample labelled with its cascade."""
+
+    def __init__(self, apps: Mapping[str, App]) -> None:
+        self.apps = apps
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for name, app in self.apps.items():
+            for family in app.metrics.registry.collect():
+                out = merged.get(family.name)
+                if out is None:
+                    out = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                for s in family.samples:
+                    out.add_sample(s.name, {**s.labels, "cascade": name}, s.value, s.timestamp, s.exemplar)
+        yield from merged.values()
+
+
+def _check(scope: Scope, tokens: tuple[str, ...]) -> Response | None:
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    try:
+        check_bearer(headers.get("authorization"), tokens, what="this endpoint")
+    except AuthError as e:
+        return _error(str(e), e.status)
+    return None
+
+
+async def _read(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _body_model(body: bytes) -> str | None:
+    try:
+        model = json.loads(body).get("model")
+    except (ValueError, AttributeError):
+        return None
+    return model if isinstance(model, str) else None
+
+
+def replaying(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
+    """A ``receive`` that gives ``body`` once (already read, to route the request), then what ``receive`` gives."""
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
