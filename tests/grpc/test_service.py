@@ -46,6 +46,12 @@ def test_health_metadata_config_and_repository_index(toy_profile: Profile) -> No
         assert config["max_batch_size"] == server.app.runtime.admission_policy.limit == 4096
         assert config["input"][0]["name"] == "sample_id" and config["input"][0]["data_type"] == "TYPE_INT64"
         assert [o["name"] for o in config["output"]] == ["label", "certainty", "model"]
+        http_config = th.InferenceServerClient(server.url.removeprefix("http://")).get_model_config("toy")
+        assert http_config["max_batch_size"] == 4096 and http_config["input"] == [
+            {"name": "sample_id", "data_type": "TYPE_INT64", "dims": [1], "reshape": {}}
+        ]
+        assert http_config["parameters"]["models"] == config["parameters"]["models"] == {"string_value": "m0,m1"}
+        assert config["parameters"]["gears"] == {"string_value": str(len(server.app.runtime.plan.gears))}
         index = c.get_model_repository_index(as_json=True)
         assert index["models"] == [{"name": "toy", "version": "1", "state": "READY"}]
 

@@ -122,6 +122,9 @@ def test_http_json_binary_and_grpc_answer_as_the_model_alone(
     ]
     names = [i["name"] for i in hc.get_model_metadata("minilm")["inputs"]]
     assert names == ["input_ids", "attention_mask"]
+    config = hc.get_model_config("minilm")
+    assert [(i["name"], i["dims"]) for i in config["input"]] == [("input_ids", [LENGTH]), ("attention_mask", [LENGTH])]
+    assert [i.name for i in gc.get_model_config("minilm").config.input] == ["input_ids", "attention_mask"]
 
 
 def test_bad_inputs_name_the_input(server: Server, texts: list[str]) -> None:

@@ -23,7 +23,6 @@ from cascadeserve.http.server import cascade_builder, with_repository
 from cascadeserve.profile import Profile, save_profile
 from cascadeserve.runtime import RuntimeOptions
 
-
 GRPC_ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}  # gRPC metadata keys are lower case
 
 

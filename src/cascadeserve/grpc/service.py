@@ -37,11 +37,11 @@ from cascadeserve.grpc.tensors import decode_inputs, decode_parameters, encode_r
 from cascadeserve.http.app import ServerOptions
 from cascadeserve.http.clipper import context_of
 from cascadeserve.http.control import AuthError
-from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel
+from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel, model_config
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.repository import RepositoryError
 from cascadeserve.http.v2 import ProtocolError
-from cascadeserve.runtime import InputSpec, Runtime
+from cascadeserve.runtime import Runtime
 
 __all__ = ["GrpcFrontEnd"]
 
@@ -206,24 +206,7 @@ class _Servicer:
     @_rpc()
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         api = self._for(request.name, request.version)
-        # Triton's batching convention: max_batch_size > 0 and dims without the batch dimension; a [-1] input is
-        # dims [1] reshaped to [] (max_batch_size: the most rows admission can ever hold in one call)
-        limit = api.runtime.admission_policy.limit
-        config = mc.ModelConfig(
-            name=api.model.name,
-            platform="cascadeserve",
-            max_batch_size=limit if limit is not None else 2**31 - 1,
-            input=[_model_input(spec) for spec in api.model.inputs],
-            output=[
-                mc.ModelOutput(
-                    name=n,
-                    data_type=mc.DataType.Value("TYPE_STRING" if dt == "BYTES" else f"TYPE_{dt}"),
-                    dims=[1],
-                    reshape=mc.ModelTensorReshape(),
-                )
-                for n, dt in OUTPUTS
-            ],
-        )
+        config = json_format.ParseDict(model_config(api.model, api.runtime), mc.ModelConfig())  # HTTP's /config
         return pb.ModelConfigResponse(config=config)
 
     @_rpc()
@@ -343,13 +326,6 @@ class GrpcFrontEnd:
         if self._server is not None:
             await self._server.stop(grace_s)  # refuse new calls; cancel those still running after the grace
             self._server = None
-
-
-def _model_input(spec: InputSpec) -> mc.ModelInput:
-    """One input tensor in Triton's model config (dims without the batch dimension)."""
-    dims, reshape = (list(spec.shape[1:]), None) if len(spec.shape) > 1 else ([1], mc.ModelTensorReshape())
-    dtype = mc.DataType.Value("TYPE_STRING" if spec.datatype == "BYTES" else f"TYPE_{spec.datatype}")
-    return mc.ModelInput(name=spec.name, data_type=dtype, dims=dims, reshape=reshape)
 
 
 def _parameter(p: Any) -> Any:

@@ -7,6 +7,7 @@ Routes::
     GET  /v2/models/{name}[/versions/{v}]/ready
     POST /v2/models/{name}[/versions/{v}]/infer  a batch of rows in one request; JSON or binary tensors
     GET  /v2/models/{name}[/versions/{v}]/stats  Triton's model statistics (tritonclient.get_inference_statistics)
+    GET  /v2/models/{name}[/versions/{v}]/config Triton's model config (inputs, outputs, max batch, the plan)
     GET  /v2/models/stats                        the same, for every model
     GET  /metrics                                Prometheus text format
     GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one (admin token)
@@ -54,7 +55,7 @@ from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
 from cascadeserve.http.fastpath import InferFastPath, answered_or_gone, read_body, server_error
-from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel
+from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel, model_config
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
@@ -226,6 +227,13 @@ class _Api:
             return bad
         return JSONResponse(self.metrics.stats.render(self.model.name))
 
+    @describe(responses=(401, 403, 404), secured=True)
+    async def model_config(self, request: Request) -> Response:
+        """Triton's model config: inputs, outputs, max batch size, and the gear plan in force summed up."""
+        if (bad := self._check_name(request)) is not None:
+            return bad
+        return JSONResponse(model_config(self.model, self.runtime))
+
     @describe(responses=(401, 403), secured=True)
     async def all_stats(self, request: Request) -> Response:
         """Triton's model statistics for every model this server serves."""
@@ -358,6 +366,7 @@ def model_routes(api: _Api) -> list[BaseRoute]:
             Route(base, api.model_metadata, methods=["GET"]),
             Route(base + "/ready", api.model_ready, methods=["GET"]),
             Route(base + "/stats", api.model_stats, methods=["GET"]),
+            Route(base + "/config", api.model_config, methods=["GET"]),
             Route(base + "/infer", api.infer, methods=["POST"]),
         ]
     return routes

@@ -28,7 +28,7 @@ from cascadeserve.http.v2 import DTYPES, OutputTensor, ProtocolError
 from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
 
-__all__ = ["OUTPUTS", "InferCore", "InferError", "Inferred", "ServedModel"]
+__all__ = ["OUTPUTS", "InferCore", "InferError", "Inferred", "ServedModel", "model_config"]
 
 # The outputs every served cascade has, in order (name, datatype): the metadata of both front ends lists them
 OUTPUTS: tuple[tuple[str, str], ...] = (("label", "INT64"), ("certainty", "FP32"), ("model", "BYTES"))
@@ -52,6 +52,41 @@ class ServedModel:
     def inputs(self) -> tuple[InputSpec, ...]:
         """Every input tensor clients send, in order."""
         return (self.input, *self.more_inputs)
+
+
+def _tensor(name: str, datatype: str, shape: Sequence[int]) -> dict[str, Any]:
+    """One tensor in Triton's model config: dims without the batch dimension; a ``[-1]`` tensor is dims ``[1]``
+    reshaped to ``[]`` (Triton's batching convention)."""
+    out: dict[str, Any] = {"name": name, "data_type": "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"}
+    if len(shape) > 1:
+        out["dims"] = list(shape[1:])
+    else:
+        out["dims"], out["reshape"] = [1], {}
+    return out
+
+
+def model_config(model: ServedModel, runtime: Runtime) -> dict[str, Any]:
+    """Triton's model config of a served cascade, in its JSON form (HTTP's ``/config``; the gRPC front end parses it
+    into its message): inputs, outputs, the most rows admission can ever hold in one call as ``max_batch_size``,
+    and the gear plan in force summed up in ``parameters``."""
+    plan = runtime.plan
+    limit = runtime.admission_policy.limit
+    summary = {
+        "models": ",".join(plan.models()),
+        "gears": str(len(plan.gears)),
+        "devices": ",".join(d.name for d in plan.devices),
+        "max_qps": f"{plan.max_qps:g}",
+        "slo": "" if plan.slo is None else str(plan.slo),
+        "emulated": str(model.emulated).lower(),
+    }
+    return {
+        "name": model.name,
+        "platform": "cascadeserve",
+        "max_batch_size": limit if limit is not None else 2**31 - 1,
+        "input": [_tensor(i.name, i.datatype, i.shape) for i in model.inputs],
+        "output": [_tensor(n, dt, (-1,)) for n, dt in OUTPUTS],
+        "parameters": {k: {"string_value": v} for k, v in summary.items()},
+    }
 
 
 class InferError(ProtocolError):
