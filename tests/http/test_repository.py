@@ -92,6 +92,8 @@ def test_load_serve_and_unload_a_second_cascade_while_the_first_serves(
         assert client.is_model_ready("b") and client.get_model_metadata("b")["name"] == "b"
         text = httpx.get(f"{url}/metrics", timeout=60).text
         assert 'cascadeserve_admitted_total{cascade="a"}' in text and 'cascadeserve_admitted_total{cascade="b"}' in text
+        stats = client.get_inference_statistics()["model_stats"]
+        assert [m["name"] for m in stats] == ["a", "b"] and stats[1]["inference_count"] == 1
         models = httpx.get(f"{url}/v1/models", timeout=60).json()["data"]
         assert [m["id"] for m in models] == ["a", "b"]
         client.unload_model("b", headers=ADMIN)

@@ -9,6 +9,7 @@ request to the cascade it names:
 * ``POST /v1/completions`` and ``/v1/chat/completions`` by the body's ``model``; ``GET /v1/models`` lists them all;
 * ``GET /metrics``: every cascade's metrics, each sample labelled ``cascade="<name>"``;
 * ``/v2/health/ready``: ready while every cascade is (Triton's rule); live while the process is;
+* ``GET /v2/models/stats``: Triton's statistics of every cascade;
 * ``POST /v2/repository/index``: each cascade with its state (``READY``, or ``UNAVAILABLE`` with a reason while it
   unloads);
 * ``POST /v2/repository/models/<name>/load`` (admin token): builds the cascade from its files, given as
@@ -185,9 +186,11 @@ class Repository:
             return None, self._ready()
         if path == "/v2/repository/index" and method in ("POST", "GET"):
             return None, self._auth(scope) or self._index()
+        if path == "/v2/models/stats" and len(self._entries) > 1:  # Triton's statistics of every model
+            return None, self._auth(scope) or self._stats()
         if m := _CONTROL.match(path):
             if method != "POST":
-                return None, _error(f"{path} takes POST", 405)
+                return None, JSONResponse({"error": f"{path} takes POST"}, status_code=405, headers={"Allow": "POST"})
             return None, self._admin(scope) or await self._control(m.group(1), m.group(2), receive, scope)
         if m := _MODEL.match(path):
             app = self.app(m.group(1))
@@ -259,6 +262,10 @@ class Repository:
             if not entry.unloading and not state.ready:
                 return JSONResponse({"ready": False, "reason": f"{name}: {state.reason}"}, status_code=503)
         return JSONResponse({"ready": True})
+
+    def _stats(self) -> Response:
+        rows = [row for n, e in self._entries.items() for row in e.app.metrics.stats.render(n)["model_stats"]]
+        return JSONResponse({"model_stats": rows})
 
     def _models(self) -> Response:
         data = [{"id": n, "object": "model", "owned_by": "cascadeserve"} for n in self.names if self.app(n)]
