@@ -61,3 +61,19 @@ def test_init_then_up_serves_the_example_and_a_second_up_skips_both(
     assert run(["up", str(d), "--no-serve"]) == 0
     assert "profile up to date, plan up to date" in capsys.readouterr().out
     assert state.plan.stat().st_mtime_ns == plan_mtime
+
+    # the planned workload is what a repository entry holds: serve's load resolves it to up's files
+    from cascadeserve.cli.serve_checks import workload_files
+    from cascadeserve.http.repository import LoadError
+
+    wl = str(load_workload(d).path)
+    files = {"plan": str(state.plan), "profile": str(state.profile), "emulate": False}
+    assert workload_files({"workload": wl}) == {**files, "models": str(state.models_config())}
+    assert workload_files({"workload": wl, "emulate": True}) == {**files, "emulate": True}
+    assert workload_files({"plan": "p.json"}) == {"plan": "p.json"}  # no workload: as given
+    with pytest.raises(LoadError, match=r"parameters\.workload: give it alone"):
+        workload_files({"workload": wl, "plan": "p.json"})
+    fresh = tmp_path / "fresh"
+    assert run(["init", str(fresh)]) == 0
+    with pytest.raises(LoadError, match="is not planned yet"):
+        workload_files({"workload": str(fresh)})

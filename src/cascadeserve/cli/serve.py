@@ -68,6 +68,7 @@ from cascadeserve.cli.serve_checks import (
     measure_costs,
     slowdowns,
     thread_note,
+    workload_files,
 )
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
@@ -293,9 +294,8 @@ def serve(
         backend=engine, clipper=layer, replan=replan_options, costs=costs, front_ends=front_ends,
     )  # fmt: skip
     # more cascades beside it: POST /v2/repository/models/<name>/load (admin token), each from its own files
-    built = with_repository(
-        built, served, cascade_builder(runtime_options=options, server_options=served, backend=engine, costs=costs)
-    )
+    build = cascade_builder(runtime_options=options, server_options=served, backend=engine, costs=costs)
+    built = with_repository(built, served, lambda name, params: build(name, workload_files(params)))
     server = Server(
         built,
         host,

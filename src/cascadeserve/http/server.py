@@ -90,7 +90,8 @@ def cascade_builder(
 ) -> Builder:
     """How the repository API builds a cascade to load: from the load request's ``parameters`` (``plan``,
     ``profile`` and ``models`` paths on this machine, or ``emulate: true`` instead of ``models``), served with these
-    options; its latency objective and default deadline come from its own plan (ten SLOs, as ``serve``'s)."""
+    options; its latency objective and default deadline come from its own plan (ten SLOs, as ``serve``'s).
+    (``serve`` also takes ``workload``: :func:`cascadeserve.cli.serve_checks.workload_files`.)"""
     from cascadeserve.plan import load_plan, plan_profile  # deferred: the repository API is rarely used
     from cascadeserve.policy import DEFAULT_SLO_MS
     from cascadeserve.profile import load_profile
