@@ -45,7 +45,8 @@ def test_every_route_is_in_the_document(server: Server) -> None:
     }
     assert {"400", "413", "503"} <= set(infer["responses"])
     assert doc["paths"]["/v2/cascade/plan"]["put"]["security"] == [{"bearer": []}]
-    assert len(ROUTERS) == 6  # health, models, plans, costs, OpenAI, metrics: a new router is picked up the same way
+    assert len(ROUTERS) == 7  # health, models, repository, plans, costs, OpenAI, metrics: a new one is picked up alike
+    assert set(doc["paths"]["/v2/repository/index"]) == {"get", "post"}
 
 
 def test_schemathesis_finds_no_server_error(server: Server) -> None:

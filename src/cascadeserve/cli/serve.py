@@ -295,7 +295,9 @@ def serve(
     )  # fmt: skip
     # more cascades beside it: POST /v2/repository/models/<name>/load (admin token), each from its own files
     build = cascade_builder(runtime_options=options, server_options=served, backend=engine, costs=costs)
-    built = with_repository(built, served, lambda name, params: build(name, workload_files(params)))
+    # on Ray a loaded cascade would need a fleet of its own beside the first's: not built yet, so its set is fixed
+    loader = None if backend == "ray" else (lambda name, params: build(name, workload_files(params)))
+    built = with_repository(built, served, loader)
     server = Server(
         built,
         host,

@@ -8,6 +8,7 @@ Routes::
     POST /v2/models/{name}[/versions/{v}]/infer  a batch of rows in one request; JSON or binary tensors
     GET  /v2/models/{name}[/versions/{v}]/stats  Triton's model statistics (tritonclient.get_inference_statistics)
     GET  /v2/models/{name}[/versions/{v}]/config Triton's model config (inputs, outputs, max batch, the plan)
+    POST /v2/repository/index   .../models/{name}/load   .../unload   the model repository (http/repository.py)
     GET  /v2/models/stats                        the same, for every model
     GET  /metrics                                Prometheus text format
     GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one (admin token)
@@ -77,7 +78,15 @@ __all__ = [
     "metrics_routes",
     "model_routes",
     "plan_routes",
+    "repository_routes",
 ]
+
+
+# what a repository load request may carry (tritonclient's load_model sends {} or {"parameters": {"config": ...}})
+_LOAD_BODY: dict[str, Any] = {
+    "type": "object",
+    "properties": {"parameters": {"type": "object", "additionalProperties": True}},
+}
 
 
 @dataclass(frozen=True)
@@ -234,6 +243,31 @@ class _Api:
             return bad
         return JSONResponse(model_config(self.model, self.runtime))
 
+    # -- the model repository (serve's Repository answers these when it serves several cascades) ---------------
+    @describe(responses=(401, 403), secured=True)
+    async def repository_index(self, request: Request) -> Response:
+        """Triton's repository index: each cascade served, with its state (READY, or UNAVAILABLE while stopping)."""
+        if (bad := self._auth(request)) is not None:
+            return bad
+        state = "READY" if self.runtime.accepting else "UNAVAILABLE"
+        return JSONResponse([{"name": self.model.name, "version": "1", "state": state}])
+
+    @describe(body=_LOAD_BODY, responses=(400, 401, 403, 409), admin=True)
+    async def repository_load(self, request: Request) -> Response:
+        """Load a cascade beside those served, by name: ``parameters`` name its ``plan``, ``profile`` and ``models``
+        files (or ``emulate``), or a planned ``workload`` (``config``: the same as one JSON string, as tritonclient
+        sends it). Needs ``serve`` with ``--admin-token``; a server whose cascades are fixed answers 403."""
+        if (bad := self._auth(request, admin=True)) is not None:
+            return bad
+        return _error("this server's cascades are fixed at start-up", 403)
+
+    @describe(responses=(401, 403, 404, 409), admin=True)
+    async def repository_unload(self, request: Request) -> Response:
+        """Unload a cascade: it admits nothing more, what it admitted finishes, it stops (not the first one)."""
+        if (bad := self._auth(request, admin=True)) is not None:
+            return bad
+        return _error("this server's cascades are fixed at start-up", 403)
+
     @describe(responses=(401, 403), secured=True)
     async def all_stats(self, request: Request) -> Response:
         """Triton's model statistics for every model this server serves."""
@@ -372,6 +406,14 @@ def model_routes(api: _Api) -> list[BaseRoute]:
     return routes
 
 
+def repository_routes(api: _Api) -> list[BaseRoute]:
+    return [
+        Route("/v2/repository/index", api.repository_index, methods=["GET", "POST"]),
+        Route("/v2/repository/models/{name}/load", api.repository_load, methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", api.repository_unload, methods=["POST"]),
+    ]
+
+
 def plan_routes(api: _Api) -> list[BaseRoute]:
     return [
         Route("/v2/cascade/plan", api.get_plan, methods=["GET"]),
@@ -383,7 +425,9 @@ def metrics_routes(api: _Api) -> list[BaseRoute]:
     return [Route("/metrics", api.metrics_endpoint, methods=["GET"])]
 
 
-ROUTERS: tuple[Router, ...] = (health_routes, model_routes, plan_routes, cost_routes, openai_routes, metrics_routes)
+ROUTERS: tuple[Router, ...] = (
+    health_routes, model_routes, repository_routes, plan_routes, cost_routes, openai_routes, metrics_routes,
+)  # fmt: skip
 
 
 def create_app(
