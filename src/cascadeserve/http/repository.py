@@ -179,27 +179,30 @@ class Repository:
         await target(scope, receive if body is None else replaying(body, receive), send)
 
     async def _route(self, scope: Scope, receive: Receive) -> tuple[Any, Response | None]:
+        """The cascade a request goes to, or the repository's own answer. Only the methods the repository serves
+        are answered here; any other goes to the first cascade's app, which answers 405 naming those it allows."""
         path, method = scope["path"], scope["method"]
-        if path == "/metrics":
+        several = len(self._entries) > 1
+        if method == "GET" and path == "/metrics":
             return None, self._metrics(scope)
-        if path == "/v2/health/ready":
+        if method == "GET" and path == "/v2/health/ready":
             return None, self._ready()
-        if path == "/v2/repository/index" and method in ("POST", "GET"):
+        if method in ("GET", "POST") and path == "/v2/repository/index":
             return None, self._auth(scope) or self._index()
-        if path == "/v2/models/stats" and len(self._entries) > 1:  # Triton's statistics of every model
-            return None, self._auth(scope) or self._stats()
-        if m := _CONTROL.match(path):
-            if method != "POST":
-                return None, JSONResponse({"error": f"{path} takes POST"}, status_code=405, headers={"Allow": "POST"})
+        if method == "POST" and (m := _CONTROL.match(path)):
             return None, self._admin(scope) or await self._control(m.group(1), m.group(2), receive, scope)
-        if m := _MODEL.match(path):
+        if path == "/v2/models/stats":  # Triton's statistics of every model (not a model named "stats")
+            if several and method == "GET":
+                return None, self._auth(scope) or self._stats()
+            return self.first.asgi, None
+        if (m := _MODEL.match(path)) and m.group(1) != "stats":
             app = self.app(m.group(1))
             if app is None:
                 return None, self._unknown(m.group(1))
             return app.asgi, None
-        if path == "/v1/models" and len(self._entries) > 1:
+        if several and method == "GET" and path == "/v1/models":
             return None, self._auth(scope) or self._models()
-        if path in ("/v1/completions", "/v1/chat/completions") and method == "POST" and len(self._entries) > 1:
+        if several and method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             body = await _read(receive)
             scope["_body"] = body
             name = _body_model(body)
