@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,54 @@ def test_grpc_port_out_of_range_is_refused(toy_profile: Profile, tmp_path: Path)
     cmd = [*CLI, "serve", "--plan", str(plan.save(tmp_path / "plan.json")), "--profile", str(prof_dir), "--emulate"]
     done = subprocess.run([*cmd, "--grpc-port", "70000"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--grpc-port: 70000" in done.stderr
+
+
+def test_serve_over_tls_on_both_protocols(toy_profile: Profile, tmp_path: Path) -> None:
+    """``--ssl-certfile``/``--ssl-keyfile`` (a throwaway CA's server certificate for 127.0.0.1): HTTPS answers a
+    client that trusts that CA, gRPC does too with tritonclient's ``ssl=True``, and a plain-text client gets nothing."""
+    import httpx
+    import trustme
+    from tritonclient.utils import InferenceServerException
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_file, key_file, ca_file = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    ca.cert_pem.write_to_path(str(ca_file))
+    prof_dir = save_profile(toy_profile, tmp_path / "toy")
+    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), (Device(name="d0", memory_mb=1000),), max_wait_ms=5)
+    cmd = [*CLI, "serve", "--plan", str(plan.save(tmp_path / "plan.json")), "--profile", str(prof_dir), "--emulate"]
+    cmd += ["--no-measure-overhead", "--port", "0", "--grpc-port", "0", "--grace-s", "2"]
+    cmd += ["--ssl-certfile", str(cert_file), "--ssl-keyfile", str(key_file)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    try:
+        for _ in range(5):
+            line = proc.stderr.readline()
+            m = re.search(r"on https://127\.0\.0\.1:(\d+) and gRPC on 127\.0\.0\.1:(\d+);", line)
+            if m:
+                break
+        assert m, line
+        http_port, grpc_port = int(m.group(1)), int(m.group(2))
+        body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [3]}]}
+        trust = ssl.create_default_context(cafile=str(ca_file))
+        r = httpx.post(f"https://127.0.0.1:{http_port}/v2/models/toy/infer", json=body, verify=trust, timeout=60)
+        assert r.status_code == 200
+        c = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}", ssl=True, root_certificates=str(ca_file))
+        inp = tg.InferInput("sample_id", [2], "INT64")
+        inp.set_data_from_numpy(np.array([3, 4], dtype=np.int64))
+        assert c.infer("toy", [inp]).as_numpy("label").shape == (2,)
+        plain = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")  # no TLS: the handshake never completes
+        try:
+            plain.is_server_live(client_timeout=5)
+            raise AssertionError("a plain-text gRPC client was answered over TLS")
+        except InferenceServerException:
+            pass
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()
+    assert rc in (0, -signal.SIGTERM) and "Traceback" not in err, err
