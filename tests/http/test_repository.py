@@ -161,6 +161,22 @@ def test_grpc_loads_serves_and_unloads_a_second_cascade(files: tuple[Path, Path,
     opts = ServerOptions(stop_grace_s=2.0, admin_token=ADMIN_TOKEN)
     app = build_app(prof, toy_plan(prof), emulate=True, name="a", server_options=opts, front_ends=[GrpcFrontEnd()])
     s = Server(with_repository(app, opts, cascade_builder(server_options=opts)), "127.0.0.1", 0, grace_s=2.0).start()
+    answered: list[bool] = []
+    stop = threading.Event()
+
+    def stream() -> None:  # the first cascade under steady gRPC load the whole time
+        c = tg.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
+        one = tg.InferInput("sample_id", [1], "INT64")
+        one.set_data_from_numpy(np.array([3], dtype=np.int64))
+        while not stop.is_set():
+            try:
+                answered.append(c.infer("a", [one]).as_numpy("label").shape == (1,))
+            except InferenceServerException:  # a refused or failed call counts against the test
+                answered.append(False)
+            time.sleep(0.005)
+
+    load = threading.Thread(target=stream)
+    load.start()
     try:
         client = tg.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
         config = json.dumps({"plan": str(plan_file), "profile": str(profile_dir), "emulate": True})
@@ -181,4 +197,7 @@ def test_grpc_loads_serves_and_unloads_a_second_cascade(files: tuple[Path, Path,
         with pytest.raises(InferenceServerException, match="unknown model 'b'"):
             client.infer("b", [x])
     finally:
+        stop.set()
+        load.join(60)
         s.stop()
+    assert answered and all(answered)  # every call to the first cascade answered across the load and unload
