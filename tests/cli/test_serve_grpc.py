@@ -20,22 +20,32 @@ from cascadeserve.profile import Profile, save_profile
 CLI = [sys.executable, "-c", "from cascadeserve.cli import main; main()"]
 
 
+def _serve(profile: Profile, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    """``serve --emulate`` of a two-stage toy cascade on ports 0 (HTTP) and 0 (gRPC), stderr piped."""
+    prof_dir = save_profile(profile, tmp_path / "toy")
+    plan = fixed_plan(profile, Cascade(("m0", "m1"), (0.5,)), (Device(name="d0", memory_mb=1000),), max_wait_ms=5)
+    cmd = [*CLI, "serve", "--plan", str(plan.save(tmp_path / "plan.json")), "--profile", str(prof_dir), "--emulate"]
+    cmd += ["--no-measure-overhead", "--port", "0", "--grpc-port", "0", "--grace-s", "2", *extra]
+    return subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+
+
+def _ports(proc: subprocess.Popen[str], scheme: str) -> tuple[int, int]:
+    """The HTTP and gRPC ports the banner names."""
+    assert proc.stderr is not None
+    line = ""
+    for _ in range(5):
+        line = proc.stderr.readline()
+        m = re.search(rf"on {scheme}://127\.0\.0\.1:(\d+) and gRPC on 127\.0\.0\.1:(\d+);", line)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    raise AssertionError(f"no banner: {line}")
+
+
 def test_serve_grpc_port_banner_infer_and_sigterm(toy_profile: Profile, tmp_path: Path) -> None:
-    prof_dir = save_profile(toy_profile, tmp_path / "toy")
-    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), (Device(name="d0", memory_mb=1000),), max_wait_ms=5)
-    plan_path = plan.save(tmp_path / "plan.json")
-    cmd = [*CLI, "serve", "--plan", str(plan_path), "--profile", str(prof_dir), "--emulate", "--no-measure-overhead"]
-    cmd += ["--port", "0", "--grpc-port", "0", "--grace-s", "2"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    proc = _serve(toy_profile, tmp_path)
     assert proc.stderr is not None
     try:
-        for _ in range(5):
-            line = proc.stderr.readline()
-            m = re.search(r"on http://127\.0\.0\.1:(\d+) and gRPC on 127\.0\.0\.1:(\d+);", line)
-            if m:
-                break
-        assert m, line
-        port = int(m.group(2))
+        _, port = _ports(proc, "http")
         assert port != 0
         c = tg.InferenceServerClient(f"127.0.0.1:{port}")
         assert c.is_server_ready()
@@ -73,21 +83,10 @@ def test_serve_over_tls_on_both_protocols(toy_profile: Profile, tmp_path: Path) 
     cert.cert_chain_pems[0].write_to_path(str(cert_file))
     cert.private_key_pem.write_to_path(str(key_file))
     ca.cert_pem.write_to_path(str(ca_file))
-    prof_dir = save_profile(toy_profile, tmp_path / "toy")
-    plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.5,)), (Device(name="d0", memory_mb=1000),), max_wait_ms=5)
-    cmd = [*CLI, "serve", "--plan", str(plan.save(tmp_path / "plan.json")), "--profile", str(prof_dir), "--emulate"]
-    cmd += ["--no-measure-overhead", "--port", "0", "--grpc-port", "0", "--grace-s", "2"]
-    cmd += ["--ssl-certfile", str(cert_file), "--ssl-keyfile", str(key_file)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    proc = _serve(toy_profile, tmp_path, "--ssl-certfile", str(cert_file), "--ssl-keyfile", str(key_file))
     assert proc.stderr is not None
     try:
-        for _ in range(5):
-            line = proc.stderr.readline()
-            m = re.search(r"on https://127\.0\.0\.1:(\d+) and gRPC on 127\.0\.0\.1:(\d+);", line)
-            if m:
-                break
-        assert m, line
-        http_port, grpc_port = int(m.group(1)), int(m.group(2))
+        http_port, grpc_port = _ports(proc, "https")
         body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [3]}]}
         trust = ssl.create_default_context(cafile=str(ca_file))
         r = httpx.post(f"https://127.0.0.1:{http_port}/v2/models/toy/infer", json=body, verify=trust, timeout=60)
