@@ -7,7 +7,9 @@ uvicorn server that stops cleanly.
 readiness turns false at once; uvicorn then finishes the requests in flight for the grace period, and the app's
 lifespan fails whatever is left with 503. The server binds to loopback unless told otherwise; TLS is uvicorn's
 (``ssl_certfile``/``ssl_keyfile``). Other front ends (``build_app(front_ends=...)``: the gRPC one) run in the same
-lifespan; :attr:`Server.grpc_port` is the gRPC one's port once started.
+lifespan; :attr:`Server.grpc_port` is the gRPC one's port once started. :func:`with_repository` puts an app behind
+a :class:`~cascadeserve.http.repository.Repository`, so more cascades load beside it (:func:`cascade_builder` builds
+them from their files), and the shutdown drains them all.
 """
 
 from __future__ import annotations
