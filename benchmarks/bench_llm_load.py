@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -259,4 +260,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # SIGTERM (a killed run) exits through the finally blocks, so the server each run started is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     main()
