@@ -24,18 +24,20 @@ from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions
 from cascadeserve.runtime.replanner import REPLAN_COMMAND, ReplanOptions
 
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
-STREAM_QPS = 30.0  # the drift the tests measure: mid-range of the plan, far from Zipf's weight on its lowest range
+STREAM_QPS = 20.0  # the drift the tests measure: in the plan's cheap gears, far from Zipf's weight on its lowest range
 # the first decision at 3 s judges the last 2 s: the start's transient (clients connect, the stretched QPS meter fills
 # its window) stays out of the weights the re-plan is made for
 FAST = DriftSettings(mode="auto", window_ticks=20, min_ticks=30, threshold=0.25, cooldown_s=1000.0, check_every=5)
 
 
 def _zipf_plan(profile: Profile) -> GearPlan:
-    # max 60 QPS: whatever rate the client reaches on a busy machine sits far from Zipf's weight on the lowest range;
-    # the default stretched QPS meter reads the paced stream as 30 +- a few QPS (the paper's one-tick meter reads it
-    # in steps of 10 QPS, up to past the plan's max, where every plan overloads and the verdict is a coin toss)
+    # max 30 QPS: its accurate gears end at 9 QPS, so a client starved on a busy machine (more than half below the
+    # stream's 20 QPS) still lands in the cheap gears a re-plan improves on (with max 60 they ended at 18 QPS, and a
+    # starved client measured below it got "not better"); the default stretched QPS meter reads the paced stream as
+    # 20 +- a few QPS (the paper's one-tick meter reads it in steps of 10 QPS, up to past the plan's max, where every
+    # plan overloads and the verdict is a coin toss)
     p = Planner(n_ranges=10).fit(
-        profile, (Device(name="dev0", memory_mb=16000),), SLO(kind="accuracy", value=0.572), 60
+        profile, (Device(name="dev0", memory_mb=16000),), SLO(kind="accuracy", value=0.572), 30
     )
     assert p.plan_ is not None
     return p.plan_
