@@ -29,6 +29,19 @@ def _serve(profile: Profile, tmp_path: Path, *extra: str) -> subprocess.Popen[st
     return subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
 
 
+def _stopped(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM stops the server cleanly (killed if it does not stop, then the assertion says why)."""
+    assert proc.stderr is not None
+    try:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()
+    assert rc in (0, -signal.SIGTERM) and "Traceback" not in err, err
+
+
 def _ports(proc: subprocess.Popen[str], scheme: str) -> tuple[int, int]:
     """The HTTP and gRPC ports the banner names."""
     assert proc.stderr is not None
@@ -53,13 +66,8 @@ def test_serve_grpc_port_banner_infer_and_sigterm(toy_profile: Profile, tmp_path
         inp.set_data_from_numpy(np.array([3, 4], dtype=np.int64))
         result = c.infer("toy", [inp])
         assert result.as_numpy("label").shape == (2,)
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(15)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    err = proc.stderr.read()
-    assert rc in (0, -signal.SIGTERM) and "Traceback" not in err, err
+        _stopped(proc)
 
 
 def test_grpc_port_out_of_range_is_refused(toy_profile: Profile, tmp_path: Path) -> None:
@@ -101,10 +109,5 @@ def test_serve_over_tls_on_both_protocols(toy_profile: Profile, tmp_path: Path) 
             raise AssertionError("a plain-text gRPC client was answered over TLS")
         except InferenceServerException:
             pass
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(15)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    err = proc.stderr.read()
-    assert rc in (0, -signal.SIGTERM) and "Traceback" not in err, err
+        _stopped(proc)

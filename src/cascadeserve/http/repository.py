@@ -141,7 +141,6 @@ class Repository:
 
     def __post_init__(self) -> None:
         self._entries[self.first.model.name] = _Entry(self.first)
-        self.default = self.first.model.name
 
     # -- what is served ---------------------------------------------------------------------------------------
     @property
@@ -190,7 +189,7 @@ class Repository:
         if method in ("GET", "POST") and path == "/v2/repository/index":
             return None, self._auth(scope) or self._index()
         if method == "POST" and (m := _CONTROL.match(path)):
-            return None, self._admin(scope) or await self._control(m.group(1), m.group(2), receive, scope)
+            return None, self._admin(scope) or await self._control(m.group(1), m.group(2), receive)
         if path == "/v2/models/stats":  # Triton's statistics of every model (not a model named "stats")
             if several and method == "GET":
                 return None, self._auth(scope) or self._stats()
@@ -215,23 +214,20 @@ class Repository:
         return self.first.asgi, None
 
     # -- repository endpoints ----------------------------------------------------------------------------------
+    def _unknown_message(self, name: str) -> str:
+        return f"unknown model {name!r}; this server serves {', '.join(repr(n) for n in self.names)}"
+
     def _unknown(self, name: str) -> Response:
-        served = ", ".join(repr(n) for n in self.names)
-        return _error(f"unknown model {name!r}; this server serves {served}", 404)
+        return _error(self._unknown_message(name), 404)
 
     def _auth(self, scope: Scope) -> Response | None:
         if self.options.auth_token is None:
             return None
         tokens = tuple(t for t in (self.options.auth_token, self.options.admin_token) if t)
-        return _check(scope, tokens)
+        return _refused(lambda: check_bearer(_authorization(scope), tokens, what="this endpoint"))
 
     def _admin(self, scope: Scope) -> Response | None:
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        try:
-            self.check_admin(headers.get("authorization"))
-        except AuthError as e:
-            return _error(str(e), e.status)
-        return None
+        return _refused(lambda: self.check_admin(_authorization(scope)))
 
     def index(self) -> list[dict[str, Any]]:
         """Each cascade with its state: ``READY``, or ``UNAVAILABLE`` (with a reason) while it stops."""
@@ -281,7 +277,7 @@ class Repository:
         registry.register(_Labelled({n: e.app for n, e in self._entries.items()}))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE)
 
-    async def _control(self, name: str, action: str, receive: Receive, scope: Scope) -> Response:
+    async def _control(self, name: str, action: str, receive: Receive) -> Response:
         try:
             if action == "unload":
                 await self.unload(name)
@@ -334,8 +330,7 @@ class Repository:
         forget it; raise :class:`RepositoryError` for the first cascade, an unknown one or one already stopping."""
         entry = self._entries.get(name)
         if entry is None:
-            served = ", ".join(repr(n) for n in self.names)
-            raise RepositoryError(f"unknown model {name!r}; this server serves {served}", 404)
+            raise RepositoryError(self._unknown_message(name), 404)
         if entry.lifespan is None:
             raise RepositoryError(f"model {name!r} is the server's first cascade; stop the server to stop it", 409)
         if name in self._busy:
@@ -379,10 +374,18 @@ class _Labelled(Collector):
         yield from merged.values()
 
 
-def _check(scope: Scope, tokens: tuple[str, ...]) -> Response | None:
-    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+def _authorization(scope: Scope) -> str | None:
+    """The request's ``Authorization`` header, if any."""
+    for key, value in scope.get("headers", []):
+        if key.lower() == b"authorization":
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _refused(check: Callable[[], None]) -> Response | None:
+    """``None`` when ``check`` passes; the 401/403 answer of the AuthError it raises otherwise."""
     try:
-        check_bearer(headers.get("authorization"), tokens, what="this endpoint")
+        check()
     except AuthError as e:
         return _error(str(e), e.status)
     return None

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -144,6 +145,11 @@ class Problem:
     @property
     def n_dev(self) -> int:
         return len(self.devices)
+
+    @cached_property
+    def n_local(self) -> int:
+        """This host's devices (not an upstream stage's)."""
+        return sum(1 for d in self.devices if d.upstream is None)
 
     @property
     def n_ranges(self) -> int:
@@ -262,8 +268,7 @@ class Problem:
                 remote = max(remote, work)
             else:
                 local += work
-        n_local = sum(1 for d in self.devices if d.upstream is None)
-        return local <= n_local * (1.0 + 1e-9) and remote <= 1.0 + 1e-9
+        return local <= self.n_local * (1.0 + 1e-9) and remote <= 1.0 + 1e-9
 
     def lp(self, c: Candidate, qps: float, runtime: Mapping[str, float], placement: Sequence[RepKey]) -> Balance:
         """SP3's load-balancing LP (Eq. 5) for ``c`` at ``qps`` over ``placement``, memoised."""
