@@ -235,6 +235,10 @@ def main() -> None:
             lat[rep.ok_index] = rep.latency_ms
             corr = np.zeros(len(arrivals), dtype=bool)
             corr[rep.ok_index] = rep.correct
+            # the server's own queue + compute time per answered request: where the client's p95 departs from it,
+            # the time went to the front door (HTTP, the event loop, the client's own CPU), not to queues and batches
+            srv = np.full(len(arrivals), np.nan)
+            srv[rep.ok_index] = rep.server_ms
             served_gear = np.full(len(arrivals), -1)
             served_gear[rep.ok_index] = rep.gear
             sim_gear = np.where(np.isfinite(sim.finish), sim.gear, -1)
@@ -254,6 +258,8 @@ def main() -> None:
                 "simulated": phases(arrivals, sim_lat, sim.correct, args),
                 "simulated_by_size_only": phases(arrivals, sim0.latency_s * 1000.0, sim0.correct, args),
                 "served": phases(arrivals, lat, corr, args),
+                "served_server_time": phases(arrivals, srv, corr, args),
+                "send_lag_ms": {"p50": round(rep.send_lag_p50_ms, 1), "p99": round(rep.send_lag_p99_ms, 1)},
                 "sim_windows": _rounded(windows(arrivals, sim_lat, sim.correct, args.window_s)),
                 "served_windows": _rounded(windows(arrivals, lat, corr, args.window_s)),
             }), flush=True)  # fmt: skip

@@ -106,6 +106,7 @@ EXPECTED: dict[str, list[str]] = {
         "host_groups",
         "host_peers",
         "host_share",
+        "size_factors",
     ],
     "cascadeserve.cascade": [
         "BITSET_MAX_SAMPLES",

@@ -74,8 +74,13 @@ def test_measure_here_scales_every_model_by_what_its_batches_cost(
     for m in ("a", "b"):
         f = summary["factors"][m]
         assert 1.9 < f < 1000  # 4 ms of sleep against 2 ms profiled, plus the host's share (a busy box: x64 seen)
-        assert after.model(m).runtime.ms == pytest.approx(tuple(v * f for v in before.model(m).runtime.ms))
-    assert after.calibration.startswith("runtimes a x") and "this host under serving conditions" in after.calibration
+        sized = {int(b): v for b, v in summary["size_factors"].get(m, {}).items()}
+        rt = before.model(m).runtime
+        # where the probe formed enough batches of two sizes or more, each point has its own factor
+        want = [float(np.interp(b, sorted(sized), [sized[k] for k in sorted(sized)])) for b in rt.batch_sizes]
+        factors = want if sized else [f] * len(rt.ms)
+        assert after.model(m).runtime.ms == pytest.approx(tuple(v * g for v, g in zip(rt.ms, factors, strict=True)))
+    assert after.calibration.startswith("runtimes a ") and "this host under serving conditions" in after.calibration
     assert before.calibration == ""  # the input is never rewritten
 
 

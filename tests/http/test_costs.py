@@ -145,6 +145,6 @@ def test_notify_names_the_slow_model_and_keeps_the_plan(scaled: Path, caplog: py
     drift = [r.getMessage() for r in caplog.records if r.name == "cascadeserve.replan"]
     assert drift and "lr-chars x" in drift[0] and "lr-words" not in drift[0]
     assert "lr-chars" in rp.stats.last and "--replan auto" in rp.stats.last
-    factors, _, notes = snapshot_factors(snap, min_batches=5)
-    assert factors["lr-chars"] > 3.0  # since the start: most batches ran after the slowdown
-    assert notes == ["model 'nb-words': 0 batches (fewer than --min-batches 5): unchanged"]  # not in the plan
+    got = snapshot_factors(snap, min_batches=5)
+    assert got.factors["lr-chars"] > 3.0  # since the start: most batches ran after the slowdown
+    assert got.notes == ["model 'nb-words': 0 batches (fewer than --min-batches 5): unchanged"]  # not in the plan

@@ -82,3 +82,24 @@ def test_slowdown_specs_and_per_model_factors() -> None:
     for bad in ("at=1", "factor=2", "at=x,factor=2", "at=1,factor=0", "speed=1,at=1,factor=2", "at=1,at=2,factor=2"):
         with pytest.raises(ValueError, match="at"):
             Slowdown.parse(bad)
+
+
+def test_factors_per_batch_size_scale_each_point_of_the_curve(tmp_path: Path) -> None:
+    """Measured at batches of 1 and 4: the points between are interpolated, the ones past 4 keep 4's factor, and a
+    model given sizes ignores its single factor."""
+    prof = load_profile(PROFILE)
+    before = prof.model("lr-chars").runtime
+    cal = calibrate(prof, {"lr-chars": 9.0, "nb-words": 1.5}, source="here", sizes={"lr-chars": {1: 1.2, 4: 1.8}})
+    after = cal.model("lr-chars").runtime
+    want = {1: 1.2, 2: 1.4, 4: 1.8, 8: 1.8, 64: 1.8}
+    for b, f in want.items():
+        i = before.batch_sizes.index(b)
+        assert after.ms[i] == pytest.approx(before.ms[i] * f)
+    assert cal.model("nb-words").runtime.ms == pytest.approx(tuple(v * 1.5 for v in prof.model("nb-words").runtime.ms))
+    assert cal.calibration == "runtimes nb-words x1.5; runtimes lr-chars by batch size 1:x1.2 4:x1.8 as measured on here"
+    back = load_profile(save_profile(cal, tmp_path / "cal"))
+    assert back.model("lr-chars").runtime.ms == pytest.approx(after.ms)
+    with pytest.raises(ValueError, match="batch size factors of model 'lr-chars'"):
+        calibrate(prof, {}, source="here", sizes={"lr-chars": {0: 1.2}})
+    with pytest.raises(ValueError, match="not in profile"):
+        calibrate(prof, {}, source="here", sizes={"nope": {1: 1.2}})

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadeserve.profile.host import busy_at, contended, fit_contention, host_groups, host_peers, host_share
+from cascadeserve.profile.host import (
+    busy_at,
+    contended,
+    fit_contention,
+    host_groups,
+    host_peers,
+    host_share,
+    size_factors,
+)
 
 
 def test_the_rule_slows_a_batch_by_the_share_of_busy_devices() -> None:
@@ -58,3 +66,37 @@ def test_no_fit_without_a_spread_of_loads_or_enough_batches() -> None:
     # faster when busy (larger batches at load amortising a fixed cost) is no contention: the mean, busy factor 1
     fit = fit_contention(np.array([2.0, 1.0] * 10), np.array([0.0, 1.0] * 10))
     assert fit is not None and (fit.alone, fit.busy_factor) == (1.5, 1.0)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.floats(0.5, 2.0), st.floats(1.0, 2.0), st.floats(1.0, 1.6), st.integers(0, 2**16))
+def test_the_fit_by_size_keeps_the_sizes_cost_apart_from_the_hosts_load(
+    alone: float, busy: float, big: float, seed: int
+) -> None:
+    """Batches of 2 cost ``big`` times more (against the profile) than batches of 1 and form when the host is
+    busier, as under load: the fit by size recovers both factors and the busy factor."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.choice([1, 2], size=80)
+    shares = np.where(sizes == 1, rng.choice([0.0, 0.5, 1.0], size=80), rng.choice([0.5, 1.0], size=80))
+    ratios = np.where(sizes == 1, alone, alone * big) * (1.0 + (busy - 1.0) * shares)
+    fit = fit_contention(ratios, shares, sizes)
+    assert fit is not None
+    assert fit.busy_factor == pytest.approx(busy, rel=1e-6)
+    assert fit.by_size == {1: pytest.approx(alone, rel=1e-6), 2: pytest.approx(alone * big, rel=1e-6)}
+
+
+def test_a_fit_blind_to_sizes_blames_the_hosts_load_for_what_larger_batches_cost() -> None:
+    sizes = np.array([1] * 20 + [2] * 20)
+    shares = np.array([0.0] * 10 + [1.0] * 10 + [1.0] * 20)  # the batches of 2 all formed with the host busy
+    ratios = np.where(sizes == 1, 1.0, 1.3) * (1.0 + 0.1 * shares)  # busy factor 1.1, batches of 2 cost x1.3
+    blind = fit_contention(ratios, shares)
+    by_size = fit_contention(ratios, shares, sizes)
+    assert blind is not None and by_size is not None
+    assert blind.busy_factor > 1.3  # the size's cost read as contention
+    assert by_size.busy_factor == pytest.approx(1.1) and by_size.by_size == {1: pytest.approx(1.0), 2: pytest.approx(1.3)}
+
+
+def test_a_size_needs_ten_batches_for_a_factor_of_its_own() -> None:
+    sizes = np.array([1] * 10 + [2] * 9)
+    assert size_factors(np.array([1.2] * 10 + [1.5] * 9), sizes) == {1: pytest.approx(1.2)}
+    assert size_factors(np.array([2.4] * 10 + [1.5] * 9), sizes, 2.0) == {1: pytest.approx(1.2)}

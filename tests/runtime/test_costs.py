@@ -62,3 +62,19 @@ def test_the_snapshot_gives_each_models_batch_ratios_mean_median_and_p95(toy_pro
     assert row["factor_vs_profile"] == pytest.approx(1.505, abs=1e-9)
     assert row["mean_factor_vs_profile"] == pytest.approx(1.5, abs=1e-9)  # the top 1 % (2.00) left out
     assert row["p95_factor_vs_profile"] == pytest.approx(1.01 + 0.95 * 0.99, abs=1e-9)
+
+
+def test_the_snapshot_gives_a_factor_per_batch_size_seen_often_enough(toy_profile: Profile) -> None:
+    """Batches of 1 ran x1.1 and of 2 ran x1.4 (the other devices idle, so nothing to take out for contention);
+    three batches of 4 are too few for a factor of their own. ``profile calibrate`` scales each size by its own."""
+    mon = CostMonitor(toy_profile, devices=2)
+    kw = {"device": 0, "replica": 0, "row": 0, "answered": 1, "device_name": "d0", "generation": 0}
+    t = 0.0
+    for size, ratio, n in ((1, 1.1, 30), (2, 1.4, 12), (4, 2.0, 3)):
+        profiled_s = toy_profile.model("m0").runtime.ms_of(size) / 1000.0
+        for _ in range(n):
+            mon.batch(BatchEvent(start=t, end=t + ratio * profiled_s, model="m0", size=size, **kw))
+            t += 1.0
+    row = next(m for m in mon.snapshot()["models"] if m["model"] == "m0")
+    assert row["batches"] == 45 and row["busy_factor"] is None  # no spread of host load: no contention fit
+    assert row["size_factors"] == {"1": pytest.approx(1.1), "2": pytest.approx(1.4)}

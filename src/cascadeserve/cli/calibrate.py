@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import httpx
 import numpy as np
@@ -35,6 +35,9 @@ from cascadeserve.cli.profile import ProfileDir, profile_app
 from cascadeserve.cli.root import console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import Profile, Vote, calibrate, load_profile, save_profile
+
+if TYPE_CHECKING:  # the measuring modules load the HTTP stack: imported where used, so --help stays quick
+    from cascadeserve.eval.hostcost import MeasuredFactors
 
 __all__ = ["calibrate_cmd"]
 
@@ -86,8 +89,8 @@ def calibrate_cmd(
     if models is not None:
         if validation is None:
             raise CascadeServeError("--validation: needed with --models (the inputs to send)")
-        factors, busy, source = _measure_here(prof, models, validation, devices, duration_s)
-        _write(prof, factors, busy, source, out, [], as_json, front_door=door)
+        got, source = _measure_here(prof, models, validation, devices, duration_s)
+        _write(prof, got, source, out, as_json, front_door=door)
         return
     assert url is not None
     server, url = url, url.rstrip("/") + "/v2/cascade/costs"
@@ -105,11 +108,11 @@ def calibrate_cmd(
         )
     from cascadeserve.eval.hostcost import snapshot_factors, snapshot_hop
 
-    factors, busy, notes = snapshot_factors(snap, min_batches)
+    got = snapshot_factors(snap, min_batches)
+    factors, notes = got.factors, got.notes
     for name in [m for m in factors if Vote.parse(m, prof.model_names) is not None]:
         # a vote stage's costs are rebuilt from its members' each time a plan names it: there is nothing to scale
-        factors.pop(name)
-        busy.pop(name, None)
+        got.drop(name)
         notes.append(f"vote stage {name!r}: unchanged (its costs are its members'; serve them to calibrate them)")
     unknown = sorted(set(factors) - set(prof.model_names))
     if unknown:
@@ -120,7 +123,7 @@ def calibrate_cmd(
     hop = snapshot_hop(snap, min_batches)
     if hop is None and snap.get("backend") == "ray":
         notes.append(f"Ray hop: fewer than --min-batches {min_batches} first-stage answers measured: unchanged")
-    _write(prof, factors, busy, f"{server} ({total} batches, {_now()})", out, notes, as_json, hop, door)
+    _write(prof, got, f"{server} ({total} batches, {_now()})", out, as_json, hop, door)
 
 
 def _front_door(path: Path) -> tuple[float, float]:
@@ -148,9 +151,9 @@ def _now() -> str:
 
 def _measure_here(
     prof: Profile, models: Path, validation: str, devices: int, seconds: float
-) -> tuple[dict[str, float], dict[str, float], str]:
+) -> tuple[MeasuredFactors, str]:
     from cascadeserve.cli.serve_checks import thread_note
-    from cascadeserve.eval.hostcost import measure_host_costs
+    from cascadeserve.eval.hostcost import MeasuredFactors, measure_host_costs
     from cascadeserve.models import load_validation
     from cascadeserve.runtime import load_model_config
 
@@ -169,27 +172,27 @@ def _measure_here(
     costs = measure_host_costs(prof, config, rows, devices=devices, seconds=seconds)
     if not costs.factors:
         raise CascadeServeError("no batch finished while measuring: is the server able to run the models?")
-    return costs.factors, costs.busy, f"this host under serving conditions ({costs.describe()}, {_now()})"
+    got = MeasuredFactors(costs.factors, costs.busy, costs.sizes, [])
+    return got, f"this host under serving conditions ({costs.describe()}, {_now()})"
 
 
 def _write(
     prof: Profile,
-    factors: dict[str, float],
-    busy: dict[str, float],
+    got: MeasuredFactors,
     source: str,
     out: Path,
-    notes: list[str],
     as_json: bool,
     hop: tuple[float, float] | None = None,
     front_door: tuple[float, float] | None = None,
 ) -> None:
     # on Ray the hop as serving saw it replaces the start-up run's (one second of other conditions)
-    new = calibrate(prof, factors, source=source, busy=busy, hop=hop, front_door=front_door)
+    new = calibrate(prof, got.factors, source=source, busy=got.busy, hop=hop, front_door=front_door, sizes=got.sizes)
     save_profile(new, out)
-    for n in notes:
+    for n in got.notes:
         err_console.print(n, highlight=False)
     if as_json:
-        doc: dict[str, object] = {"out": str(out), "factors": factors, "busy_factors": busy}
+        doc: dict[str, object] = {"out": str(out), "factors": got.factors, "busy_factors": got.busy}
+        doc["size_factors"] = {m: {str(b): f for b, f in by.items()} for m, by in got.sizes.items()}
         doc["calibration"] = new.calibration
         if hop is not None:
             doc |= {"ray_hop_ms": hop[0], "ray_hop_p95_ms": hop[1]}

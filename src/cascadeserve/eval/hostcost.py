@@ -8,8 +8,12 @@ module measures that in a few seconds, with the real pieces, and returns the per
 1. a **probe plan**: every model of the family in one cascade (cheapest first, thresholds at 1, so every request
    runs every stage), every model on every device, a minimum queue of 1; or the user's own plan;
 2. the real HTTP server with the real models on 127.0.0.1 (:func:`cascadeserve.http.build_app`), in this process;
-3. Poisson arrivals of real validation inputs over HTTP (:func:`cascadeserve.eval.loadgen.run_load`), at
-   ``busy`` times the probe plan's capacity under the *profiled* runtimes, for ``seconds``;
+3. Poisson arrivals of real validation inputs over HTTP (:func:`cascadeserve.eval.loadgen.run_load`) for
+   ``seconds``, in four equal steps at 0.5, 1, 1.5 and 2 times ``busy`` times the probe plan's capacity (``busy``
+   on average): the quiet steps run batches of one while the other devices idle, the busy ones larger batches
+   beside busy devices, so the fit sees both the host's load and the batch sizes that load forms. The capacity is
+   the profile's at first and, from the second step on, the one the batches measured so far give: on a host twice
+   as fast as the profiler's a probe at the profiled capacity would never form a batch of two;
 4. the server's cost monitor (:class:`~cascadeserve.runtime.costs.CostMonitor`): per model, the mean measured /
    profiled batch time over every batch (``mean_factor_vs_profile``; a queue's wait follows the mean service time).
 
@@ -31,11 +35,11 @@ from cascadeserve.eval.loadgen import LoadReport, run_load
 from cascadeserve.http import Server, build_app
 from cascadeserve.plan import Device, GearPlan, fixed_plan
 from cascadeserve.policy.costs import CostSettings
-from cascadeserve.profile import Profile
+from cascadeserve.profile import Profile, calibrate
 from cascadeserve.runtime import ModelConfig
 from cascadeserve.traces import poisson
 
-__all__ = ["HostCosts", "measure_host_costs", "probe_plan", "snapshot_factors", "snapshot_hop"]
+__all__ = ["HostCosts", "MeasuredFactors", "measure_host_costs", "probe_plan", "snapshot_factors", "snapshot_hop"]
 
 
 @dataclass(frozen=True)
@@ -45,17 +49,22 @@ class HostCosts:
     factors: dict[str, float]
     batches: dict[str, int]
     busy: dict[str, float]  # busy factors, where the batches' host load spread enough to fit them (profile/host.py)
+    sizes: dict[str, dict[int, float]]  # per model, factors per batch size where several sizes had enough batches
     qps: float
     seconds: float
-    load: LoadReport
+    loads: tuple[LoadReport, ...]  # one per step
 
     def describe(self) -> str:
         def one(m: str, f: float) -> str:
             busy = f" alone, x{self.busy[m]:.2f} busy" if m in self.busy else ""
-            return f"{m} x{f:.2f}{busy} ({self.batches[m]} batches)"
+            by = self.sizes.get(m)
+            sized = f" (by batch size {' '.join(f'{b}:x{v:.2f}' for b, v in sorted(by.items()))})" if by else ""
+            return f"{m} x{f:.2f}{busy}{sized} ({self.batches[m]} batches)"
 
         parts = ", ".join(one(m, f) for m, f in self.factors.items())
-        return f"{parts}; {self.qps:.0f} QPS of real inputs over HTTP for {self.seconds:g} s"
+        steps = "/".join(f"{r.sent / (self.seconds / len(self.loads)):.3g}" for r in self.loads)
+        load = f"{steps} QPS in {len(self.loads)} steps"
+        return f"{parts}; {load} of real inputs over HTTP for {self.seconds:g} s"
 
 
 def probe_plan(profile: Profile, devices: int, memory_mb: float = 1e9) -> GearPlan:
@@ -64,6 +73,9 @@ def probe_plan(profile: Profile, devices: int, memory_mb: float = 1e9) -> GearPl
     cascade = Cascade(order, tuple(1.0 for _ in order[:-1]))
     devs = tuple(Device(name=f"dev{i}", memory_mb=memory_mb) for i in range(devices))
     return fixed_plan(profile, cascade, devs, batch_overhead_ms=0.0)
+
+
+_STEPS = (0.5, 1.0, 1.5, 2.0)  # the probe's load per quarter of its run, times ``busy`` x capacity (mean: busy)
 
 
 def _capacity_qps(profile: Profile, plan: GearPlan, batch: int = 8) -> float:
@@ -88,39 +100,62 @@ def measure_host_costs(
     if not (seconds > 0 and 0 < busy <= 2):
         raise ValueError(f"seconds must be positive and busy in (0, 2], got {seconds!r}, {busy!r}")
     p = plan or probe_plan(profile, devices)
-    qps = busy * _capacity_qps(profile, p)
-    arrivals = poisson(qps, seconds, seed=seed).arrivals
+    capacity = _capacity_qps(profile, p)
+    step = seconds / len(_STEPS)
     # measuring is the point here: the probe's batches are expected to run off the profile's costs, so no drift
     # decisions (an infinite tolerance); the monitor still records every batch
     app = build_app(profile, p, models=models, name=name, costs=CostSettings(tolerance=math.inf))
+    loads: list[LoadReport] = []
+    snap: dict[str, Any] = {"models": []}
     with Server(app, "127.0.0.1", 0, grace_s=5.0) as server:
-        report = asyncio.run(run_load(server.url, name, arrivals, rows=rows))
-        snap: dict[str, Any] = app.costs.snapshot() if app.costs is not None else {"models": []}
-    factors, busy_factors, _ = snapshot_factors(snap, 1)
-    batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["model"] in factors}
-    return HostCosts(factors, batches, busy_factors, qps, seconds, report)
+        for k, f in enumerate(_STEPS):
+            arrivals = poisson(f * busy * capacity, step, seed=seed + k).arrivals
+            loads.append(asyncio.run(run_load(server.url, name, arrivals, rows=rows)))
+            snap = app.costs.snapshot() if app.costs is not None else snap
+            got = snapshot_factors(snap, 1)
+            if got.factors:  # the next step's load follows what batches cost here so far
+                capacity = _capacity_qps(calibrate(profile, got.factors, source="", sizes=got.sizes), p)
+    got = snapshot_factors(snap, 1)
+    batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["model"] in got.factors}
+    mean_qps = sum(r.sent for r in loads) / seconds
+    return HostCosts(got.factors, batches, got.busy, got.sizes, mean_qps, seconds, tuple(loads))
 
 
-def snapshot_factors(
-    snapshot: dict[str, Any], min_batches: int
-) -> tuple[dict[str, float], dict[str, float], list[str]]:
+@dataclass(frozen=True)
+class MeasuredFactors:
+    """What :func:`snapshot_factors` read: per model the runtime factor, the busy factor where it was fitted, the
+    factors per batch size where several sizes had enough batches, and a note per model left out."""
+
+    factors: dict[str, float]
+    busy: dict[str, float]
+    sizes: dict[str, dict[int, float]]
+    notes: list[str]
+
+    def drop(self, name: str) -> None:
+        for d in (self.factors, self.busy, self.sizes):
+            d.pop(name, None)
+
+
+def snapshot_factors(snapshot: dict[str, Any], min_batches: int) -> MeasuredFactors:
     """From a ``/v2/cascade/costs`` answer: per model, the runtime factor (the one with the host's other devices
-    idle where the batches could be fitted against the host's load, else the mean), the busy factors fitted, and
-    one note per model left out for fewer than ``min_batches`` batches."""
-    factors: dict[str, float] = {}
-    busy: dict[str, float] = {}
-    notes: list[str] = []
+    idle where the batches could be fitted against the host's load, else the mean), the busy factors fitted, the
+    factors per batch size (only where at least two sizes had enough batches: one size says nothing about the
+    curve's shape), and one note per model left out for fewer than ``min_batches`` batches."""
+    out = MeasuredFactors({}, {}, {}, [])
     for m in snapshot.get("models", []):
         mean, n = m.get("mean_factor_vs_profile", m.get("factor_vs_profile")), int(m.get("batches") or 0)
         if mean is None or n < min_batches:
-            notes.append(f"model {m['model']!r}: {n} batches (fewer than --min-batches {min_batches}): unchanged")
+            out.notes.append(f"model {m['model']!r}: {n} batches (fewer than --min-batches {min_batches}): unchanged")
             continue
         name = str(m["model"])
         if m.get("busy_factor") is not None and m.get("alone_factor") is not None:
-            factors[name], busy[name] = float(m["alone_factor"]), float(m["busy_factor"])
+            out.factors[name], out.busy[name] = float(m["alone_factor"]), float(m["busy_factor"])
         else:
-            factors[name] = float(mean)
-    return factors, busy, notes
+            out.factors[name] = float(mean)
+        sized = {int(b): float(f) for b, f in (m.get("size_factors") or {}).items()}
+        if len(sized) >= 2:
+            out.sizes[name] = sized
+    return out
 
 
 def snapshot_hop(snapshot: dict[str, Any], min_answers: int) -> tuple[float, float] | None:

@@ -16,8 +16,11 @@ runtimes promises a p95 the server cannot keep. Calibration closes that gap with
 ``serve --replan auto`` does the same while serving when the costs drift (a throttled device, a new neighbour),
 and the demo calibrates its profile this way before planning.
 
-A factor scales the whole curve: contention slows a batch of any size by about the same proportion, and the
-server sees mostly a few batch sizes, too few to refit a curve from.
+A factor scales the whole curve where the server saw one batch size (or too few of each): contention slows a batch
+of any size by about the same proportion. A host unlike the profiler's can change the curve's shape, though (on a
+faster host SmolLM2's batches of 1 ran ×1.06 their calibrated time under load and its batches of 2-4 ran
+×1.21-1.30), so where the server saw enough batches of several sizes each size has its own factor
+(``sizes``), interpolated between them along the curve and held flat past the largest and below the smallest.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+
+import numpy as np
 
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
@@ -45,10 +50,12 @@ def calibrate(
     busy: Mapping[str, float] | None = None,
     hop: tuple[float, float] | None = None,
     front_door: tuple[float, float] | None = None,
+    sizes: Mapping[str, Mapping[int, float]] | None = None,
 ) -> Profile:
     """``profile`` with each named model's runtimes multiplied by its factor (others unchanged), and each model named
     in ``busy`` given that ``busy_factor`` (measured afresh: how much slower its batches run with the host's other
-    devices all busy, :mod:`cascadeserve.profile.host`), recording how.
+    devices all busy, :mod:`cascadeserve.profile.host`), recording how. A model named in ``sizes`` (batch size to
+    factor, measured) has each point of its curve scaled by the factor at that size instead (module docstring).
 
     ``hop`` (mean, p95 in ms), measured while serving on Ray, replaces the profile's ``ray_hop_ms`` and
     ``ray_hop_p95_ms``; ``front_door`` (mean, p95 in ms, what ``bench`` saw of each request beyond the server's
@@ -56,7 +63,8 @@ def calibrate(
     multiplies again, and the new line says so.
     """
     busy = dict(busy or {})
-    unknown = sorted((set(factors) | set(busy)) - set(profile.model_names))
+    sized = {m: dict(v) for m, v in (sizes or {}).items() if v}
+    unknown = sorted((set(factors) | set(busy) | set(sized)) - set(profile.model_names))
     if unknown:
         raise ValueError(f"calibration names model(s) not in profile {profile.name!r}: {', '.join(unknown)}")
     for name, f in factors.items():
@@ -65,16 +73,27 @@ def calibrate(
     for what, pair in (("Ray hop", hop), ("front door", front_door)):
         if pair is not None and not (0 <= pair[0] <= pair[1] and math.isfinite(pair[1])):
             raise ValueError(f"{what} must be finite with 0 <= mean <= p95, got {pair!r}")
+    for name, by in sized.items():
+        if not all(int(b) >= 1 and f > 0 and math.isfinite(f) for b, f in by.items()):
+            raise ValueError(f"batch size factors of model {name!r} need sizes >= 1 and positive numbers, got {by!r}")
     for name, f in busy.items():
         if not (f >= 1 and math.isfinite(f)):
             raise ValueError(f"busy factor of model {name!r} must be a number >= 1, got {f!r}")
     models: list[ModelProfile] = []
     for m in profile.models:
-        f = float(factors.get(m.name, 1.0))
         rt = m.runtime
-        curve = RuntimeCurve(rt.batch_sizes, tuple(v * f for v in rt.ms)) if f != 1.0 else rt
+        if m.name in sized:
+            by = sized[m.name]
+            at = sorted(by)
+            fs = np.interp(rt.batch_sizes, at, [by[b] for b in at])  # flat past the measured sizes
+            curve = RuntimeCurve(rt.batch_sizes, tuple(float(v * f) for v, f in zip(rt.ms, fs, strict=True)))
+        else:
+            f = float(factors.get(m.name, 1.0))
+            curve = RuntimeCurve(rt.batch_sizes, tuple(v * f for v in rt.ms)) if f != 1.0 else rt
         models.append(dataclasses.replace(m, runtime=curve, busy_factor=busy.get(m.name, m.busy_factor)))
-    parts = [f"runtimes {describe_factors(factors)}"] if factors else []
+    plain = {m: f for m, f in factors.items() if m not in sized}
+    parts = [f"runtimes {describe_factors(plain)}"] if plain else []
+    parts += [f"runtimes {m} {_describe_sizes(by)}" for m, by in sized.items()]
     if busy:
         parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy)")
     if hop is not None:
@@ -90,6 +109,10 @@ def calibrate(
     if front_door is not None:
         out = dataclasses.replace(out, front_door_ms=front_door[0], front_door_p95_ms=front_door[1])
     return out
+
+
+def _describe_sizes(by: Mapping[int, float]) -> str:
+    return "by batch size " + " ".join(f"{b}:x{f:.3g}" for b, f in sorted(by.items()))
 
 
 def costs_note(profile: Profile) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 
 from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch, mean_and_p95, trimmed_mean
 from cascadeserve.profile import Profile
-from cascadeserve.profile.host import HostFit, contended, fit_contention
+from cascadeserve.profile.host import HostFit, contended, fit_contention, size_factors
 from cascadeserve.runtime.observer import BatchEvent, NullObserver
 from cascadeserve.runtime.request import Answer, Request, ServingError
 
@@ -65,6 +65,7 @@ class CostMonitor(NullObserver):
         # per model, each batch's share of the other devices busy when it started, beside its ratio (profile/host.py)
         self.devices = devices
         self._shares: list[deque[float]] = [deque(maxlen=keep) for _ in profile.models]
+        self._sizes: list[deque[int]] = [deque(maxlen=keep) for _ in profile.models]  # each batch's size beside them
         # per first-stage answer, its latency beyond its server time (s): one hop each way on Ray (docstring)
         self.backend = backend
         self._hops: deque[float] = deque(maxlen=keep)
@@ -86,6 +87,7 @@ class CostMonitor(NullObserver):
         if profiled_s > 0:
             self._since[row].append(seconds / profiled_s)
             self._shares[row].append(event.host_share)
+            self._sizes[row].append(event.size)
         self.now = max(self.now, event.end)
 
     def answered(self, req: Request, answer: Answer | None, error: ServingError | None, now: float) -> None:
@@ -115,6 +117,8 @@ class CostMonitor(NullObserver):
         self.watch.reset(now)
         for d in (*self._since, *self._shares, self._hops):
             d.clear()
+        for z in self._sizes:
+            z.clear()
 
     # -- what GET /v2/cascade/costs shows ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -127,6 +131,9 @@ class CostMonitor(NullObserver):
             since = self._since[self._rows[m]]
             w = window.get(m)
             fit = fits.get(m)
+            # per batch size (enough batches of it): the factor with the other devices idle where the contention
+            # was fitted, else the plain mean (profile calibrate scales each size of the curve by its own)
+            sized = fit.by_size if fit is not None else self._size_means(self._rows[m])
             models.append(
                 {
                     "model": m,
@@ -145,6 +152,7 @@ class CostMonitor(NullObserver):
                     "alone_factor": None if fit is None else fit.alone,
                     "busy_factor": None if fit is None else fit.busy_factor,
                     "busy_share": None if fit is None else fit.share,
+                    "size_factors": {str(b): f for b, f in sized.items()},
                 }
             )
         s = self.watch.settings
@@ -167,7 +175,12 @@ class CostMonitor(NullObserver):
         the models whose batches saw a spread of shares: :func:`~cascadeserve.profile.host.fit_contention`)."""
         out: dict[str, HostFit] = {}
         for m, row in self._rows.items():
-            fit = fit_contention(np.asarray(self._since[row]), np.asarray(self._shares[row]))
+            fit = fit_contention(
+                np.asarray(self._since[row]), np.asarray(self._shares[row]), np.asarray(self._sizes[row])
+            )
             if fit is not None:
                 out[m] = fit
         return out
+
+    def _size_means(self, row: int) -> dict[int, float]:
+        return size_factors(np.asarray(self._since[row]), np.asarray(self._sizes[row]))
