@@ -93,7 +93,8 @@ def test_a_fit_blind_to_sizes_blames_the_hosts_load_for_what_larger_batches_cost
     by_size = fit_contention(ratios, shares, sizes)
     assert blind is not None and by_size is not None
     assert blind.busy_factor > 1.3  # the size's cost read as contention
-    assert by_size.busy_factor == pytest.approx(1.1) and by_size.by_size == {1: pytest.approx(1.0), 2: pytest.approx(1.3)}
+    assert by_size.busy_factor == pytest.approx(1.1)
+    assert by_size.by_size == {1: pytest.approx(1.0), 2: pytest.approx(1.3)}
 
 
 def test_a_size_needs_ten_batches_for_a_factor_of_its_own() -> None:

@@ -154,7 +154,10 @@ def run_demo(
     costs = measure_host_costs(
         profile, load_model_config(models_yaml), xv, devices=opts.devices, seconds=opts.calibrate_s, name="digits"
     )
-    plan_prof = calibrate(profile, costs.factors, source=f"the demo's host ({costs.describe()})")
+    # as `profile calibrate --models` does: the factor per batch size where the probe formed several, busy factors
+    plan_prof = calibrate(
+        profile, costs.factors, busy=costs.busy, sizes=costs.sizes, source=f"the demo's host ({costs.describe()})"
+    )
     timings["calibrate_s"] = time.perf_counter() - t0
     say(f"calibrated to this host: {costs.describe()}")
 
