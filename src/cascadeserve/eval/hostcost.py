@@ -36,6 +36,7 @@ from cascadeserve.http import Server, build_app
 from cascadeserve.plan import Device, GearPlan, fixed_plan
 from cascadeserve.policy.costs import CostSettings
 from cascadeserve.profile import Profile, calibrate
+from cascadeserve.profile.calibration import describe_sizes
 from cascadeserve.runtime import ModelConfig
 from cascadeserve.traces import poisson
 
@@ -58,7 +59,7 @@ class HostCosts:
         def one(m: str, f: float) -> str:
             busy = f" alone, x{self.busy[m]:.2f} busy" if m in self.busy else ""
             by = self.sizes.get(m)
-            sized = f" (by batch size {' '.join(f'{b}:x{v:.2f}' for b, v in sorted(by.items()))})" if by else ""
+            sized = f" ({describe_sizes(by)})" if by else ""
             return f"{m} x{f:.2f}{busy}{sized} ({self.batches[m]} batches)"
 
         parts = ", ".join(one(m, f) for m, f in self.factors.items())

@@ -34,7 +34,7 @@ import numpy as np
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 
-__all__ = ["calibrate", "costs_note", "describe_factors"]
+__all__ = ["calibrate", "costs_note", "describe_factors", "describe_sizes"]
 
 
 def describe_factors(factors: Mapping[str, float]) -> str:
@@ -93,7 +93,7 @@ def calibrate(
         models.append(dataclasses.replace(m, runtime=curve, busy_factor=busy.get(m.name, m.busy_factor)))
     plain = {m: f for m, f in factors.items() if m not in sized}
     parts = [f"runtimes {describe_factors(plain)}"] if plain else []
-    parts += [f"runtimes {m} {_describe_sizes(by)}" for m, by in sized.items()]
+    parts += [f"runtimes {m} {describe_sizes(by)}" for m, by in sized.items()]
     if busy:
         parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy)")
     if hop is not None:
@@ -111,7 +111,8 @@ def calibrate(
     return out
 
 
-def _describe_sizes(by: Mapping[int, float]) -> str:
+def describe_sizes(by: Mapping[int, float]) -> str:
+    """``by batch size 1:x0.52 2:x0.63``: a model's factors per batch size in a calibration line."""
     return "by batch size " + " ".join(f"{b}:x{f:.3g}" for b, f in sorted(by.items()))
 
 
