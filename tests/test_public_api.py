@@ -240,7 +240,8 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.http.openapi": ["InferRequest", "InferTensor", "RequestedOutput", "describe", "openapi_document"],
     "cascadeserve.http.stats": ["InferenceStats"],
     "cascadeserve.http.metrics": ["CONTENT_TYPE", "PrometheusObserver"],
-    "cascadeserve.http.server": ["App", "Server", "build_app", "cascade_builder", "with_repository"],
+    "cascadeserve.http.server": ["App", "Server", "build_app", "cascade_builder", "check_labels", "with_repository"],
+    "cascadeserve.http.root": ["CASCADES", "root_document", "root_routes"],
     "cascadeserve.http.repository": ["Builder", "LoadError", "Repository", "RepositoryError"],
     "cascadeserve.http.v2": [
         "DTYPES",

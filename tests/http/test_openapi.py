@@ -45,7 +45,7 @@ def test_every_route_is_in_the_document(server: Server) -> None:
     }
     assert {"400", "413", "503"} <= set(infer["responses"])
     assert doc["paths"]["/v2/cascade/plan"]["put"]["security"] == [{"bearer": []}]
-    assert len(ROUTERS) == 7  # health, models, repository, plans, costs, OpenAI, metrics: a new one is picked up alike
+    assert len(ROUTERS) == 8  # root, health, models, repository, plans, costs, OpenAI, metrics: a new one alike
     assert set(doc["paths"]["/v2/repository/index"]) == {"get", "post"}
 
 

@@ -63,6 +63,7 @@ from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, err_console
 from cascadeserve.cli.serve_checks import (
     check_options,
+    class_names,
     cost_settings,
     loopback,
     measure_costs,
@@ -95,7 +96,11 @@ def serve(
     plan: Annotated[Path, typer.Option(help="Gear plan JSON.")],
     profile: Annotated[Path, typer.Option(help="Profile directory (runtimes; the records when emulating).")],
     models: Annotated[
-        Path | None, typer.Option(help="Models config YAML (module:factory per model); not needed with --emulate.")
+        Path | None,
+        typer.Option(
+            help="Models config YAML (module:factory per model); not needed with --emulate, which reads only its "
+            "labels (class names) when given."
+        ),
     ] = None,
     emulate: Annotated[
         bool, typer.Option("--emulate", help="Emulated devices: profiled runtimes, recorded answers.")
@@ -257,6 +262,7 @@ def serve(
     layer = _layer_options(alternative or [], selection, selection_store, slo_p95_ms, default_output, prof)
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
+    labels = class_names(models, prof)  # with --emulate too: the models file then only names the classes
     replan_options = _replan_options(
         replan,
         qps_scaling,
@@ -291,7 +297,7 @@ def serve(
     )
     built = build_app(
         prof, gear_plan, models=config, emulate=emulate, name=name, runtime_options=options, server_options=served,
-        backend=engine, clipper=layer, replan=replan_options, costs=costs, front_ends=front_ends,
+        backend=engine, clipper=layer, replan=replan_options, costs=costs, front_ends=front_ends, labels=labels,
     )  # fmt: skip
     # more cascades beside it: POST /v2/repository/models/<name>/load (admin token), each from its own files
     build = cascade_builder(runtime_options=options, server_options=served, backend=engine, costs=costs)

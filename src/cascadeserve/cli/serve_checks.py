@@ -1,6 +1,6 @@
 """``serve``'s option checks that need no plan: the bounds, the cost watch, the fault-injection schedule, the
-bind address; each bad value is one line naming the option (exit code 2). And the start-up measurement of the
-serving costs a profile lacks (:func:`measure_costs`)."""
+bind address, the models config's class names; each bad value is one line naming the option or file (exit code
+2). And the start-up measurement of the serving costs a profile lacks (:func:`measure_costs`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 from cascadeserve.cli.root import err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http.repository import LoadError
+from cascadeserve.http.server import check_labels
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.costs import CostSettings
 from cascadeserve.profile import Profile, record_costs
@@ -24,6 +25,7 @@ from cascadeserve.runtime import Backend
 
 __all__ = [
     "check_options",
+    "class_names",
     "cost_settings",
     "loopback",
     "measure_costs",
@@ -44,6 +46,22 @@ def thread_note(models: Path, devices: int) -> str | None:
         return None
     note = cfg.oversubscription(devices, os.cpu_count() or 1)
     return None if note is None else f"warning: {models}: {note}"
+
+
+def class_names(models: Path | None, profile: Profile) -> dict[int, str] | None:
+    """The models config's class names (``labels:``; read with ``--emulate`` too, which loads no model), checked
+    against the classes of ``profile``: a name missing is an error naming the file (``None``: no names)."""
+    if models is None:
+        return None
+    from cascadeserve.models.config import load_models_file  # deferred: the models package
+
+    names = load_models_file(models).label_names
+    if names is not None:
+        try:
+            check_labels(names, profile)
+        except ValueError as e:
+            raise CascadeServeError(f"{models}: {e}") from None
+    return names
 
 
 def cost_settings(tolerance: float, window_s: float) -> CostSettings:

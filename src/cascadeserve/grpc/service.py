@@ -37,7 +37,7 @@ from cascadeserve.grpc.tensors import decode_inputs, decode_parameters, encode_r
 from cascadeserve.http.app import ServerOptions
 from cascadeserve.http.clipper import context_of
 from cascadeserve.http.control import AuthError
-from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel, model_config
+from cascadeserve.http.infer import InferCore, InferError, ServedModel, model_config
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.repository import RepositoryError
 from cascadeserve.http.v2 import ProtocolError
@@ -200,7 +200,7 @@ class _Servicer:
             versions=["1"],
             platform="cascadeserve",
             inputs=[tensor(name=i.name, datatype=i.datatype, shape=list(i.shape)) for i in api.model.inputs],
-            outputs=[tensor(name=n, datatype=dt, shape=[-1]) for n, dt in OUTPUTS],
+            outputs=[tensor(name=n, datatype=dt, shape=[-1]) for n, dt in api.model.outputs],
         )
 
     @_rpc()

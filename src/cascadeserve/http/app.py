@@ -2,6 +2,7 @@
 
 Routes::
 
+    GET  /                                       the server's name, version, cascades and links (http/root.py)
     GET  /v2/health/live   /v2/health/ready   /v2
     GET  /v2/models/{name}[/versions/{v}]        model metadata (inputs, outputs, emulated)
     GET  /v2/models/{name}[/versions/{v}]/ready
@@ -31,9 +32,10 @@ answers, response parameters) is :class:`~cascadeserve.http.infer.InferCore`, wh
 Other front ends (``front_ends``: the gRPC one, :mod:`cascadeserve.grpc`) start in the app's lifespan once the
 runtime has started, on the same event loop, and stop (with the grace period) before it stops.
 
-Routes come from one function per router (:func:`health_routes`, :func:`model_routes`, :func:`plan_routes`,
-:func:`metrics_routes`); a new router is one more function added to :data:`ROUTERS` (or passed as ``routers`` to
-:func:`create_app`), and the OpenAPI document (:mod:`cascadeserve.http.openapi`) covers it without more work.
+Routes come from one function per router (:func:`~cascadeserve.http.root.root_routes`, :func:`health_routes`,
+:func:`model_routes`, :func:`plan_routes`, :func:`metrics_routes`); a new router is one more function added to
+:data:`ROUTERS` (or passed as ``routers`` to :func:`create_app`), and the OpenAPI document
+(:mod:`cascadeserve.http.openapi`) covers it without more work.
 """
 
 from __future__ import annotations
@@ -56,10 +58,11 @@ from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
 from cascadeserve.http.fastpath import InferFastPath, answered_or_gone, read_body, server_error
-from cascadeserve.http.infer import OUTPUTS, InferCore, InferError, ServedModel, model_config
+from cascadeserve.http.infer import InferCore, InferError, ServedModel, model_config
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
+from cascadeserve.http.root import root_routes
 from cascadeserve.http.tuning import tuned_plan_json
 from cascadeserve.http.v2 import HEADER_LENGTH, ProtocolError, decode_infer_request, encode_infer_response
 from cascadeserve.plan import GearPlan
@@ -213,7 +216,7 @@ class _Api:
                 "versions": ["1"],
                 "platform": "cascadeserve",
                 "inputs": [{"name": i.name, "datatype": i.datatype, "shape": list(i.shape)} for i in self.model.inputs],
-                "outputs": [{"name": n, "datatype": dt, "shape": [-1]} for n, dt in OUTPUTS],
+                "outputs": [{"name": n, "datatype": dt, "shape": [-1]} for n, dt in self.model.outputs],
                 "parameters": {
                     "emulated": self.model.emulated,
                     "models": ",".join(plan.models()),
@@ -426,7 +429,8 @@ def metrics_routes(api: _Api) -> list[BaseRoute]:
 
 
 ROUTERS: tuple[Router, ...] = (
-    health_routes, model_routes, repository_routes, plan_routes, cost_routes, openai_routes, metrics_routes,
+    root_routes, health_routes, model_routes, repository_routes, plan_routes, cost_routes, openai_routes,
+    metrics_routes,
 )  # fmt: skip
 
 

@@ -32,6 +32,7 @@ __all__ = ["OUTPUTS", "InferCore", "InferError", "Inferred", "ServedModel", "mod
 
 # The outputs every served cascade has, in order (name, datatype): the metadata of both front ends lists them
 OUTPUTS: tuple[tuple[str, str], ...] = (("label", "INT64"), ("certainty", "FP32"), ("model", "BYTES"))
+CLASS_NAME = ("class_name", "BYTES")  # and, where the models config names the classes, each label's name
 
 Watch = Callable[[Sequence["asyncio.Future[Any]"]], Awaitable[bool]]
 """Waits for the row futures: ``True`` once all are done, ``False`` if the client went away first."""
@@ -47,11 +48,18 @@ class ServedModel:
     sample_index: Mapping[int, int] | None = None  # emulated: validation sample id -> profile row
     check_plan: Callable[[GearPlan], None] | None = None  # extra validation of a PUT plan (e.g. the profile)
     more_inputs: tuple[InputSpec, ...] = ()  # the second and later input tensors (a row is then a mapping)
+    labels: Mapping[int, str] | None = None  # each integer label's class name (the models config's ``labels:``)
 
     @property
     def inputs(self) -> tuple[InputSpec, ...]:
         """Every input tensor clients send, in order."""
         return (self.input, *self.more_inputs)
+
+    @property
+    def outputs(self) -> tuple[tuple[str, str], ...]:
+        """Every output tensor of its answers (name, datatype), in order: :data:`OUTPUTS`, then ``class_name`` where
+        the model has class names (a generative cascade's ``text`` is not listed: it depends on the plan)."""
+        return OUTPUTS if self.labels is None else (*OUTPUTS, CLASS_NAME)
 
 
 def _tensor(name: str, datatype: str, shape: Sequence[int]) -> dict[str, Any]:
@@ -84,7 +92,7 @@ def model_config(model: ServedModel, runtime: Runtime) -> dict[str, Any]:
         "platform": "cascadeserve",
         "max_batch_size": limit if limit is not None else 2**31 - 1,
         "input": [_tensor(i.name, i.datatype, i.shape) for i in model.inputs],
-        "output": [_tensor(n, dt, (-1,)) for n, dt in OUTPUTS],
+        "output": [_tensor(n, dt, (-1,)) for n, dt in model.outputs],
         "parameters": {k: {"string_value": v} for k, v in summary.items()},
     }
 
@@ -275,6 +283,9 @@ class InferCore:
             OutputTensor("certainty", "FP32", np.array([a.certainty for a in answers], dtype=np.float32)),
             OutputTensor("model", "BYTES", [a.model for a in answers]),
         ]
+        names = self.model.labels
+        if names is not None:  # a label the names miss (a default output, say) has the empty name, never an error
+            outputs.append(OutputTensor(*CLASS_NAME, [names.get(a.label, "") for a in answers]))
         if any(a.output is not None for a in answers):  # a generative cascade: its answers as text
             outputs.append(OutputTensor("text", "BYTES", [a.output.text if a.output else "" for a in answers]))
         return Inferred(outputs, params)

@@ -10,6 +10,7 @@ request to the cascade it names:
 * ``GET /metrics``: every cascade's metrics, each sample labelled ``cascade="<name>"``;
 * ``/v2/health/ready``: ready while every cascade is (Triton's rule); live while the process is;
 * ``GET /v2/models/stats``: Triton's statistics of every cascade;
+* ``GET /``: the first cascade's app answers it, listing every cascade served (:mod:`cascadeserve.http.root`);
 * ``POST /v2/repository/index``: each cascade with its state (``READY``, or ``UNAVAILABLE`` with a reason while it
   unloads);
 * ``POST /v2/repository/models/<name>/load`` (admin token): builds the cascade from its files, given as
@@ -45,6 +46,7 @@ from starlette.types import Message, Receive, Scope, Send
 from cascadeserve.http.app import ServerOptions
 from cascadeserve.http.control import AuthError, check_bearer
 from cascadeserve.http.metrics import CONTENT_TYPE
+from cascadeserve.http.root import CASCADES
 
 if TYPE_CHECKING:
     from cascadeserve.http.infer import ServedModel
@@ -207,6 +209,9 @@ class Repository:
             name = _body_model(body)
             app = self.app(name) if name is not None else None
             return (app or self.first).asgi, None  # an unknown model: the first cascade answers OpenAI's 404
+        if path == "/":  # the root document: the first cascade's app answers it, naming every cascade served
+            scope[CASCADES] = [n for n in self.names if self.app(n) is not None]
+            return self.first.asgi, None
         name = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("model", [None])[0]
         if name is not None:
             app = self.app(name)

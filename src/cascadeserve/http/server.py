@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+import numpy as np
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -51,7 +52,7 @@ from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.observer import Fanout
 from cascadeserve.runtime.replanner import Replanner, ReplanOptions
 
-__all__ = ["App", "Server", "build_app", "cascade_builder", "with_repository"]
+__all__ = ["App", "Server", "build_app", "cascade_builder", "check_labels", "with_repository"]
 
 
 @dataclass
@@ -136,6 +137,20 @@ def with_repository(app: App, options: ServerOptions | None = None, build: Build
     return dataclasses.replace(app, asgi=repo, repository=repo)
 
 
+def check_labels(labels: Mapping[int, str], profile: Profile) -> None:
+    """Raise ``ValueError`` (``labels: ...``) unless ``labels`` names every class of ``profile``: each label of its
+    validation rows and each class its models predicted there (what the served cascade can answer with)."""
+    classes = np.unique(np.concatenate([profile.labels.ravel(), profile.predictions.ravel()]))
+    classes = classes[classes >= 0]  # a negative prediction is no class (no answer), and has no name to give
+    missing = [int(c) for c in classes if int(c) not in labels]
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise ValueError(
+            f"labels: no class name for label {shown} (the profile's labels and predictions hold "
+            f"{len(classes)} classes, {int(classes.min())}..{int(classes.max())}: give a name to each)"
+        )
+
+
 def build_app(
     profile: Profile,
     plan: GearPlan,
@@ -152,12 +167,18 @@ def build_app(
     replan: ReplanOptions | None = None,
     costs: CostSettings | None = None,
     front_ends: Sequence[FrontEnd] = (),
+    labels: Mapping[int, str] | None = None,
 ) -> App:
     """A served cascade: emulated devices (answers from ``profile``) or ``models`` on the ``backend``'s devices
     (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process); with
-    ``front_ends`` (e.g. :class:`cascadeserve.grpc.GrpcFrontEnd`) served beside HTTP."""
+    ``front_ends`` (e.g. :class:`cascadeserve.grpc.GrpcFrontEnd`) served beside HTTP. ``labels``: each class's name,
+    answered beside its label (default: the models config's; :func:`check_labels` checks them against ``profile``)."""
     engine: Backend = backend or LocalBackend()
     plan.check_against(profile)
+    if labels is None and models is not None:
+        labels = models.labels
+    if labels is not None:
+        check_labels(labels, profile)
     metrics = PrometheusObserver(profile=profile)
     # every batch against the profile's costs (GET /v2/cascade/costs, cost metrics, serve --replan on cost drift)
     monitor = CostMonitor(
@@ -186,10 +207,10 @@ def build_app(
             m.listeners.append(metrics.upstream_request)
     if emulate:
         index: Mapping[int, int] = {int(s): i for i, s in enumerate(profile.sample_ids.tolist())}
-        served = ServedModel(name or profile.name, InputSpec(), True, index, check)
+        served = ServedModel(name or profile.name, InputSpec(), True, index, check, labels=labels)
     else:
         assert models is not None
-        served = ServedModel(name or profile.name, models.input, False, None, check, models.more_inputs)
+        served = ServedModel(name or profile.name, models.input, False, None, check, models.more_inputs, labels)
     # Clipper's layer: alternatives (one runtime each, same backend), selection, SLO and default output
     layer = None if clipper is None else clipper.layer(runtime, served.name, make)
     replanner = None

@@ -21,6 +21,11 @@
         ref: http://127.0.0.1:8000                        # its base URL
         options: {model: my-llm, api_key_env: UPSTREAM_KEY, max_concurrency: 8}
 
+``labels`` names the classes the models predict, by integer label: a list (``labels: [negative, neutral,
+positive]``: label 0 is ``negative``) or a mapping (``labels: {0: negative, 2: positive}``). Served answers then
+carry each row's class name beside its label (the V2 output ``class_name``); the names must be non-empty and
+distinct, and ``serve`` checks that they cover every class in the profile's labels and predictions.
+
 A model that takes several input tensors (a tokenised text model: ``input_ids`` and ``attention_mask``) lists them
 under ``inputs`` instead of ``input``; each row then reaches the model as a mapping of name to array (the ONNX
 adapter feeds it by input name, the torch adapter as keyword arguments)::
@@ -53,11 +58,11 @@ import importlib
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.models.adapters import (
@@ -151,6 +156,37 @@ class InputConfig(_Strict):
         return v
 
 
+def _label_names(v: Any) -> Any:
+    """``labels:`` checked (a list, or a mapping of non-negative integer labels; non-empty, distinct names)."""
+    if v is None:
+        return v
+    if isinstance(v, dict):  # a key written "0" (JSON) is the label 0, as YAML's 0 is
+        pairs = [(int(k) if isinstance(k, str) and k.isdigit() else k, n) for k, n in v.items()]
+    elif isinstance(v, list):
+        pairs = list(enumerate(v))
+    else:
+        raise ValueError("expected a list of class names (label 0 first) or a mapping of label to class name")
+    if not pairs:
+        raise ValueError("no class names: give one per label, or leave 'labels' out")
+    for k, n in pairs:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"{k!r} is not a label (labels are non-negative integers)")
+        if not isinstance(n, str) or not n.strip():
+            raise ValueError(f"label {k}: the class name must be a non-empty string, got {n!r}")
+    names = [n for _, n in pairs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate class names: {', '.join(dupes)}")
+    return dict(pairs) if isinstance(v, dict) else v
+
+
+LabelNames = Annotated[
+    list[str] | dict[int, str] | None,
+    BeforeValidator(_label_names),
+    Field(description="Class names by integer label: a list (label 0 first) or a mapping of label to name."),
+]
+
+
 class ModelSpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[^/.][^/]*$")
     adapter: Literal["callable", "torch", "sklearn", "onnx", "hf", "llm", "upstream"]
@@ -174,6 +210,7 @@ class ModelsConfig(_Strict):
     input: InputConfig = Field(default_factory=InputConfig)
     # several input tensors (instead of ``input``): each row reaches the models as a mapping of name to array
     inputs: list[InputConfig] | None = Field(default=None, min_length=1)
+    labels: LabelNames = None
     path: Path | None = None  # where it was read from (relative refs resolve against its folder)
 
     @field_validator("models")
@@ -208,6 +245,11 @@ class ModelsConfig(_Strict):
     @property
     def base_dir(self) -> Path:
         return self.path.parent if self.path is not None else Path.cwd()
+
+    @property
+    def label_names(self) -> dict[int, str] | None:
+        """The class name of each integer label (``labels:``), or ``None`` when the file names none."""
+        return _by_label(self.labels)
 
     def build(self) -> dict[str, Adapter]:
         """One (not yet loaded) adapter per model, in the config's order."""
@@ -257,7 +299,13 @@ class FactoryModelsConfig(_Strict):
     models: dict[str, FactoryRef] = Field(min_length=1)
     certainty: str = "margin"
     input: InputConfig | None = None  # None: clients send sample ids (the runtime's default input)
+    labels: LabelNames = None
     path: Path | None = None
+
+    @property
+    def label_names(self) -> dict[int, str] | None:
+        """The class name of each integer label (``labels:``), or ``None`` when the file names none."""
+        return _by_label(self.labels)
 
     @field_validator("models", mode="before")
     @classmethod
@@ -265,6 +313,10 @@ class FactoryModelsConfig(_Strict):
         if isinstance(v, dict):  # ``m0: pkg.mod:make`` is short for ``m0: {factory: pkg.mod:make}``
             return {str(k): {"factory": e} if isinstance(e, str) else e for k, e in v.items()}
         return v
+
+
+def _by_label(labels: list[str] | dict[int, str] | None) -> dict[int, str] | None:
+    return None if labels is None else dict(labels) if isinstance(labels, dict) else dict(enumerate(labels))
 
 
 def _where(loc: tuple[int | str, ...], raw: Any) -> str:

@@ -7,6 +7,7 @@ will plug in here as more factories. A config looks like::
 
     input: {name: input, datatype: FP32, shape: [-1, 4]}   # what clients send (default: sample_id INT64 [-1])
     certainty: margin                                      # or max_probability, negative_entropy
+    labels: [setosa, versicolor, virginica]                # optional: each label's class name, for the answers
     models:
       m0: mypkg.models:make_small
       m1: {factory: mypkg.models:make_large, kwargs: {width: 256}}
@@ -49,6 +50,9 @@ class ModelConfig:
     certainty: str = "margin"
     # the second and later input tensors of models that take several (each row then reaches them as a mapping)
     more_inputs: tuple[InputSpec, ...] = ()
+    # the file's ``labels:``, each integer label's class name: the runtime never reads them, the front ends answer
+    # with them (the V2 output class_name)
+    labels: Mapping[int, str] | None = None
 
     @property
     def inputs(self) -> tuple[InputSpec, ...]:
@@ -82,7 +86,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
         return _adapter_config(cfg)
     models = {name: load_model(ref.factory, ref.kwargs) for name, ref in cfg.models.items()}
     spec = InputSpec() if cfg.input is None else _input_spec(cfg.input)
-    return ModelConfig(models, spec, cfg.certainty)
+    return ModelConfig(models, spec, cfg.certainty, labels=cfg.label_names)
 
 
 def factory_of(fn: Callable[..., Any]) -> str:
@@ -97,7 +101,7 @@ def _adapter_config(cfg: ModelsConfig) -> ModelConfig:
     for adapter in adapters.values():
         adapter.load()
     first, *more = (_input_spec(i) for i in cfg.input_list)
-    return ModelConfig(dict(adapters), first, cfg.certainty, tuple(more))
+    return ModelConfig(dict(adapters), first, cfg.certainty, tuple(more), cfg.label_names)
 
 
 def _input_spec(cfg: Any) -> InputSpec:

@@ -3,9 +3,9 @@
 ``up`` writes the profile to ``profile/``, the plan to ``plan.json`` and, for an inline models config,
 ``models.yaml``. ``state.json`` records, per step, a hash of the step's inputs and one of its output:
 
-* profile: the models config, the files its references name (size and modification time), the source files of the
-  modules its ``module:function`` references name, the validation data (content, or the built-in set's name) and
-  the profile options;
+* profile: the models config (less its ``labels``, the class names), the files its references name (size and
+  modification time), the source files of the modules its ``module:function`` references name, the validation data
+  (content, or the built-in set's name) and the profile options;
 * plan: the profile's output hash, the SLO, the devices, the load (``max_qps``, ``trace``) and the plan options.
 
 A step is up to date when both hashes match: changed inputs make it stale, and so does an output that something
@@ -130,6 +130,8 @@ class StateDir:
         validation = self.workload.validation()
         data = file_digest(Path(validation)) if Path(validation).is_file() else validation
         spec = self.workload.spec
+        if isinstance(raw, dict) and "labels" in raw:  # class names change the answers, not what is measured
+            raw = {k: v for k, v in raw.items() if k != "labels"}
         return _hash(
             {"models": raw, "refs": stamps, "validation": data, "options": spec.profile.model_dump(), "name": spec.name}
         )
