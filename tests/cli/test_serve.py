@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from tests.cli_json import stdout_json
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli import run
 from cascadeserve.plan import Device, fixed_plan
-from cascadeserve.profile import Profile, save_profile
+from cascadeserve.profile import Profile, load_profile, save_profile
 
 
 def _port() -> int:
@@ -88,3 +89,68 @@ def test_the_thread_warning_names_the_models_file_and_a_count_that_fits(tmp_path
     assert note is not None
     assert note.startswith(f"warning: {over}: 2 devices × {cores} intra-op threads")
     assert f"set 'threads: {max(1, cores // 2)}'" in note
+
+
+TWEETS = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
+NAMES = ["negative", "neutral", "positive"]
+
+
+def _tweets_plan(tmp_path: Path) -> tuple[Profile, Path]:
+    prof = load_profile(TWEETS)
+    plan = fixed_plan(prof, Cascade(("nb-words", "lr-chars"), (0.5,)), (Device(name="d0", memory_mb=1000),))
+    return prof, plan.save(tmp_path / "plan.json")
+
+
+def test_serve_emulate_answers_the_class_names_of_the_models_file(tmp_path: Path) -> None:
+    """``--emulate --models FILE`` loads no model but answers with the file's class names; ``/`` names the cascade."""
+    prof, plan_path = _tweets_plan(tmp_path)
+    models = tmp_path / "models.yaml"
+    models.write_text("labels: [negative, neutral, positive]\nmodels: {nb-words: x.y:make, lr-chars: x.y:make}\n")
+    port = _port()
+    cmd = [sys.executable, "-c", "from cascadeserve.cli import main; main()", "serve", "--plan", str(plan_path)]
+    cmd += ["--profile", str(TWEETS), "--emulate", "--models", str(models), "--port", str(port)]
+    cmd += ["--no-measure-overhead"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        root = httpx.get(f"{url}/").json()
+        assert [c["name"] for c in root["cascades"]] == ["tweets-sklearn"]
+        meta = httpx.get(f"{url}{root['cascades'][0]['metadata']}").json()
+        assert {"name": "class_name", "datatype": "BYTES", "shape": [-1]} in meta["outputs"]
+        ids = prof.sample_ids[:12].tolist()
+        body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [len(ids)], "data": ids}]}
+        out = httpx.post(f"{url}{root['cascades'][0]['infer']}", json=body, timeout=30).json()
+        got = {o["name"]: o["data"] for o in out["outputs"]}
+        assert sorted(set(got["label"])) == [0, 1, 2]  # every class answered at least once in these rows
+        assert got["class_name"] == [NAMES[label] for label in got["label"]]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("labels", "says"),
+    [
+        ("[negative, neutral]", "labels: no class name for label 2 (the profile's labels and predictions hold 3 "
+         "classes, 0..2: give a name to each)"),
+        ("[negative, neutral, negative]", "labels: duplicate class names: negative"),
+        ("{0: negative, 1: '', 2: positive}", "labels: label 1: the class name must be a non-empty string, got ''"),
+    ],
+)  # fmt: skip
+def test_a_bad_label_map_exits_2_naming_the_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], labels: str, says: str
+) -> None:
+    _, plan_path = _tweets_plan(tmp_path)
+    models = tmp_path / "models.yaml"
+    models.write_text(f"labels: {labels}\nmodels: {{nb-words: x.y:make, lr-chars: x.y:make}}\n")
+    args = ["serve", "--plan", str(plan_path), "--profile", str(TWEETS), "--models", str(models), "--emulate"]
+    assert run([*args, "--no-measure-overhead", "--port", "0"]) == 2
+    assert f"{models}: {says}" in " ".join(capsys.readouterr().err.split())

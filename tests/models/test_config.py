@@ -10,6 +10,7 @@ import pytest
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.models import ModelLoadError, load_models_config
+from cascadeserve.models.config import load_models_file
 from cascadeserve.runtime import load_model_config
 
 FACTORY = """
@@ -102,6 +103,38 @@ def test_bad_configs_name_the_file_and_field(tmp_path: Path, body: str, message:
     with pytest.raises(CascadeServeError, match=message) as e:
         load_models_config(p)
     assert str(p) in str(e.value)
+
+
+M = "\nmodels:\n  - {name: m, adapter: torch, ref: m:f}"
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        ("[a, b, a]", r"labels: duplicate class names: a$"),
+        ("{0: a, 2: a}", r"labels: duplicate class names: a$"),
+        ("[a, '', c]", r"labels: label 1: the class name must be a non-empty string, got ''$"),
+        ("[a, '  ']", r"labels: label 1: the class name must be a non-empty string, got '  '$"),
+        ("[a, 3]", r"labels: label 1: the class name must be a non-empty string, got 3$"),
+        ("{-1: a}", r"labels: -1 is not a label \(labels are non-negative integers\)$"),
+        ("{x: a}", r"labels: 'x' is not a label \(labels are non-negative integers\)$"),
+        ("[]", r"labels: no class names: give one per label, or leave 'labels' out$"),
+        ("negative", r"labels: expected a list of class names \(label 0 first\) or a mapping of label to class name$"),
+    ],
+)
+def test_bad_label_names_name_the_file_and_field(tmp_path: Path, labels: str, message: str) -> None:
+    for form in (M, "\nmodels: {m: a.b:c}"):  # the adapter form and the factory form alike
+        p = write(tmp_path, f"labels: {labels}{form}")
+        with pytest.raises(CascadeServeError, match=message) as e:
+            load_models_file(p)
+        assert str(e.value).startswith(f"{p}: labels: ")
+
+
+def test_label_names_by_list_or_mapping(tmp_path: Path) -> None:
+    assert load_models_config(write(tmp_path, "labels: [neg, pos]" + M)).label_names == {0: "neg", 1: "pos"}
+    assert load_models_config(write(tmp_path, "labels: {1: pos, 0: neg}" + M)).label_names == {1: "pos", 0: "neg"}
+    assert load_models_config(write(tmp_path, "labels: {'3': three}" + M)).label_names == {3: "three"}
+    assert load_models_config(write(tmp_path, M)).label_names is None
 
 
 def test_missing_config_file(tmp_path: Path) -> None:

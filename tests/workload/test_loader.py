@@ -69,6 +69,8 @@ BASE = "name: x\nmodels: m.yaml\nvalidation: v.csv\ndevices: {count: 1, memory_m
              "serve.auth_token_env: 'secret-value' is not an environment variable name"),
         _bad(BASE.replace("models: m.yaml", "models:\n  models:\n    - name: a\n      adapter: bogus\n      ref: a.pkl")
              + "slo: {p95_ms: 10}\nmax_qps: 10\n", 5, "models.models[0].adapter: Input should be"),
+        _bad(BASE.replace("models: m.yaml", "models:\n  labels: [x, y, x]\n  models: [{name: a, adapter: hf, ref: r}]")
+             + "slo: {p95_ms: 10}\nmax_qps: 10\n", 3, "models.labels: duplicate class names: x"),
         _bad(BASE + "slo: {p95_ms: 10\nmax_qps: 10\n", 6, "invalid YAML"),
     ],
 )  # fmt: skip
