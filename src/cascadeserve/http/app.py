@@ -18,16 +18,17 @@ Routes::
     GET  /openapi.json  (also /v2/openapi.json)  the OpenAPI document, generated from every registered route
 
 Every row of an infer request becomes one runtime request with its own path through the cascade; the response
-carries ``label``, ``certainty`` and ``model`` per row, and ``gear``, ``fallback``, timings and ``emulated`` in
-``parameters``. Errors are ``{"error": "..."}`` with 400 (bad input, naming the field: a non-finite value in a
-float input included, unless the model accepts them), 401/403 (token missing or wrong), 404 (unknown model or
-version), 413 (body over the limit, or a call larger than admission can ever hold), 422 (a plan this deployment
-will not serve, naming the field), 500 (a model raised or returned garbage; named), 503 + Retry-After (shed: the
-wait would exceed the admission budget; the hint comes from the backlog) or 504 (the deadline, the request's
-``parameters.timeout_ms`` or the server's default, passed before any stage ran); a method a path does not serve
-is a 405 whose ``Allow`` lists those it does. A client that disconnects has its
-rows that have not started dropped. The handler only decodes and encodes: the inference itself (checks, admission,
-answers, response parameters) is :class:`~cascadeserve.http.infer.InferCore`, which the gRPC front end shares.
+carries ``label``, ``certainty`` and ``model`` per row (and ``class_name`` where the models config names the
+classes), and ``gear``, ``fallback``, timings and ``emulated`` in ``parameters``. Errors are ``{"error": "..."}``
+with 400 (bad input, naming the field: a non-finite value in a float input included, unless the model accepts them),
+401/403 (token missing or wrong), 404 (unknown model or version), 413 (body over the limit, or a call larger than
+admission can ever hold), 422 (a plan this deployment will not serve, naming the field), 500 (a model raised or
+returned garbage; named), 503 + Retry-After (shed: the wait would exceed the admission budget; the hint comes from
+the backlog) or 504 (the deadline, the request's ``parameters.timeout_ms`` or the server's default, passed before
+any stage ran); a method a path does not serve is a 405 whose ``Allow`` lists those it does. A client that
+disconnects has its rows that have not started dropped. The handler only decodes and encodes: the inference itself
+(checks, admission, answers, response parameters) is :class:`~cascadeserve.http.infer.InferCore`, which the gRPC
+front end shares.
 
 Other front ends (``front_ends``: the gRPC one, :mod:`cascadeserve.grpc`) start in the app's lifespan once the
 runtime has started, on the same event loop, and stop (with the grace period) before it stops.

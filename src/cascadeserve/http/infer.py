@@ -284,7 +284,7 @@ class InferCore:
             OutputTensor("model", "BYTES", [a.model for a in answers]),
         ]
         names = self.model.labels
-        if names is not None:  # a label the names miss (a default output, say) has the empty name, never an error
+        if names is not None:  # a label the names miss (a class the profile never saw) has the empty name, no error
             outputs.append(OutputTensor(*CLASS_NAME, [names.get(a.label, "") for a in answers]))
         if any(a.output is not None for a in answers):  # a generative cascade: its answers as text
             outputs.append(OutputTensor("text", "BYTES", [a.output.text if a.output else "" for a in answers]))
