@@ -52,10 +52,12 @@ def shared_data() -> Path:
     return path
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _compiled_simulator() -> None:
-    """Compile the simulator's compiled loop (or load it from numba's on-disk cache) once per test session, before
-    any test: otherwise the first test that simulates would pay for it (tens of seconds on a cold cache)."""
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the simulator's compiled loop (or load it from numba's on-disk cache) before any test, and outside
+    every test's timeout. Under xdist this runs in the controller before it starts the workers, so the workers load
+    the cache instead of each compiling it: as a session fixture, a cold compile in each of two workers beside a
+    busy machine (load 12 on 2 cores) ran past the 300 s timeout of the first test, and the fixture's error failed
+    every test of the session."""
     from cascadeserve.simulate.warm import warm_up
 
     warm_up()
