@@ -1,5 +1,6 @@
 """Tables stay readable where stdout is not a terminal (a file, a pipe, CI logs): each row is one line, however
-long its cells, where rich would otherwise assume 80 columns and break rows over several lines."""
+long its cells, where rich would otherwise assume 80 columns and break rows over several lines (and whatever
+``COLUMNS`` says: pytest-xdist's workers set it to 80)."""
 
 from __future__ import annotations
 

@@ -32,15 +32,13 @@ UNWRAPPED_WIDTH = 10_000
 
 
 class _Console(Console):
-    """rich's console, as wide as :data:`UNWRAPPED_WIDTH` where its file is not a terminal and neither a width nor
-    ``COLUMNS`` was given (a terminal keeps its own width)."""
+    """rich's console, as wide as :data:`UNWRAPPED_WIDTH` where its file is not a terminal, whatever ``COLUMNS``
+    says (test runners' workers and some CI runners set it to 80); a terminal keeps its own width."""
 
     @property
     def size(self) -> ConsoleDimensions:
         dims = super().size
-        if self._width is None and not self.is_terminal:
-            return ConsoleDimensions(UNWRAPPED_WIDTH, dims.height)
-        return dims
+        return dims if self.is_terminal else ConsoleDimensions(UNWRAPPED_WIDTH, dims.height)
 
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
