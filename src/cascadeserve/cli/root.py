@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 __all__ = ["app", "console", "err_console", "invocation", "print_json", "set_invocation"]
 
@@ -26,7 +26,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# Where stdout is not a terminal (a file, a pipe, CI logs) rich assumes 80 columns and breaks each table row over
+# several lines; there the console is this wide instead, so that a row, or a message, stays one line.
+UNWRAPPED_WIDTH = 10_000
+
+
+class _Console(Console):
+    """rich's console, as wide as :data:`UNWRAPPED_WIDTH` where its file is not a terminal, whatever ``COLUMNS``
+    says (test runners' workers and some CI runners set it to 80); a terminal keeps its own width."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        return dims if self.is_terminal else ConsoleDimensions(UNWRAPPED_WIDTH, dims.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console = _Console()
 err_console = Console(stderr=True)
 
 _ARGV: list[str] = []

@@ -15,7 +15,8 @@
    about 45 to about 220 tweets per second), scaled so its busiest second hits the peak, with one real image per
    request; then the **DynBa** baseline: the same load on the most accurate model alone with dynamic batching.
 7. **Summarise** (gear switches, p95 and accuracy against the SLO, the baseline) and **plot** to
-   ``reports/demo/`` (frontier, gear plan, timeline).
+   ``reports/demo/`` (frontier, gear plan, timeline), with :mod:`cascadeserve.eval.run_figures`, which draws the
+   same figures for ``profile frontier --plot``, ``plan --plot`` and ``bench --plot``.
 
 The run fails (non-zero exit) if the server fails or any request of the cascadeserve run is lost.
 """
@@ -32,8 +33,8 @@ import numpy as np
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.demo.load import Replay, replay
-from cascadeserve.demo.plots import plot_frontier, plot_plan, plot_timeline
 from cascadeserve.eval.hostcost import measure_host_costs
+from cascadeserve.eval.run_figures import plot_frontier, plot_plan, plot_timeline
 from cascadeserve.http import Server, build_app
 from cascadeserve.models import MeasureOptions, load_models_config, measure
 from cascadeserve.models.families import digits
@@ -206,9 +207,17 @@ def run_demo(
         timings["baseline_s"] = time.perf_counter() - t0
 
     figures = [
-        plot_frontier(profile, plan, out / "frontier.png"),
+        plot_frontier(profile, out / "frontier.png", plan),
         plot_plan(plan, out / "gear_plan.png"),
-        plot_timeline(cas, dyn, opts.slo_p95_ms, seconds, out / "timeline.png"),
+        plot_timeline(
+            cas,
+            out / "timeline.png",
+            title=f"replayed Twitter excerpt against the real digits models on {opts.devices} local devices",
+            baseline=dyn,
+            slo_ms=opts.slo_p95_ms,
+            seconds=seconds,
+            bin_s=1.0,
+        ),
     ]
     timings["total_s"] = time.perf_counter() - t_all
     lines = ["gear switches (majority gear of the answered requests per 5 s):", *_gear_changes(cas, plan)]
