@@ -77,8 +77,10 @@ def test_measure_here_scales_every_model_by_what_its_batches_cost(
         sized = {int(b): v for b, v in summary["size_factors"].get(m, {}).items()}
         rt = before.model(m).runtime
         # where the probe formed enough batches of two sizes or more, each point has its own factor
-        want = [float(np.interp(b, sorted(sized), [sized[k] for k in sorted(sized)])) for b in rt.batch_sizes]
-        factors = want if sized else [f] * len(rt.ms)
+        at = sorted(sized)
+        factors = [f] * len(rt.ms)
+        if sized:
+            factors = [float(np.interp(b, at, [sized[k] for k in at])) for b in rt.batch_sizes]
         assert after.model(m).runtime.ms == pytest.approx(tuple(v * g for v, g in zip(rt.ms, factors, strict=True)))
     assert after.calibration.startswith("runtimes a ") and "this host under serving conditions" in after.calibration
     assert before.calibration == ""  # the input is never rewritten

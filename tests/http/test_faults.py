@@ -98,7 +98,7 @@ def test_a_call_larger_than_the_admission_capacity_gets_413_without_retry_after(
 def _slow_second_stage_profile(base: Profile) -> Profile:
     models = (
         ModelProfile("m0", 100.0, RuntimeCurve((1,), (2.0,))),
-        ModelProfile("m1", 100.0, RuntimeCurve((1,), (3000.0,))),  # busy long after a starved client's next call
+        ModelProfile("m1", 100.0, RuntimeCurve((1,), (5000.0,))),  # busy long after a starved client's next call
     )
     return Profile(
         "slow",
@@ -118,13 +118,14 @@ def test_deadline_fallback_over_http(toy_profile: Profile, backend: Backend) -> 
     plan = fixed_plan(prof, Cascade(("m0", "m1"), (1.0,)), (Device(name="d0", memory_mb=1000),))
     with serving(prof, plan, backend=backend) as server:
         url = f"{server.url}/v2/models/toy/infer"
-        # 250 ms: far past m0's runtime plus a loaded machine's (or Ray's) overhead, well before m1's 3 s end.
-        r = httpx.post(url, json=_body([3], timeout_ms=250), timeout=10)
+        # 1 s: far past m0's runtime plus a loaded machine's (or Ray's) overhead, well before m1's 5 s end (250 ms
+        # was too short on Ray beside 8 busy loops, load 12: the deadline passed before m0 ran).
+        r = httpx.post(url, json=_body([3], timeout_ms=1000), timeout=15)
         assert r.status_code == 200, r.text
         out = {o["name"]: o["data"] for o in r.json()["outputs"]}
         assert out["model"] == ["m0"] and out["label"] == [int(prof.predictions[0, 3])]
         assert r.json()["parameters"]["fallback"] is True
-        # m1 is busy for 3 s with the abandoned sample (400 ms was too short at load 12: the first answer reached the
+        # m1 is busy for 5 s with the abandoned sample (400 ms was too short at load 12: the first answer reached the
         # client after m1 had finished, m0 then ran at once and beat a late-firing 1 ms timer); a 1 ms deadline
         # passes before m0 can run.
         r2 = httpx.post(url, json=_body([4], timeout_ms=1), timeout=10)
