@@ -96,7 +96,7 @@ def test_factors_per_batch_size_scale_each_point_of_the_curve(tmp_path: Path) ->
         i = before.batch_sizes.index(b)
         assert after.ms[i] == pytest.approx(before.ms[i] * f)
     assert cal.model("nb-words").runtime.ms == pytest.approx(tuple(v * 1.5 for v in prof.model("nb-words").runtime.ms))
-    line = "runtimes nb-words x1.5; runtimes lr-chars by batch size 1:x1.2 4:x1.8 as measured on here"
+    line = "runtimes lr-chars by batch size 1:x1.2 4:x1.8, nb-words x1.5 as measured on here"
     assert cal.calibration == line
     back = load_profile(save_profile(cal, tmp_path / "cal"))
     assert back.model("lr-chars").runtime.ms == pytest.approx(after.ms)

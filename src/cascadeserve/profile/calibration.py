@@ -91,9 +91,9 @@ def calibrate(
             f = float(factors.get(m.name, 1.0))
             curve = RuntimeCurve(rt.batch_sizes, tuple(v * f for v in rt.ms)) if f != 1.0 else rt
         models.append(dataclasses.replace(m, runtime=curve, busy_factor=busy.get(m.name, m.busy_factor)))
-    plain = {m: f for m, f in factors.items() if m not in sized}
-    parts = [f"runtimes {describe_factors(plain)}"] if plain else []
-    parts += [f"runtimes {m} {describe_sizes(by)}" for m, by in sized.items()]
+    named = [*factors, *(m for m in sized if m not in factors)]  # one entry per model, in the order given
+    each = [f"{m} {describe_sizes(sized[m])}" if m in sized else describe_factors({m: factors[m]}) for m in named]
+    parts = [f"runtimes {', '.join(each)}"] if each else []
     if busy:
         parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy)")
     if hop is not None:
