@@ -15,6 +15,7 @@ from tests.cli_json import stdout_json
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli import run
+from cascadeserve.eval.fidelity import wait_ready
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.profile import Profile, load_profile, save_profile
 
@@ -113,12 +114,7 @@ def test_serve_emulate_answers_the_class_names_of_the_models_file(tmp_path: Path
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+        wait_ready(url, proc, timeout_s=120.0)  # a generous bound: a busy machine starts a server slowly
         root = httpx.get(f"{url}/").json()
         assert [c["name"] for c in root["cascades"]] == ["tweets-sklearn"]
         meta = httpx.get(f"{url}{root['cascades'][0]['metadata']}").json()
