@@ -12,11 +12,13 @@
 # 3. at QPS_LOW and QPS_HIGH: RUNS times serve + bench (a fresh server each run), and simulate the same plan and
 #    trace once; print simulated p95, served p95 (client side and server side) and the error.
 # Each server runs in its own process (`cascadeserve serve`), the load generator in another (`cascadeserve bench`).
+# The summary's first row is the plan made from the profile as measured, simulated against its own served run (the
+# calibration run): how far the uncalibrated plan was off. Env: DEVICES (default 2), CS, PY, W, PORT, TRACE, WINDOW.
 # Before each served run a fixed single-thread workload is timed (the last column): on a shared host the machine's
 # own speed moves between runs, and that column says which runs ran on a slow machine.
 set -euo pipefail
 PROFILE=$1; MODELS=$2; VAL=$3; NAME=$4; SLO=$5; LOW=$6; HIGH=$7; RUNS=${8:-3}
-CS="${CS:-.venv/bin/cascadeserve}"
+CS="${CS:-.venv/bin/cascadeserve}"; PY="${PY:-.venv/bin/python}"; DEVICES="${DEVICES:-2}"
 W="${W:-/tmp/host_fidelity}/$NAME"; PORT="${PORT:-8791}"
 TRACE="${TRACE:-src/cascadeserve/data/traces/twitter_2021_excerpt.txt}"; WINDOW="${WINDOW:-0:60}"
 rm -rf "$W"; mkdir -p "$W"; cp -r "$PROFILE" "$W/raw"
@@ -24,12 +26,24 @@ rm -rf "$W"; mkdir -p "$W"; cp -r "$PROFILE" "$W/raw"
 serve() {  # PLAN PROFILE -> starts a server in the background; SP holds its pid
   $CS serve --plan "$1" --profile "$2" --models "$MODELS" --name "$NAME" --port "$PORT" 2> "$W/serve.err" &
   SP=$!
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/v2/health/ready" >/dev/null && return 0; sleep 0.5; done
-  echo "server did not become ready" >&2; cat "$W/serve.err" >&2; exit 1
+  $PY - "$PORT" "$SP" <<'PY' || { echo "server did not become ready" >&2; cat "$W/serve.err" >&2; exit 1; }
+import os, sys, time, urllib.request
+for _ in range(1200):  # 10 minutes: model loading on a busy host
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v2/health/ready", timeout=2).status == 200:
+            sys.exit(0)
+    except OSError:
+        try:
+            os.kill(int(sys.argv[2]), 0)
+        except OSError:
+            sys.exit(1)  # the server exited
+        time.sleep(0.5)
+sys.exit(1)
+PY
 }
 stop() { kill -TERM "$SP"; wait "$SP" || true; }
 probe() {  # OUT: the machine's speed just before a run (ms for a fixed single-thread workload; lower is faster)
-  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python -c "import time, numpy as np
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $PY -c "import time, numpy as np
 a = np.random.default_rng(0).random((256, 256)); t = time.perf_counter()
 for _ in range(300): a @ a
 print(round((time.perf_counter() - t) * 1000, 1))" > "$1"
@@ -39,14 +53,16 @@ bench() {  # QPS OUT
       --max-qps "$1" --json > "$2"
 }
 
-$CS plan --profile "$W/raw" --devices 2 --device-memory-mb 8192 --slo-p95-ms "$SLO" --max-qps "$HIGH" \
+$CS plan --profile "$W/raw" --devices "$DEVICES" --device-memory-mb 8192 --slo-p95-ms "$SLO" --max-qps "$HIGH" \
     --out "$W/plan0.json" > /dev/null
 serve "$W/plan0.json" "$W/raw"
 bench "$HIGH" "$W/calibration-bench.json"
 $CS profile calibrate --profile "$W/raw" --url "http://127.0.0.1:$PORT" --bench "$W/calibration-bench.json" \
     --out "$W/cal"
 stop
-$CS plan --profile "$W/cal" --devices 2 --device-memory-mb 8192 --slo-p95-ms "$SLO" --max-qps "$HIGH" \
+$CS simulate --profile "$W/raw" --plan "$W/plan0.json" --trace "$TRACE" --window "$WINDOW" --max-qps "$HIGH" \
+    --json > "$W/sim0-$HIGH.json"
+$CS plan --profile "$W/cal" --devices "$DEVICES" --device-memory-mb 8192 --slo-p95-ms "$SLO" --max-qps "$HIGH" \
     --out "$W/plan.json" > /dev/null
 $CS plan explain --plan "$W/plan.json" > "$W/plan.txt"
 for QPS in "$LOW" "$HIGH"; do
@@ -60,6 +76,10 @@ python3 - "$W" "$LOW" "$HIGH" "$RUNS" "$NAME" <<'PY'
 import json, statistics, sys
 w, low, high, runs, name = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 print(f"{name}: qps | simulated p95 | served p95 (client, median of {runs}) | error | server-side p95 | shed | speed probe ms")
+sim0, b0 = json.load(open(f"{w}/sim0-{high}.json")), json.load(open(f"{w}/calibration-bench.json"))
+e0 = 100 * (b0["p95_ms"] - sim0["p95_ms"]) / sim0["p95_ms"]
+print(f"{high:>6} | {sim0['p95_ms']:8.1f} | {b0['p95_ms']:8.1f} (plan from the measured profile, 1 run) | {e0:+.1f}% | "
+      f"{b0['server_p95_ms']:.1f} | {b0['shed']} | -")
 for q in (low, high):
     sim = json.load(open(f"{w}/sim-{q}.json"))
     b = [json.load(open(f"{w}/bench-{q}-{r}.json")) for r in range(1, runs + 1)]
