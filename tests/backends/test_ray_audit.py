@@ -86,9 +86,10 @@ def test_a_drift_stream_on_ray_fills_the_windows_and_the_tuner_retunes() -> None
 
 
 def test_an_audit_never_delays_its_answer_on_ray(toy_profile: Profile) -> None:
-    """Audit every early exit of m0 while m1 takes 1.5 s: the early exits are answered long before their audits'
-    m1 batch ends, and every request still reaches the window whole (the early exits through their audits)."""
-    slow = _slow(toy_profile, (2.0, 1500.0))
+    """Audit every early exit of m0 while m1 takes 5 s: the early exits are answered long before their audits'
+    m1 batch ends, and every request still reaches the window whole (the early exits through their audits). (5 s,
+    not less: beside 8 busy loops an early exit took 1.07 s to come back.)"""
+    slow = _slow(toy_profile, (2.0, 5000.0))
     t = float(np.median(slow.certainties[0]))  # half of m0's samples exit early
     plan = two_gear_plan(low_high=1e5, thresholds=(t,), max_wait_ms=5.0)  # gear 0 (m0 -> m1) throughout
     opts = RuntimeOptions(tuning=_factory(slow, target=0.5, audit_fraction=1.0, min_records=10**9))
@@ -122,7 +123,7 @@ def test_an_audit_never_delays_its_answer_on_ray(toy_profile: Profile) -> None:
         return waits, weight.tolist(), early_whole
 
     waits, weight, early_whole = asyncio.run(main())
-    assert waits and max(waits) < 1.0, f"an early exit waited {max(waits):.2f} s: behind its audit's 1.5 s stage"
+    assert waits and max(waits) < 3.0, f"an early exit waited {max(waits):.2f} s: behind its audit's 5 s stage"
     assert early_whole == 0  # nothing was whole yet when the early exits had all been answered
     assert len(weight) == n and all(math.isclose(w, 1.0) for w in weight)  # f = 1: every record weighs 1
 
