@@ -1,10 +1,12 @@
 """Class names in answers: a models config with ``labels`` makes every answer carry ``class_name`` beside ``label``
-(V2 JSON, binary and gRPC alike, from one place), and the model's metadata and config list that output; a server
-without names answers as before. Real models (a callable whose class is its input modulo 3) on 127.0.0.1."""
+(V2 JSON, binary and gRPC alike, from one place; Clipper's REST answers too), and the model's metadata and config
+list that output; a server without names answers as before. Real models (a callable whose class is its input modulo
+3) on 127.0.0.1."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -15,6 +17,7 @@ from tests.grpc.grpc_helpers import client, grpc_serving
 from tests.http.http_helpers import serving, toy_plan
 
 from cascadeserve.http import Server, build_app
+from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import load_model_config
 
@@ -99,3 +102,16 @@ def test_names_that_miss_a_class_of_the_profile_are_refused(toy_profile: Profile
         "labels: no class name for label 2 (the profile's labels and predictions hold 3 classes, 0..2: give a name "
         "to each)"
     )
+
+
+def test_clipper_rest_answers_carry_the_class_name(toy_profile: Profile, tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(MODELS_YAML)
+    app = build_app(
+        toy_profile, toy_plan(toy_profile), models=load_model_config(path), name="toy", clipper=ClipperOptions()
+    )
+    with Server(app, "127.0.0.1", 0, grace_s=2.0) as s:
+        one = httpx.post(f"{s.url}/toy/predict", json={"input": [2.0]}, timeout=30).json()
+        assert (one["output"], one["class_name"]) == (2, "positive")
+        batch = httpx.post(f"{s.url}/toy/predict", json={"input_batch": [[1.0], [3.0]]}, timeout=30).json()
+        assert [(b["output"], b["class_name"]) for b in batch["batch_predictions"]] == [(1, "neutral"), (0, "negative")]

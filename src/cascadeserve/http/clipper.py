@@ -350,7 +350,8 @@ class ClipperLayer:
         except ServingError as e:
             return _error(str(e), e.status)
         results = await asyncio.gather(*(r.future for r in reqs), return_exceptions=True)
-        out = []
+        names: Mapping[int, str] | None = api.model.labels
+        out: list[dict[str, Any]] = []
         for row, req, res in zip(arr, reqs, results, strict=True):
             qid = next(self._qid)
             if isinstance(res, Answer):
@@ -362,7 +363,10 @@ class ClipperLayer:
                 while len(self._by_input) > self.log.capacity:
                     self._by_input.popitem(last=False)
                 why = f"the latency SLO passed: answered by {res.model} (stage {res.stage})" if res.fallback else ""
-                out.append({"query_id": qid, "output": res.label, "default": False, "default_explanation": why})
+                one = {"query_id": qid, "output": res.label, "default": False, "default_explanation": why}
+                if names is not None:  # the models config names the classes: the label's name too, as V2 answers
+                    one["class_name"] = names.get(res.label, "")
+                out.append(one)
             elif self.default_output is not None and isinstance(res, ServingError):
                 why = DEADLINE_EXPLANATION if isinstance(res, DeadlineExceeded) else str(res)
                 out.append(
