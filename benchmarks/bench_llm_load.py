@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/bench_llm_load.py --profile DIR --slo-ms S --base Q [--peak 3Q]
 [--duration-s 240 --spike-at-s 90 --spike-width-s 60] [--devices 2] [--runs 1]
-[--models MODELS.yaml --validation FILE.jsonl]``
+[--models MODELS.yaml --validation FILE.jsonl] [--calibrate-from gears]``
 
 Three plans of one LLM family's profile on the same devices and SLO (p95 <= ``--slo-ms``):
 
@@ -15,6 +15,11 @@ Each replays one trace (``synthetic:spike``: ``--base`` QPS, ``--peak`` for ``--
 serve`` in its own process, emulated devices from the profile (default) or the real models (``--models``, sending
 the validation file's rows), driven open loop by ``cascadeserve.eval.loadgen``. Per plan: the p95 and accuracy of
 each 30 s window of arrival time (simulated and served), and over the spike and outside it.
+
+``--calibrate-from PLAN`` first serves that plan over the same trace once and calibrates the profile from the live
+server (``cascadeserve profile calibrate --url``: the batch sizes and the contention the trace itself forms), then
+plans and compares as above with the calibrated profile: the path for a user whose probe (``calibrate --models``)
+did not form the batches that the peak forms.
 """
 
 from __future__ import annotations
@@ -154,7 +159,7 @@ def _sim_batches(prof: Any, res: Any) -> dict[str, dict[str, Any]]:
 
 
 def served(
-    plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse.Namespace
+    plan_path: Path, prof_dir: Path, arrivals: np.ndarray, args: argparse.Namespace, calibrate_to: Path | None = None
 ) -> tuple[Any, float, dict[str, Any]]:
     cmd = [*CS, "serve", "--plan", str(plan_path), "--profile", str(prof_dir), "--name", "llm", "--port",
            str(args.port)]  # fmt: skip
@@ -180,6 +185,9 @@ def served(
             rep = asyncio.run(run_load(url, "llm", arrivals, sample_ids=ids, labels=labels, connections=1024))
         stats = _server_stats(url)
         stats["speed_probe_after_ms"] = speed_probe()
+        if calibrate_to is not None:  # what the batches of this run cost, as a user reads a live server's
+            cal = [*CS, "profile", "calibrate", "--profile", str(prof_dir), "--url", url, "--out", str(calibrate_to)]
+            print(subprocess.run(cal, check=True, capture_output=True, text=True).stdout.strip(), flush=True)
         return rep, load, stats
     finally:
         proc.terminate()
@@ -207,6 +215,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8795)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()))
+    ap.add_argument("--calibrate-from", help="Serve this plan once first and calibrate the profile from that run.")
     args = ap.parse_args()
     args.peak = args.peak or 3 * args.base
     if args.models and not args.validation:
@@ -218,6 +227,12 @@ def main() -> None:
         prof_dir = Path(d) / "profile"
         shutil.copytree(args.profile, prof_dir)  # serve reads it; nothing is written into the user's copy
         prof = load_profile(prof_dir)
+        if args.calibrate_from:
+            first = Path(d) / "calibration-run.json"
+            plans(prof, args, spec)[args.calibrate_from].save(first)
+            served(first, prof_dir, arrivals, args, calibrate_to=Path(d) / "calibrated")
+            prof_dir = Path(d) / "calibrated"
+            prof = load_profile(prof_dir)
         for name, plan in plans(prof, args, spec).items():
             if name not in args.plans.split(","):
                 continue
