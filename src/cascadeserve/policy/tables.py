@@ -93,12 +93,15 @@ class PlanTables:
                 if k < len(rows) - 1:
                     self.threshold[g, m] = gear.thresholds[k]
                     self.next_row[g, m] = rows[k + 1]
-            for gr in gear.replicas:
+            routed: dict[str, list[tuple[int, float]]] = {}  # per model, its replicas with a share, in plan order
+            for gr in gear.replicas:  # one pass (the planner's SP4 builds these tables for every check it simulates)
                 i = plan.replica_index[gr.id]
                 self._min_queue[g, i] = gr.min_queue
                 caps[g][i] = gr.cap(plan.max_batch)
+                if gr.share > 0:
+                    routed.setdefault(gr.model, []).append((i, gr.share))
             for name, m in zip(gear.models, rows, strict=True):
-                reps = [(plan.replica_index[gr.id], gr.share) for gr in gear.replicas_of(name) if gr.share > 0]
+                reps = routed.get(name, [])
                 self._routes[(g, m)] = Route(tuple(r for r, _ in reps), tuple(s for _, s in reps))
         self.triggers: tuple[tuple[BatchTrigger, ...], ...] = tuple(
             tuple(BatchTrigger(int(q), max_wait_s, c) for q, c in zip(self._min_queue[g], caps[g], strict=True))
