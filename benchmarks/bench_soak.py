@@ -7,7 +7,8 @@ The same deployment as ``bench_overload.py`` (digits family, planner's plan for 
 not the plan's promise: unless ``--capacity-qps`` is given, a 10 s closed-loop calibration (16 clients) against the
 same server measures it (``bench_overload.measured_capacity``), and the soak offers ``load`` times that. The
 server's RSS is sampled every 10 s; growth is measured from the end of the first minute (warm-up: model buffers,
-allocator pools) to the end. Latency is summarised per minute (p50, p99 of the accepted requests, by send time).
+allocator pools) to the end. Latency is summarised per minute (p50, p99 of the accepted requests, by send time), and
+each failed connection by its type and minute.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +80,11 @@ def main() -> None:
         "ok": c["ok"],
         "shed": c["shed"],
         "status_counts": c["status_counts"],
+        # each failed connection's time (s since the first send) and the client's error: a long run's errors,
+        # explained by when they came (beside the p99 by minute) and what they were
+        "connection_errors_by_type": dict(Counter(e.split(":", 1)[0] for _, e in c["connection_errors"])),
+        "connection_errors_by_minute": dict(Counter(int(t // 60) for t, _ in c["connection_errors"])),
+        "connection_errors_first": c["connection_errors"][:20],
         "accepted_p50_ms": c["p50_ms"],
         "accepted_p99_ms": c["p99_ms"],
         "slo_p95_ms": SLO_MS,

@@ -297,7 +297,7 @@ EXPECTED: dict[str, list[str]] = {
         "mean_qps",
         "wait_ready",
     ],
-    "cascadeserve.eval.loadgen": ["LoadReport", "run_load"],
+    "cascadeserve.eval.loadgen": ["KEPT_ERRORS", "LoadReport", "run_load"],
     "cascadeserve.cli": ["app", "main", "run"],
     "cascadeserve.cli.app": ["app", "console", "err_console", "print_json", "run"],
     "cascadeserve.cli.root": ["app", "console", "err_console", "invocation", "print_json", "set_invocation"],

@@ -31,7 +31,9 @@ import numpy as np
 
 from cascadeserve.policy.costs import mean_and_p95
 
-__all__ = ["LoadReport", "run_load"]
+__all__ = ["KEPT_ERRORS", "LoadReport", "run_load"]
+
+KEPT_ERRORS = 1000  # failed connections a report describes one by one (all are counted)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class LoadReport:
     timed_out: int = 0  # the client's own timeout ran out
     refused: int = 0  # the connection failed
     shed_with_retry_after: int = 0  # 503 answers that carried a Retry-After header
+    # each failed connection (``refused``): seconds since the first send and the client's error, "Type: message"
+    # (the first :data:`KEPT_ERRORS`): which failure, and when, so that a long run's errors can be explained
+    connection_errors: tuple[tuple[float, str], ...] = ()
     # what the client saw of each answered request beyond the server's admission-to-answer time (``server_ms`` in
     # the answer): HTTP both ways, the server's event loop, this client's own CPU; mean and p95 with the top 1 % left
     # out (0 where the server does not say). ``profile calibrate --bench`` records them for the simulator.
@@ -162,6 +167,8 @@ async def run_load(
     gear = np.full(n, -1, dtype=np.int64)
     lag = np.zeros(n)
     done = 0
+    conn_errors: list[tuple[float, str]] = []
+    start = time.perf_counter()  # reset at the first send
     connector = aiohttp.TCPConnector(limit=connections, force_close=False)
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -199,8 +206,10 @@ async def run_load(
                         correct[i] = label == lab[i % len(lab)]
             except TimeoutError:
                 status[i] = -2
-            except (aiohttp.ClientError, OSError):
+            except (aiohttp.ClientError, OSError) as e:
                 status[i] = -1
+                if len(conn_errors) < KEPT_ERRORS:
+                    conn_errors.append((round(time.perf_counter() - start, 3), f"{type(e).__name__}: {e}"))
             finally:
                 done += 1
 
@@ -260,6 +269,7 @@ async def run_load(
         timed_out=int((status == -2).sum()),
         refused=int((status == -1).sum()),
         shed_with_retry_after=retry_after,
+        connection_errors=tuple(conn_errors),
         front_door_ms=door_ms,
         front_door_p95_ms=door_p95_ms,
         latency_ms=lat_ok,
