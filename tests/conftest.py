@@ -63,6 +63,24 @@ def pytest_configure(config: pytest.Config) -> None:
     warm_up()
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start this process's Ray instance now when a collected test runs on Ray, outside every test's timeout (as the
+    compile above): beside 8 busy loops (load 13-19 on 2 cores) ``ray.init`` in the session fixture ran past the
+    300 s timeout of the first Ray test, and that fixture's error failed every later Ray test of the worker. Under
+    xdist each worker collects every test, so each starts the instance its Ray tests will use."""
+    if any(_on_ray(item) for item in session.items):
+        from tests.backends.backend_fixtures import start_ray
+
+        start_ray()
+
+
+def _on_ray(item: pytest.Item) -> bool:
+    if "ray_session" in getattr(item, "fixturenames", ()):
+        return True
+    spec = getattr(item, "callspec", None)  # the backend fixture's "ray" parameter asks for Ray on demand
+    return spec is not None and "ray" in spec.params.values()
+
+
 def with_token_costs(profile: Profile, seed: int = 0, models: tuple[str, ...] = ("m1", "m2")) -> Profile:
     """``profile`` with token costs on ``models`` (profile/tokens.py): the first scores (prompts of 5-80 tokens,
     options of 1-3), the others generate (prompts of 5-80, answers of 0-40 steps), with measured-looking cost

@@ -34,7 +34,10 @@ def test_adaptive_batching_runs_on_the_servers_and_survives_a_swap(toy_profile: 
         rt.swap_plan(aimd)
         reqs = rt.submit(list(range(300)))
         second = await asyncio.wait_for(asyncio.gather(*(r.future for r in reqs), return_exceptions=True), 60)
-        await asyncio.sleep(0.25)  # the next poll brings the servers' batch events
+        for _ in range(600):  # a later poll brings the servers' batch events (0.25 s quiet; longer on a busy host)
+            if sum(b.size for b in rec.batches) >= 600:
+                break
+            await asyncio.sleep(0.05)
         await rt.stop(grace_s=1.0)
         return list(first) + list(second)
 

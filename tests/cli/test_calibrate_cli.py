@@ -175,7 +175,9 @@ def test_a_live_server_measures_how_much_slower_batches_run_on_a_busy_host(
     assert 0.2 < row["busy_share"] < 0.8  # batches started on an idle and on a busy host
     after = load_profile(out).model("a")
     assert after.busy_factor == pytest.approx(2.5, abs=0.35)  # sleeps overshoot a little on a busy machine
-    assert after.runtime.ms[0] == pytest.approx(20.0 * row["alone_factor"]) and 0.95 < row["alone_factor"] < 1.3
+    # the snapshot above and calibrate's own read of the server may see the fit a batch apart on a busy host
+    assert after.runtime.ms[0] == pytest.approx(20.0 * row["alone_factor"], rel=0.02)
+    assert 0.95 < row["alone_factor"] < 1.3
 
 
 @pytest.mark.parametrize(
@@ -208,7 +210,10 @@ def test_bad_options_are_one_line_exit_2(
     ],
 )
 def test_a_bench_result_without_a_usable_front_door_is_one_line_exit_2(
-    family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: dict[str, object],
+    family: tuple[Path, Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    doc: dict[str, object],
     named: str,
 ) -> None:
     _, _, prof_dir = family
