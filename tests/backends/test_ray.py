@@ -200,7 +200,6 @@ def _port() -> int:
 
 @pytest.mark.timeout(900)  # beside 8 busy loops the server's Ray driver took over 240 s to become ready
 def test_cli_serve_backend_ray_emulate_with_tritonclient(toy_profile: Profile, tmp_path: Path) -> None:
-    import httpx
     import tritonclient.http as triton
 
     save_profile(toy_profile, tmp_path / "profile")
@@ -210,25 +209,23 @@ def test_cli_serve_backend_ray_emulate_with_tritonclient(toy_profile: Profile, t
     cli = Path(sys.executable).parent / "cascadeserve"
     # A free port can be taken between our probe and the server's bind (Ray's workers bind ephemeral ports too),
     # so a bind failure is retried on a fresh port.
+    # The server's stderr goes to a file, not a pipe: nobody reads a pipe while the server starts, and Ray's
+    # warnings on a loaded machine can fill its 64 KiB and block the server before it binds.
+    log = tmp_path / "serve.err"
     for _attempt in range(5):
         port = _port()
         cmd = [str(cli), "serve", "--backend", "ray", "--address", address, "--emulate"]
         cmd += ["--plan", str(tmp_path / "plan.json"), "--profile", str(tmp_path / "profile")]
         cmd += ["--port", str(port), "--name", "toy", "--grace-s", "1"]
-        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < CLI_PATIENCE_S and proc.poll() is None:  # Ray starts in minutes on a busy box
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        with log.open("w") as err_file:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            proc = subprocess.Popen(cmd, stderr=err_file, text=True, env=env)
+        ready = _wait_ready(proc, port)
         if proc.poll() is None:
             break
-        err = proc.stderr.read() if proc.stderr else ""
-        assert "address already in use" in err, err
+        assert "address already in use" in log.read_text(), log.read_text()
     try:
+        assert ready, f"not ready after {CLI_PATIENCE_S:.0f} s; its stderr:\n{log.read_text()[-4000:]}"
         client = triton.InferenceServerClient(
             f"127.0.0.1:{port}", connection_timeout=CLI_PATIENCE_S, network_timeout=CLI_PATIENCE_S
         )
@@ -242,9 +239,26 @@ def test_cli_serve_backend_ray_emulate_with_tritonclient(toy_profile: Profile, t
         assert res.get_response()["parameters"]["emulated"] is True
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=CLI_PATIENCE_S)
+        proc.wait(timeout=CLI_PATIENCE_S)
+    err = log.read_text()
     assert proc.returncode == 0, err
     assert "ray backend" in err and "stopped" in err
+
+
+def _wait_ready(proc: subprocess.Popen[str], port: int) -> bool:
+    """Poll the server's readiness until it answers 200, exits, or CLI_PATIENCE_S passes (Ray starts in minutes on
+    a busy box)."""
+    import httpx
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < CLI_PATIENCE_S and proc.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False
 
 
 def test_hot_swap_in_the_same_iteration_as_sends_loses_nothing(toy_profile: Profile) -> None:

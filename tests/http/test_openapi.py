@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,17 +78,32 @@ def _fuzz(op: object, server: Server, headers: dict[str, str], seen: list[int]) 
     check()
 
 
+SCHEMATHESIS_PATIENCE_S = 600.0
 ROOT = Path(__file__).resolve().parents[2]  # where schemathesis.toml is (the CLI reads it from its working directory)
 CLI = Path(sys.executable).with_name("schemathesis")
 
 
 def _schemathesis_all_checks(url: str, token: str) -> subprocess.CompletedProcess[str]:
+    """Run the schemathesis CLI with every check; its output goes to a file so that a run stopped by the timeout
+    still shows how far it got (beside 8 busy loops a run took minutes, against 6 s on a quiet machine)."""
     cmd = [str(CLI), "run", f"{url}/openapi.json", "--checks", "all", "-H", f"Authorization: Bearer {token}"]
     cmd += ["--max-examples", "8", "--seed", "0", "--generation-deterministic", "--workers", "1", "--no-color"]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    cmd += ["--request-timeout", "120"]  # a request that hangs fails as such instead of stalling the run
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            code = proc.wait(timeout=SCHEMATHESIS_PATIENCE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            out.seek(0)
+            pytest.fail(f"schemathesis ran past {SCHEMATHESIS_PATIENCE_S:.0f} s; its output:\n{out.read()[-6000:]}")
+        out.seek(0)
+        return subprocess.CompletedProcess(cmd, code, out.read(), "")
 
 
 @pytest.mark.skipif(not CLI.exists(), reason="the schemathesis CLI is not installed beside this Python")
+@pytest.mark.timeout(900)
 def test_schemathesis_all_checks_admin_token(server: Server) -> None:
     """Admin token only: PUT /v2/cascade/plan is the one secured operation; everything else is open."""
     run = _schemathesis_all_checks(server.url, ADMIN_TOKEN)
@@ -96,6 +112,7 @@ def test_schemathesis_all_checks_admin_token(server: Server) -> None:
 
 
 @pytest.mark.skipif(not CLI.exists(), reason="the schemathesis CLI is not installed beside this Python")
+@pytest.mark.timeout(900)
 def test_schemathesis_all_checks_inference_token(toy_profile: Profile) -> None:
     """An inference token too: every operation but the health probes and the document needs it (401 without)."""
     with serving(toy_profile, backend=LocalBackend(), auth_token="infer-token") as s:
