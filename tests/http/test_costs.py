@@ -15,12 +15,12 @@ import pytest
 from tests.http.http_helpers import metric
 
 from cascadeserve.cascade import Cascade
-from cascadeserve.eval.hostcost import snapshot_factors
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.plan import SLO, Device, fixed_plan
 from cascadeserve.policy.costs import CostSettings
 from cascadeserve.policy.replan import DriftSettings, ReplanMode
 from cascadeserve.profile import RuntimeCurve, load_profile, save_profile
+from cascadeserve.profile.calibration import snapshot_factors
 from cascadeserve.profile.slowdown import Slowdown, Slowdowns
 from cascadeserve.runtime import RuntimeOptions
 from cascadeserve.runtime.replanner import ReplanOptions

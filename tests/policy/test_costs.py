@@ -10,8 +10,6 @@ from cascadeserve.policy.costs import (
     CostDrift,
     CostSettings,
     CostWatch,
-    ModelCost,
-    calibrated_factors,
     trimmed_mean,
 )
 
@@ -78,10 +76,7 @@ def test_one_stalled_batch_does_not_move_the_median() -> None:
     assert c.factor == 1.0 and c.batches == 22 and c.mean_factor == 1.0  # the mean leaves the stall out too
 
 
-def test_calibrated_factors_and_bad_settings() -> None:
-    # a re-plan calibrates by the mean ratio, as profile calibrate does (the median where none was measured)
-    costs = [ModelCost("a", 1.5, 9, mean_factor=1.8), ModelCost("b", 0.5, 9)]
-    assert calibrated_factors(costs) == {"a": 1.8, "b": 0.5}
+def test_trimmed_mean_and_bad_settings() -> None:
     assert trimmed_mean([1.0] * 99 + [1000.0]) == 1.0 and trimmed_mean([2.0, 4.0, 5.0]) == 3.0
     for bad in ({"tolerance": 0.0}, {"window_s": 0.0}, {"min_batches": 0}, {"sustain_s": -1.0}):
         with pytest.raises(ValueError):

@@ -66,7 +66,7 @@ CONTRACT: dict[str, dict[str, frozenset[str]]] = {
         "cascadeserve.policy.adaptive": frozenset({"BatchLimit", "Batching", "batch_limit_for", "capped_trigger"}),
         "cascadeserve.policy.cache": frozenset({"PredictionCache", "input_key"}),
         "cascadeserve.policy.costs": frozenset(
-            {"CostDrift", "CostSettings", "CostWatch", "calibrated_factors", "mean_and_p95", "trimmed_mean"}
+            {"CostDrift", "CostSettings", "CostWatch", "mean_and_p95", "trimmed_mean"}
         ),
         "cascadeserve.policy.drift": frozenset({"DriftDecision"}),
         "cascadeserve.policy.failure": frozenset({"FailureKind", "StageFailureDecision", "on_stage_failure"}),

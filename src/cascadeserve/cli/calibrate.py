@@ -37,7 +37,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import Profile, Vote, calibrate, load_profile, save_profile
 
 if TYPE_CHECKING:  # the measuring modules load the HTTP stack: imported where used, so --help stays quick
-    from cascadeserve.eval.hostcost import MeasuredFactors
+    from cascadeserve.profile.calibration import MeasuredFactors
 
 __all__ = ["calibrate_cmd"]
 
@@ -106,7 +106,8 @@ def calibrate_cmd(
         err_console.print(
             f"warning: the server serves profile {snap.get('profile')!r}, not {prof.name!r}", highlight=False
         )
-    from cascadeserve.eval.hostcost import snapshot_factors, snapshot_hop
+    from cascadeserve.eval.hostcost import snapshot_hop
+    from cascadeserve.profile.calibration import snapshot_factors
 
     got = snapshot_factors(snap, min_batches)
     factors, notes = got.factors, got.notes
@@ -153,8 +154,9 @@ def _measure_here(
     prof: Profile, models: Path, validation: str, devices: int, seconds: float
 ) -> tuple[MeasuredFactors, str]:
     from cascadeserve.cli.serve_checks import thread_note
-    from cascadeserve.eval.hostcost import MeasuredFactors, measure_host_costs
+    from cascadeserve.eval.hostcost import measure_host_costs
     from cascadeserve.models import load_validation
+    from cascadeserve.profile.calibration import MeasuredFactors
     from cascadeserve.runtime import load_model_config
 
     config = load_model_config(models)

@@ -36,11 +36,11 @@ from cascadeserve.http import Server, build_app
 from cascadeserve.plan import Device, GearPlan, fixed_plan
 from cascadeserve.policy.costs import CostSettings
 from cascadeserve.profile import Profile, calibrate
-from cascadeserve.profile.calibration import describe_sizes
+from cascadeserve.profile.calibration import describe_sizes, snapshot_factors
 from cascadeserve.runtime import ModelConfig
 from cascadeserve.traces import poisson
 
-__all__ = ["HostCosts", "MeasuredFactors", "measure_host_costs", "probe_plan", "snapshot_factors", "snapshot_hop"]
+__all__ = ["HostCosts", "measure_host_costs", "probe_plan", "snapshot_hop"]
 
 
 @dataclass(frozen=True)
@@ -120,43 +120,6 @@ def measure_host_costs(
     batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["model"] in got.factors}
     mean_qps = sum(r.sent for r in loads) / seconds
     return HostCosts(got.factors, batches, got.busy, got.sizes, mean_qps, seconds, tuple(loads))
-
-
-@dataclass(frozen=True)
-class MeasuredFactors:
-    """What :func:`snapshot_factors` read: per model the runtime factor, the busy factor where it was fitted, the
-    factors per batch size where several sizes had enough batches, and a note per model left out."""
-
-    factors: dict[str, float]
-    busy: dict[str, float]
-    sizes: dict[str, dict[int, float]]
-    notes: list[str]
-
-    def drop(self, name: str) -> None:
-        for d in (self.factors, self.busy, self.sizes):
-            d.pop(name, None)
-
-
-def snapshot_factors(snapshot: dict[str, Any], min_batches: int) -> MeasuredFactors:
-    """From a ``/v2/cascade/costs`` answer: per model, the runtime factor (the one with the host's other devices
-    idle where the batches could be fitted against the host's load, else the mean), the busy factors fitted, the
-    factors per batch size (only where at least two sizes had enough batches: one size says nothing about the
-    curve's shape), and one note per model left out for fewer than ``min_batches`` batches."""
-    out = MeasuredFactors({}, {}, {}, [])
-    for m in snapshot.get("models", []):
-        mean, n = m.get("mean_factor_vs_profile", m.get("factor_vs_profile")), int(m.get("batches") or 0)
-        if mean is None or n < min_batches:
-            out.notes.append(f"model {m['model']!r}: {n} batches (fewer than --min-batches {min_batches}): unchanged")
-            continue
-        name = str(m["model"])
-        if m.get("busy_factor") is not None and m.get("alone_factor") is not None:
-            out.factors[name], out.busy[name] = float(m["alone_factor"]), float(m["busy_factor"])
-        else:
-            out.factors[name] = float(mean)
-        sized = {int(b): float(f) for b, f in (m.get("size_factors") or {}).items()}
-        if len(sized) >= 2:
-            out.sizes[name] = sized
-    return out
 
 
 def snapshot_hop(snapshot: dict[str, Any], min_answers: int) -> tuple[float, float] | None:

@@ -18,8 +18,8 @@ stalled batch does not move it). :meth:`CostWatch.check` is the decision the run
   ``cooldown_s`` (a re-plan takes a while, and its plan is judged by the next window, not the old one).
 
 What is done with a :class:`CostDrift` is the re-plan mode's business (``serve --replan``): ``notify`` logs it and
-exposes it as a metric, ``auto`` re-plans with the measured costs (:func:`calibrated_factors`) and swaps the plan
-in, as for load drift. ``profile calibrate`` writes the same factors into a new profile from a live server, so a
+exposes it as a metric, ``auto`` re-plans with the measured costs (the departed models recalibrated from the
+window's batches, :meth:`cascadeserve.runtime.costs.CostMonitor.calibrated`) and swaps the plan in, as for load drift. ``profile calibrate`` writes the same factors into a new profile from a live server, so a
 plan can start from the host's costs instead of discovering them while serving.
 
 Nothing here reads a clock: callers pass ``now``.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CostDrift", "CostSettings", "CostWatch", "ModelCost", "calibrated_factors", "mean_and_p95", "trimmed_mean"]
+__all__ = ["CostDrift", "CostSettings", "CostWatch", "ModelCost", "mean_and_p95", "trimmed_mean"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +106,6 @@ def mean_and_p95(values: Iterable[float], cut: float = 0.01) -> tuple[float, flo
         return 0.0, 0.0
     kept = a[: max(1, len(a) - math.ceil(len(a) * cut))]
     return float(kept.mean()), float(np.percentile(kept, 95))
-
-
-def calibrated_factors(costs: tuple[ModelCost, ...] | list[ModelCost]) -> dict[str, float]:
-    """The per-model factors to scale a profile's runtimes by (:func:`cascadeserve.profile.calibrate`): the mean
-    ratios (the median where no mean was measured)."""
-    return {c.model: c.mean_factor or c.factor for c in costs}
 
 
 class CostWatch:

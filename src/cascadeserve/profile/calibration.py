@@ -28,13 +28,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 
-__all__ = ["calibrate", "costs_note", "describe_factors", "describe_sizes"]
+__all__ = [
+    "MeasuredFactors",
+    "calibrate",
+    "costs_note",
+    "describe_factors",
+    "describe_sizes",
+    "snapshot_factors",
+]
 
 
 def describe_factors(factors: Mapping[str, float]) -> str:
@@ -122,3 +131,40 @@ def costs_note(profile: Profile) -> str:
     if profile.calibration:
         return f"profile {profile.name!r} calibrated: {profile.calibration}"
     return f"profile {profile.name!r} as measured{where}, not calibrated to the serving host"
+
+
+@dataclass(frozen=True)
+class MeasuredFactors:
+    """What :func:`snapshot_factors` read: per model the runtime factor, the busy factor where it was fitted, the
+    factors per batch size where several sizes had enough batches, and a note per model left out."""
+
+    factors: dict[str, float]
+    busy: dict[str, float]
+    sizes: dict[str, dict[int, float]]
+    notes: list[str]
+
+    def drop(self, name: str) -> None:
+        for d in (self.factors, self.busy, self.sizes):
+            d.pop(name, None)
+
+
+def snapshot_factors(snapshot: dict[str, Any], min_batches: int) -> MeasuredFactors:
+    """From a ``/v2/cascade/costs`` answer: per model, the runtime factor (the one with the host's other devices
+    idle where the batches could be fitted against the host's load, else the mean), the busy factors fitted, the
+    factors per batch size (only where at least two sizes had enough batches: one size says nothing about the
+    curve's shape), and one note per model left out for fewer than ``min_batches`` batches."""
+    out = MeasuredFactors({}, {}, {}, [])
+    for m in snapshot.get("models", []):
+        mean, n = m.get("mean_factor_vs_profile", m.get("factor_vs_profile")), int(m.get("batches") or 0)
+        if mean is None or n < min_batches:
+            out.notes.append(f"model {m['model']!r}: {n} batches (fewer than --min-batches {min_batches}): unchanged")
+            continue
+        name = str(m["model"])
+        if m.get("busy_factor") is not None and m.get("alone_factor") is not None:
+            out.factors[name], out.busy[name] = float(m["alone_factor"]), float(m["busy_factor"])
+        else:
+            out.factors[name] = float(mean)
+        sized = {int(b): float(f) for b, f in (m.get("size_factors") or {}).items()}
+        if len(sized) >= 2:
+            out.sizes[name] = sized
+    return out

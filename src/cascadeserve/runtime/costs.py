@@ -6,12 +6,15 @@ decision: a :class:`~cascadeserve.policy.costs.CostDrift` is logged on ``cascade
 ``serve --replan notify|auto`` warns), counted, and handed to the listeners (``serve --replan auto`` re-plans with the
 measured costs: :mod:`cascadeserve.runtime.replanner`).
 
-The costs "in force" are the profile's runtimes times the factors already applied, plus the plan's per-batch
-overhead (``batch_overhead_ms``, which the simulator charges on every batch too) (:meth:`recalibrated`, called
-after a re-plan with measured costs), so after a swap the watch compares batches with the costs the new plan
-assumed, not the stale ones. Besides the watch's window, the monitor keeps the last ``keep`` ratios per model
-since the start (or the last recalibration): that is what ``profile calibrate --url`` reads after a ``bench``
-run, when the window may already have emptied.
+The costs "in force" are those of the profile the plan in force was made with (the served profile, or after a
+re-plan with measured costs the recalibrated one: :meth:`calibrated`, :meth:`recalibrated`), slowed by the host's
+load as that profile's busy factors say, plus the plan's per-batch overhead (``batch_overhead_ms``, which the
+simulator charges on every batch too); so after a swap the watch compares batches with the costs the new plan
+assumed, not the stale ones. Besides the watch's window, the monitor keeps the last ``keep`` batches per model since
+the start (or the last recalibration), each as its ratio to the *profile's* runtime, the host's load when it started,
+its size and when it ended: that is what ``profile calibrate --url`` reads after a ``bench`` run, when the window may
+already have emptied, and what a re-plan with measured costs calibrates from (the batches of the last window, by
+the same rule).
 
 It also keeps, per answer at the first stage, the time the request spent beyond its server time (queues and
 batches): on the local backend a few microseconds, on Ray the process hop there and back as it is while serving
@@ -23,7 +26,9 @@ second, the cheapest model, no HTTP, a Ray instance still warming up) is one sam
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch, mean_and_p95, trimmed_mean
-from cascadeserve.profile import Profile
+from cascadeserve.profile import Profile, calibrate
+from cascadeserve.profile.calibration import snapshot_factors
 from cascadeserve.profile.host import HostFit, contended, fit_contention, size_factors
 from cascadeserve.runtime.observer import BatchEvent, NullObserver
 from cascadeserve.runtime.request import Answer, Request, ServingError
@@ -57,11 +63,13 @@ class CostMonitor(NullObserver):
         self.profile = profile
         self.overhead_s = overhead_ms / 1000.0
         self.watch = CostWatch(profile.model_names, settings)
-        self.applied = dict.fromkeys(profile.model_names, 1.0)  # factors the costs in force already include
+        self.in_force = profile  # the costs the plan in force was made with (recalibrated)
         self._rows = {m: i for i, m in enumerate(profile.model_names)}
-        self._curves = [m.runtime for m in profile.models]
+        self._curves = [m.runtime for m in profile.models]  # the profile's: every ratio kept is against these
+        self._planned = list(self._curves)  # the costs in force, per model (the curve of the profile in force)
         self._busy = [m.busy_factor for m in profile.models]
         self._since: list[deque[float]] = [deque(maxlen=keep) for _ in profile.models]
+        self._ends: list[deque[float]] = [deque(maxlen=keep) for _ in profile.models]  # when each batch ended
         # per model, each batch's share of the other devices busy when it started, beside its ratio (profile/host.py)
         self.devices = devices
         self._shares: list[deque[float]] = [deque(maxlen=keep) for _ in profile.models]
@@ -81,11 +89,13 @@ class CostMonitor(NullObserver):
             return
         profiled_s = self._curves[row].ms_of(event.size) / 1000.0
         seconds = event.end - event.start
-        # the cost in force: the profile's, times the factor applied, slowed by the host's load as the plan assumed
-        planned = contended(profiled_s * self.applied[event.model], self._busy[row], event.host_share)
+        # the cost in force: the curve in force at this size, slowed by the host's load as the plan assumed
+        in_force_s = self._planned[row].ms_of(event.size) / 1000.0
+        planned = contended(in_force_s, self._busy[row], event.host_share)
         self.watch.observe(row, event.end, seconds, planned + self.overhead_s)
         if profiled_s > 0:
             self._since[row].append(seconds / profiled_s)
+            self._ends[row].append(event.end)
             self._shares[row].append(event.host_share)
             self._sizes[row].append(event.size)
         self.now = max(self.now, event.end)
@@ -110,43 +120,75 @@ class CostMonitor(NullObserver):
         for listen in self.listeners:
             listen(decision)
 
-    def recalibrated(self, factors: dict[str, float], now: float) -> None:
-        """A plan made with costs x``factors`` (relative to the costs in force) is in force from ``now``."""
-        for m, f in factors.items():
-            self.applied[m] *= f
+    @property
+    def applied(self) -> dict[str, float]:
+        """Per model, how many times the profile's runtimes the costs in force are (the mean over the curve's batch
+        sizes: a recalibration by batch size scales each size by its own factor)."""
+        return {
+            m: float(np.mean(np.asarray(p.ms) / np.maximum(np.asarray(c.ms), 1e-12)))
+            for m, c, p in zip(self.profile.model_names, self._curves, self._planned, strict=True)
+        }
+
+    def recalibrated(self, profile: Profile, now: float) -> None:
+        """A plan made with ``profile``'s costs (:meth:`calibrated`) is in force from ``now``: the watch compares
+        batches with its curves and busy factors, and everything measured so far is forgotten."""
+        self.in_force = profile
+        self._planned = [profile.model(m).runtime for m in self.profile.model_names]
+        self._busy = [profile.model(m).busy_factor for m in self.profile.model_names]
         self.watch.reset(now)
-        for d in (*self._since, *self._shares, self._hops):
+        for d in (*self._since, *self._ends, *self._shares, self._hops):
             d.clear()
         for z in self._sizes:
             z.clear()
 
+    def calibrated(self, decision: CostDrift, source: str) -> Profile:
+        """The profile in force with each model ``decision`` names recalibrated from its batches of the watch's last
+        window, by the rule ``profile calibrate --url`` applies to the whole run
+        (:func:`~cascadeserve.profile.calibration.snapshot_factors`: the factor with the host's other devices idle
+        and the busy factor where the batches could be fitted against the host's load, and a factor per batch size
+        where several sizes had enough batches), from the profile's own runtimes. The other models keep the costs
+        in force."""
+        since = decision.time - self.watch.settings.window_s
+        got = snapshot_factors(self.snapshot(since=since), 1)
+        departed = {c.model for c in decision.departed}
+        for m in set(got.factors) - departed:
+            got.drop(m)
+        base = dataclasses.replace(
+            self.in_force,
+            models=tuple(self.profile.model(m.name) if m.name in got.factors else m for m in self.in_force.models),
+        )
+        return calibrate(base, got.factors, source=source, busy=got.busy, sizes=got.sizes)
+
     # -- what GET /v2/cascade/costs shows ------------------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        """Per model: the window's factor against the costs in force, and the median and (trimmed) mean since the
-        start against the profile (``profile calibrate`` scales the profile by the mean)."""
+    def snapshot(self, since: float = -math.inf) -> dict[str, Any]:
+        """Per model: the window's factor against the costs in force, and the median and (trimmed) mean of the
+        batches that ended at ``since`` or later (default: since the start or the last recalibration) against the
+        profile (``profile calibrate`` scales the profile by the mean)."""
         window = {c.model: c for c in self.watch.factors(self.now)}
-        fits = self.contention()
+        fits = self.contention(since)
+        applied = self.applied
         models = []
         for m in self.profile.model_names:
-            since = self._since[self._rows[m]]
+            ratios, _, sizes = self._batches(self._rows[m], since)
+            n = len(ratios)
             w = window.get(m)
             fit = fits.get(m)
             # per batch size (enough batches of it): the factor with the other devices idle where the contention
             # was fitted, else the plain mean (profile calibrate scales each size of the curve by its own)
-            sized = fit.by_size if fit is not None else self._size_means(self._rows[m])
+            sized = fit.by_size if fit is not None else size_factors(ratios, sizes)
             models.append(
                 {
                     "model": m,
-                    "factor_vs_profile": float(np.median(since)) if since else None,
+                    "factor_vs_profile": float(np.median(ratios)) if n else None,
                     # what calibration uses: a queue's wait grows with the mean service time, not its median, and
                     # under contention batches run long more often than short; the top 1 % (stalls) is left out
-                    "mean_factor_vs_profile": trimmed_mean(since) if since else None,
+                    "mean_factor_vs_profile": trimmed_mean(ratios) if n else None,
                     # the spread: a queue's tail grows with the service time's variance, which no mean describes
-                    "p95_factor_vs_profile": float(np.percentile(since, 95)) if since else None,
-                    "batches": len(since),
+                    "p95_factor_vs_profile": float(np.percentile(ratios, 95)) if n else None,
+                    "batches": n,
                     "window_factor": None if w is None else w.factor,
                     "window_batches": 0 if w is None else w.batches,
-                    "applied": self.applied[m],
+                    "applied": applied[m],
                     # against the host's load: the factor with the other devices idle, and how much slower with all
                     # of them busy (profile calibrate applies both when they could be fitted)
                     "alone_factor": None if fit is None else fit.alone,
@@ -162,7 +204,7 @@ class CostMonitor(NullObserver):
             "backend": self.backend,
             # first-stage answers' time beyond their server time: the process hop on Ray (module docstring)
             "hop": {"answers": len(self._hops), "mean_ms": hop_ms * 1000.0, "p95_ms": hop_p95_ms * 1000.0},
-            "calibration": self.profile.calibration,
+            "calibration": self.in_force.calibration,
             "tolerance": s.tolerance,
             "window_s": s.window_s,
             "drifts": self.drifts,
@@ -170,17 +212,23 @@ class CostMonitor(NullObserver):
             "models": models,
         }
 
-    def contention(self) -> dict[str, HostFit]:
-        """Per model, its batch times fitted against the share of the other devices busy when each started (only
-        the models whose batches saw a spread of shares: :func:`~cascadeserve.profile.host.fit_contention`)."""
+    def contention(self, since: float = -math.inf) -> dict[str, HostFit]:
+        """Per model, its batch times (those that ended at ``since`` or later) fitted against the share of the other
+        devices busy when each started (only the models whose batches saw a spread of shares:
+        :func:`~cascadeserve.profile.host.fit_contention`)."""
         out: dict[str, HostFit] = {}
         for m, row in self._rows.items():
-            fit = fit_contention(
-                np.asarray(self._since[row]), np.asarray(self._shares[row]), np.asarray(self._sizes[row])
-            )
+            fit = fit_contention(*self._batches(row, since))
             if fit is not None:
                 out[m] = fit
         return out
 
-    def _size_means(self, row: int) -> dict[int, float]:
-        return size_factors(np.asarray(self._since[row]), np.asarray(self._sizes[row]))
+    def _batches(self, row: int, since: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Model ``row``'s batches that ended at ``since`` or later: ratios to the profile, host shares, sizes."""
+        ratios = np.asarray(self._since[row], dtype=np.float64)
+        shares = np.asarray(self._shares[row], dtype=np.float64)
+        sizes = np.asarray(self._sizes[row], dtype=np.int64)
+        if since == -math.inf:
+            return ratios, shares, sizes
+        keep = np.asarray(self._ends[row], dtype=np.float64) >= since
+        return ratios[keep], shares[keep], sizes[keep]

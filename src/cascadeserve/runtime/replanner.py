@@ -18,9 +18,10 @@ A :class:`Replanner` listens to the runtime's producer ticks and applies the dec
 
 **Cost drift** (:mod:`cascadeserve.runtime.costs`): when batches run off the plan's costs beyond the tolerance for
 long enough, ``notify`` logs which models and by how much (and counts it), and ``auto`` re-plans in the same child
-process from the profile calibrated by the measured factors (:func:`cascadeserve.profile.calibrate`), for the plan's
-own QPS distribution, and swaps it in: the old plan's predictions are known to be wrong, so there is nothing to
-judge. Later re-plans start from the calibrated profile.
+process from the profile calibrated by the departed models' batches of the last window, by the rule ``profile
+calibrate --url`` applies (:meth:`~cascadeserve.runtime.costs.CostMonitor.calibrated`: per batch size and against the
+host's load where the batches show them), for the plan's own QPS distribution, and swaps it in: the old plan's
+predictions are known to be wrong, so there is nothing to judge. Later re-plans start from the calibrated profile.
 
 Every step is logged on the ``cascadeserve.replan`` logger (warnings, so they show without logging set up).
 """
@@ -38,10 +39,10 @@ from pathlib import Path
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import GearPlan
-from cascadeserve.policy.costs import CostDrift, calibrated_factors
+from cascadeserve.policy.costs import CostDrift
 from cascadeserve.policy.drift import DriftDecision
 from cascadeserve.policy.replan import DriftSettings, LoadDrift, ReplanVerdict, planned_weights
-from cascadeserve.profile import calibrate, load_profile, save_profile
+from cascadeserve.profile import Profile, save_profile
 from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.server import Runtime
 
@@ -176,11 +177,6 @@ class Replanner:
             self._task = None
         return new
 
-    def _calibrated(self, factors: dict[str, float], where: str, out: Path) -> Path:
-        """The served profile with runtimes x ``factors``, written to ``out``."""
-        save_profile(calibrate(load_profile(self.options.profile_dir), factors, source=where), out)
-        return out
-
     async def _run_planner(self, plan: GearPlan, weights: str, n: int, profile_dir: Path | None = None) -> GearPlan:
         d = Path(self._dir.name)
         src, out = d / f"current-{n}.json", d / f"replanned-{n}.json"
@@ -236,20 +232,23 @@ class Replanner:
         s.running = True
         monitor = self.costs
         assert monitor is not None
-        factors = calibrated_factors(decision.departed)  # relative to the costs in force
-        total = {m: monitor.applied[m] * f for m, f in factors.items()}
         log.warning("%s; re-planning with the measured costs in a child process", decision.describe())
         where = f"this server at t={decision.time:.1f} s (cost drift)"
         cal_dir = Path(self._dir.name) / f"calibrated-{s.started}"
-        scaled = {m: f for m, f in {**monitor.applied, **total}.items() if f != 1.0}
+        made: list[Profile] = []
+
+        def calibrated() -> Path:  # inside the re-plan's guard: a failure here is counted and logged like the rest
+            made.append(monitor.calibrated(decision, where))
+            return save_profile(made[0], cal_dir)
+
         weights = ",".join(f"{w:.6g}" for w in planned_weights(plan))
-        new = await self._planned(plan, weights, " (cost drift)", lambda: self._calibrated(scaled, where, cal_dir))
+        new = await self._planned(plan, weights, " (cost drift)", calibrated)
         if new is None:
             return
         s.finished += 1
         self.profile_dir = cal_dir
         gen = self.runtime.swap_plan(new)
-        monitor.recalibrated(factors, self.runtime.clock.now())
+        monitor.recalibrated(made[0], self.runtime.clock.now())
         s.swapped += 1
         s.proposed = None
         s.last = f"swapped in a plan made with the measured costs (generation {gen}): {decision.describe()}"
