@@ -71,6 +71,25 @@ def test_admission_by_time_derives_the_bound_from_capacity_and_slo() -> None:
     assert WaitBudget.from_plan(1e9, 100.0, capacity_qps=50.0).cap == 10
 
 
+def test_a_lagging_front_door_sheds_once_a_quarter_of_the_bound_is_in_flight() -> None:
+    # 100 QPS, SLO 100 ms, 2 SLOs of wait: a bound of 20; the loop may run 50 ms (half an SLO) late
+    p = AdmissionPolicy(None, budget=WaitBudget(100.0, 0.1, 2.0))
+    assert p.limit == 20 and p.budget is not None and p.budget.max_lag_s == pytest.approx(0.05)
+    lagging = p.decide(1, 5, lag_s=0.06)  # 5 in flight: a quarter of the bound
+    assert lagging.verdict == "shed" and lagging.lag_s == 0.06 and lagging.retry_after_s == 1.0
+    assert lagging.reason() == "the front door is 60 ms behind (5 in flight)"
+    assert p.decide(1, 4, lag_s=0.06).accepted  # a lone request on a host that paused is served
+    assert p.decide(1, 5, lag_s=0.05).accepted  # at the limit, not past it
+    assert p.decide(1, 19, lag_s=2.4).retry_after_s == 3.0  # told to come back when the loop has caught up
+    assert p.decide(21, 5, lag_s=0.06).verdict == "too_large"  # no wait makes 21 fit: 413 as ever
+    full = p.decide(1, 20, lag_s=0.0)
+    assert full.verdict == "shed" and full.lag_s == 0.0 and full.reason().startswith("admission queue full")
+    # without admission by time there is no SLO to measure lateness against: the count bound alone
+    assert AdmissionPolicy(20).decide(1, 19, lag_s=5.0).accepted
+    with pytest.raises(ValueError, match="positive finite"):
+        WaitBudget(100.0, 0.1, 2.0, max_lag_slos=0.0)
+
+
 def test_bad_budgets_are_refused() -> None:
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="positive finite"):

@@ -22,7 +22,8 @@ way back).
 
 Overload is bounded by time: a request that would wait more than ``--max-wait-slos`` SLOs behind the backlog
 (which drains at the plan's capacity, its highest gear's QPS, or ``--capacity-qps``) is shed at once with 503 and a
-Retry-After computed from the backlog; every request has a deadline (``--timeout-ms``, default ten SLOs). The plan
+Retry-After computed from the backlog, and so is one that arrives while the event loop runs over half an SLO late
+with a quarter of that backlog in flight; every request has a deadline (``--timeout-ms``, default ten SLOs). The plan
 hot-swap endpoint is off unless ``--admin-token`` is given; ``--auth-token`` guards inference.
 
 ``--tune`` turns on online threshold tuning (:mod:`cascadeserve.runtime.tuning`): ``--audit-fraction`` of the

@@ -69,6 +69,7 @@ from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
 from cascadeserve.runtime.device import Device
 from cascadeserve.runtime.generation import Generation
+from cascadeserve.runtime.lag import LoopLag
 from cascadeserve.runtime.observer import NullObserver, Observer
 from cascadeserve.runtime.placement import LocalPlacement, Placement
 from cascadeserve.runtime.producer import Producer
@@ -156,6 +157,7 @@ class Runtime:
             cache = PredictionCache(size)
         self.cache: PredictionCache[Answer] | None = cache
         self._full_since: float | None = None  # when admission was last seen full (readiness)
+        self._lag = LoopLag()  # how late the event loop runs: admission sheds while it lags (policy/admission.py)
         self.drain_meter = DrainMeter()  # the measured drain rate, for admission by time
         self.generations: list[Generation] = []
         self._generation_count = 0
@@ -173,6 +175,8 @@ class Runtime:
         await self.placement.start()
         if self.options.run_producer:
             self._producer_task = asyncio.get_running_loop().create_task(self._producer.run())
+        if isinstance(self.clock, MonotonicClock):  # real time only: a virtual clock's loop never runs late
+            self._lag.start()
         self.accepting = True
 
     def admission_for(self, plan: GearPlan) -> AdmissionPolicy:
@@ -292,7 +296,7 @@ class Runtime:
     def _admit(self, payloads: Sequence[Any], timeout_s: float | None) -> list[Request]:
         n = len(payloads)
         adm = self.admission
-        decision = self.admission_policy.decide(n, adm.in_flight, self._drain())
+        decision = self.admission_policy.decide(n, adm.in_flight, self._drain(), self._lag.lag_s())
         if not decision.accepted:
             if decision.verdict == "too_large":  # a call no load could admit: a client's error, not offered load
                 self.observer.shed(n)
@@ -325,7 +329,7 @@ class Runtime:
         :meth:`submit` makes for a one-row call, nothing counted: the call is counted when it is refused)."""
         if not self.accepting:
             return None
-        decision = self.admission_policy.decide(1, self.admission.in_flight, self._drain())
+        decision = self.admission_policy.decide(1, self.admission.in_flight, self._drain(), self._lag.lag_s())
         return None if decision.accepted else decision.retry_after_s or self.options.retry_after_s
 
     def _drain(self) -> float | None:
@@ -389,6 +393,7 @@ class Runtime:
     async def stop(self, grace_s: float = 5.0) -> None:
         """Refuse new requests, let in-flight ones finish for ``grace_s`` (real time), fail the rest."""
         self.accepting = False
+        self._lag.stop()
         if self._producer_task is not None:
             self._producer_task.cancel()
             self._producer_task = None
