@@ -16,5 +16,6 @@ from cascadeserve.backends.ray import RayBackend
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 
+@pytest.mark.timeout(900)  # the re-plan's own bound is 600 s
 def test_auto_swaps_a_replanned_plan_on_ray_and_answers_everything(real_profile: Profile) -> None:
     auto_swap_run(real_profile, RayBackend())

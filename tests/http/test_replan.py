@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 from tests.http.http_helpers import metric
 
 from cascadeserve.http import Server, ServerOptions, build_app
@@ -24,6 +25,7 @@ from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions
 from cascadeserve.runtime.replanner import REPLAN_COMMAND, ReplanOptions
 
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "profiles" / "tweets-sklearn"
+PATIENCE_S = 600.0  # the re-plan's bound and the clients' (CI shares its cores: a loaded machine is no excuse)
 STREAM_QPS = 20.0  # the drift the tests measure: in the plan's cheap gears, far from Zipf's weight on its lowest range
 # the first decision at 3 s judges the last 2 s: the start's transient (clients connect, the stretched QPS meter fills
 # its window) stays out of the weights the re-plan is made for
@@ -72,7 +74,7 @@ async def _stream(
     # no keep-alive: on a loaded machine a pooled connection the server had just closed (idle past uvicorn's 5 s)
     # failed a request with ReadError; a fresh connection per request on loopback costs little at 30 QPS
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=0)
-    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=PATIENCE_S, limits=limits) as client:
 
         async def one(sample: int) -> None:
             nonlocal ok
@@ -93,6 +95,7 @@ async def _stream(
     return len(tasks), ok, other
 
 
+@pytest.mark.timeout(900)  # the re-plan's own bound is PATIENCE_S
 def test_auto_swaps_a_replanned_plan_mid_stream_and_answers_everything(real_profile: Profile) -> None:
     auto_swap_run(real_profile, LocalBackend())
 
@@ -100,7 +103,8 @@ def test_auto_swaps_a_replanned_plan_mid_stream_and_answers_everything(real_prof
 def auto_swap_run(real_profile: Profile, backend: Backend) -> None:
     """Stream until the drift's re-plan is swapped in (and a second longer); every request answered, the swap
     logged in the plan's notes and the metrics. Shared with the Ray backend's test (tests/backends)."""
-    server = _server(real_profile, ReplanOptions(FAST, PROFILE, timeout_s=120.0), backend)
+    # generous bounds, not fixed short ones: beside 8 busy loops a probe waited past 10 s while the child planner ran
+    server = _server(real_profile, ReplanOptions(FAST, PROFILE, timeout_s=PATIENCE_S), backend)
     try:
         url, rt, rp = server.url, server.app.runtime, server.app.replanner
         assert rp is not None
@@ -112,7 +116,7 @@ def auto_swap_run(real_profile: Profile, backend: Backend) -> None:
 
             async def watch() -> None:
                 nonlocal answered_while_planning
-                async with httpx.AsyncClient(timeout=10) as c:
+                async with httpx.AsyncClient(timeout=PATIENCE_S) as c:
                     while time.monotonic() < deadline:
                         if rp.stats.running:  # the planner runs in its child process: the server still answers
                             body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [1]}]}
@@ -125,7 +129,7 @@ def auto_swap_run(real_profile: Profile, backend: Backend) -> None:
                             return
                         await asyncio.sleep(0.05)
 
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + PATIENCE_S  # the stream ends a second after the swap, long before this
             (sent, ok, other), _ = await asyncio.gather(_stream(url, ids, deadline, done), watch())
             return sent, ok, other, answered_while_planning
 
@@ -133,8 +137,8 @@ def auto_swap_run(real_profile: Profile, backend: Backend) -> None:
         assert rp.stats.started >= 1 and rp.stats.swapped == 1, rp.stats
         assert rt.current.number == 1 and during >= 1
         assert other == [] and ok == sent  # every request answered, none failed across the swap
-        text = httpx.get(f"{url}/metrics", timeout=10).text
-        plan = httpx.get(f"{url}/v2/cascade/plan", timeout=10).json()
+        text = httpx.get(f"{url}/metrics", timeout=PATIENCE_S).text
+        plan = httpx.get(f"{url}/v2/cascade/plan", timeout=PATIENCE_S).json()
         assert "swapped 1" in plan["notes"]["replan"] and "swapped in" in plan["notes"]["replan_last"]
         assert plan["notes"]["replanned_from"] == "zipf (exponent 1.1)"
     finally:
@@ -149,6 +153,7 @@ def _refuse(plan: GearPlan) -> None:
     raise PlanRejected("devices.0.name: refused for the test")
 
 
+@pytest.mark.timeout(900)
 def test_a_failing_slow_or_refused_replan_is_logged_and_serving_goes_on(real_profile: Profile) -> None:
     failing = (sys.executable, "-c", "import sys; print('no planner here', file=sys.stderr); sys.exit(3)")
     slow = (sys.executable, "-c", "import time; time.sleep(60)")
@@ -156,7 +161,7 @@ def test_a_failing_slow_or_refused_replan_is_logged_and_serving_goes_on(real_pro
     cases += ((REPLAN_COMMAND, "refused for the test", _refuse),)  # a plan the deployment's checks refuse
     for command, named, check in cases:
         server = _server(
-            real_profile, ReplanOptions(FAST, PROFILE, timeout_s=1.0 if check is None else 120.0, command=command)
+            real_profile, ReplanOptions(FAST, PROFILE, timeout_s=1.0 if check is None else PATIENCE_S, command=command)
         )
         try:
             rp = server.app.replanner
@@ -164,8 +169,8 @@ def test_a_failing_slow_or_refused_replan_is_logged_and_serving_goes_on(real_pro
             if check is not None:
                 rp.check = check
             body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [3]}]}
-            t_end = time.monotonic() + 60
-            with httpx.Client(timeout=10) as c:
+            t_end = time.monotonic() + PATIENCE_S  # the real planner's case: minutes beside a busy machine
+            with httpx.Client(timeout=PATIENCE_S) as c:
                 while rp.stats.failed == 0 and time.monotonic() < t_end:
                     assert c.post(f"{server.url}/v2/models/tweets/infer", json=body).status_code == 200
                     time.sleep(0.01)
@@ -177,11 +182,12 @@ def test_a_failing_slow_or_refused_replan_is_logged_and_serving_goes_on(real_pro
             server.stop()
 
 
+@pytest.mark.timeout(900)
 def test_notify_exposes_a_better_plan_without_swapping(real_profile: Profile) -> None:
     notify = DriftSettings(
         mode="notify", window_ticks=20, min_ticks=30, threshold=0.25, cooldown_s=1000.0, check_every=5
     )
-    server = _server(real_profile, ReplanOptions(notify, PROFILE, timeout_s=120.0))
+    server = _server(real_profile, ReplanOptions(notify, PROFILE, timeout_s=PATIENCE_S))
     try:
         rp = server.app.replanner
         assert rp is not None
@@ -197,12 +203,12 @@ def test_notify_exposes_a_better_plan_without_swapping(real_profile: Profile) ->
                     await asyncio.sleep(0.05)
                 done.set()
 
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + PATIENCE_S  # the stream ends when the re-plan has finished, long before this
             (sent, ok, other), _ = await asyncio.gather(_stream(server.url, ids, deadline, done), watch())
             assert other == [] and ok == sent
 
         asyncio.run(drive())
-        with httpx.Client(timeout=10) as c:
+        with httpx.Client(timeout=PATIENCE_S) as c:
             plan = c.get(f"{server.url}/v2/cascade/plan").json()
             text = c.get(f"{server.url}/metrics").text
         assert rp.stats.notified == 1 and rp.stats.swapped == 0, rp.stats
