@@ -19,8 +19,9 @@ stalled batch does not move it). :meth:`CostWatch.check` is the decision the run
 
 What is done with a :class:`CostDrift` is the re-plan mode's business (``serve --replan``): ``notify`` logs it and
 exposes it as a metric, ``auto`` re-plans with the measured costs (the departed models recalibrated from the
-window's batches, :meth:`cascadeserve.runtime.costs.CostMonitor.calibrated`) and swaps the plan in, as for load drift. ``profile calibrate`` writes the same factors into a new profile from a live server, so a
-plan can start from the host's costs instead of discovering them while serving.
+window's batches, :meth:`cascadeserve.runtime.costs.CostMonitor.calibrated`) and swaps the plan in, as for load
+drift. ``profile calibrate`` writes the same factors into a new profile from a live server, so a plan can start
+from the host's costs instead of discovering them while serving.
 
 Nothing here reads a clock: callers pass ``now``.
 """
