@@ -11,13 +11,15 @@ by itself, under an event loop whose time it is: the runtime on it is the refere
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import math
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, runtime_checkable
+from queue import SimpleQueue
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["Cancellable", "Clock", "FakeClock", "MonotonicClock", "call_later", "timer_task"]
 
@@ -51,7 +53,91 @@ class Clock(Protocol):
 # batch runtime, and a max-wait timer, need better than that for the runtime to match the simulator, so the last
 # stretch of every wait runs as ``time.sleep`` on a helper thread (~0.1 ms precise), which then wakes the loop.
 _PRECISE_S = 0.002
-_precise_pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="cascadeserve-clock")
+
+
+class _Sleepers:
+    """The helper threads that finish waits: each sleeps until its wait's instant and wakes the loop with one
+    ``call_soon_threadsafe``. Cheaper on the loop's thread than ``run_in_executor`` on a thread pool (no concurrent
+    future, work item, chained asyncio future or semaphore per wait): the emulated device waits once per batch.
+
+    Every wait has a thread of its own (an idle one, or a new one up to ``cap``), so waits never queue behind a
+    later one; past ``cap`` they queue, as a thread pool of that size would."""
+
+    def __init__(self, cap: int = 64) -> None:
+        self._jobs: SimpleQueue[tuple[asyncio.AbstractEventLoop, float, Callable[[Any], object], Any]] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads = 0
+        self._cap = cap
+
+    def wake_at(
+        self, loop: asyncio.AbstractEventLoop, when: float, callback: Callable[[Any], object], arg: Any
+    ) -> None:
+        """Call ``callback(arg)`` on ``loop``'s thread once ``time.monotonic() >= when``."""
+        with self._lock:
+            spawn = False
+            if self._idle:
+                self._idle -= 1
+            elif self._threads < self._cap:
+                self._threads += 1
+                spawn = True
+        if spawn:
+            name = f"cascadeserve-clock_{self._threads}"
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+        self._jobs.put((loop, when, callback, arg))
+
+    def _work(self) -> None:
+        while True:
+            loop, when, callback, arg = self._jobs.get()
+            delay = when - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting any more
+                loop.call_soon_threadsafe(callback, arg)
+            with self._lock:
+                self._idle += 1
+
+
+_sleepers = _Sleepers()
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():  # its waiter was cancelled meanwhile
+        future.set_result(None)
+
+
+class _PreciseTimer:
+    """A timer of :class:`MonotonicClock`: a loop timer that stops short of the instant, then a helper thread.
+
+    What a task that runs ``sleep_until`` and then the callback did, without the task: no task step to start it,
+    and cancelling one is a flag and the loop timer's cancel, not a ``CancelledError`` thrown into a coroutine
+    (every request arms a deadline timer, and nearly every one is cancelled when it is answered)."""
+
+    __slots__ = ("_callback", "_handle", "_loop", "_when", "cancelled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float, callback: Callable[[], None]) -> None:
+        self._loop = loop
+        self._when = when
+        self._callback = callback
+        self.cancelled = False
+        coarse = when - time.monotonic() - _PRECISE_S
+        # the callback never runs inside call_at, even when due now: on the next loop turn, as the task's did
+        self._handle = loop.call_later(coarse, self._near) if coarse > 0 else loop.call_soon(self._near)
+
+    def _near(self) -> None:
+        if self._when - time.monotonic() > 0:
+            _sleepers.wake_at(self._loop, self._when, _PreciseTimer._fire, self)
+        else:
+            self._fire()
+
+    def _fire(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True  # fired: a later cancel() does nothing
+            self._callback()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._handle.cancel()
 
 
 class MonotonicClock:
@@ -67,12 +153,14 @@ class MonotonicClock:
         coarse = when - time.monotonic() - _PRECISE_S
         if coarse > 0:
             await asyncio.sleep(coarse)  # the loop timer, which may wake up to ~1 ms late, stops short
-        remaining = when - time.monotonic()
-        if remaining > 0:
-            await asyncio.get_running_loop().run_in_executor(_precise_pool, time.sleep, remaining)
+        if when - time.monotonic() > 0:
+            loop = asyncio.get_running_loop()
+            woken: asyncio.Future[None] = loop.create_future()
+            _sleepers.wake_at(loop, when, _wake, woken)
+            await woken
 
     def call_at(self, when: float, callback: Callable[[], None], *, order: int | None = None) -> Cancellable:
-        return timer_task(self, when, callback, order)
+        return _PreciseTimer(asyncio.get_running_loop(), when, callback)
 
 
 class FakeClock:
@@ -165,6 +253,8 @@ def timer_task(clock: Clock, when: float, callback: Callable[[], None], order: i
     return asyncio.get_running_loop().create_task(fire())
 
 
-def call_later(clock: Clock, delay: float, callback: Callable[[], None]) -> asyncio.Task[None]:
-    """Run ``callback`` after ``delay`` seconds of ``clock`` time; cancel the returned task to disarm."""
+def call_later(clock: Clock, delay: float, callback: Callable[[], None]) -> Cancellable:
+    """Run ``callback`` after ``delay`` seconds of ``clock`` time; cancel the returned timer to disarm."""
+    if isinstance(clock, MonotonicClock):  # a real clock's timer needs no task (a fake or virtual one's order does)
+        return clock.call_at(clock.now() + delay, callback)
     return timer_task(clock, clock.now() + delay, callback, None)
