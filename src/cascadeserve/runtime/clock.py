@@ -1,6 +1,6 @@
 """Clocks: the runtime never reads time directly, it asks an injected :class:`Clock`.
 
-:class:`MonotonicClock` is the real one (``time.monotonic``; loop timers, finished on a thread for precision).
+:class:`MonotonicClock` is the real one (``time.monotonic``; loop timers, finished by a precise wake-up).
 :class:`FakeClock` stands still until a test advances it by hand; every ``sleep`` is a timer in a heap, and
 :meth:`FakeClock.advance_to` fires timers in deadline order, letting the event loop settle after each. With a fake
 clock and emulated devices the runtime is fully deterministic, which is what lets a test compare its trajectory
@@ -11,15 +11,14 @@ by itself, under an event loop whose time it is: the runtime on it is the refere
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import math
-import threading
 import time
 from collections.abc import Callable
-from queue import SimpleQueue
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from cascadeserve.runtime.precise import wake_at
 
 __all__ = ["Cancellable", "Clock", "FakeClock", "MonotonicClock", "call_later", "timer_task"]
 
@@ -51,54 +50,8 @@ class Clock(Protocol):
 # Event-loop timers are coarse: uvloop (libuv) rounds delays to whole milliseconds, so a 0.5 ms sleep returns at
 # once, and both uvloop and asyncio wake ~0.7 ms late on a busy 2-core box. An emulated device that sleeps its
 # batch runtime, and a max-wait timer, need better than that for the runtime to match the simulator, so the last
-# stretch of every wait runs as ``time.sleep`` on a helper thread (~0.1 ms precise), which then wakes the loop.
+# stretch of every wait is a precise wake-up (runtime/precise.py: a timerfd the loop watches, or a helper thread).
 _PRECISE_S = 0.002
-
-
-class _Sleepers:
-    """The helper threads that finish waits: each sleeps until its wait's instant and wakes the loop with one
-    ``call_soon_threadsafe``. Cheaper on the loop's thread than ``run_in_executor`` on a thread pool (no concurrent
-    future, work item, chained asyncio future or semaphore per wait): the emulated device waits once per batch.
-
-    Every wait has a thread of its own (an idle one, or a new one up to ``cap``), so waits never queue behind a
-    later one; past ``cap`` they queue, as a thread pool of that size would."""
-
-    def __init__(self, cap: int = 64) -> None:
-        self._jobs: SimpleQueue[tuple[asyncio.AbstractEventLoop, float, Callable[[Any], object], Any]] = SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-        self._threads = 0
-        self._cap = cap
-
-    def wake_at(
-        self, loop: asyncio.AbstractEventLoop, when: float, callback: Callable[[Any], object], arg: Any
-    ) -> None:
-        """Call ``callback(arg)`` on ``loop``'s thread once ``time.monotonic() >= when``."""
-        with self._lock:
-            spawn = False
-            if self._idle:
-                self._idle -= 1
-            elif self._threads < self._cap:
-                self._threads += 1
-                spawn = True
-        if spawn:
-            name = f"cascadeserve-clock_{self._threads}"
-            threading.Thread(target=self._work, name=name, daemon=True).start()
-        self._jobs.put((loop, when, callback, arg))
-
-    def _work(self) -> None:
-        while True:
-            loop, when, callback, arg = self._jobs.get()
-            delay = when - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting any more
-                loop.call_soon_threadsafe(callback, arg)
-            with self._lock:
-                self._idle += 1
-
-
-_sleepers = _Sleepers()
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -107,7 +60,7 @@ def _wake(future: asyncio.Future[None]) -> None:
 
 
 class _PreciseTimer:
-    """A timer of :class:`MonotonicClock`: a loop timer that stops short of the instant, then a helper thread.
+    """A timer of :class:`MonotonicClock`: a loop timer that stops short of the instant, then a precise wake-up.
 
     What a task that runs ``sleep_until`` and then the callback did, without the task: no task step to start it,
     and cancelling one is a flag and the loop timer's cancel, not a ``CancelledError`` thrown into a coroutine
@@ -126,7 +79,7 @@ class _PreciseTimer:
 
     def _near(self) -> None:
         if self._when - time.monotonic() > 0:
-            _sleepers.wake_at(self._loop, self._when, _PreciseTimer._fire, self)
+            wake_at(self._loop, self._when, _PreciseTimer._fire, self)
         else:
             self._fire()
 
@@ -156,7 +109,7 @@ class MonotonicClock:
         if when - time.monotonic() > 0:
             loop = asyncio.get_running_loop()
             woken: asyncio.Future[None] = loop.create_future()
-            _sleepers.wake_at(loop, when, _wake, woken)
+            wake_at(loop, when, _wake, woken)
             await woken
 
     def call_at(self, when: float, callback: Callable[[], None], *, order: int | None = None) -> Cancellable:
