@@ -103,6 +103,8 @@ class _TimerFd:
         self.fd = fd
         self._settime = libc.timerfd_settime
         self._spec = _ITimerSpec()
+        self._value = self._spec.it_value  # a view into _spec, made once (each attribute read makes a new one)
+        self._ref = ctypes.byref(self._spec)
         self._pending: list[tuple[float, int, Callback, Any]] = []
         self._seq = itertools.count()
         self._armed = math.inf  # the instant the timerfd fires at (inf: disarmed)
@@ -117,8 +119,8 @@ class _TimerFd:
         sec = math.floor(when)
         # rounded up: fired at or after ``when``, so the wait it fires is due when time.monotonic() is read
         nsec = min(math.ceil((when - sec) * 1e9), 999_999_999)
-        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = sec, nsec
-        if self._settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) != 0:
+        self._value.tv_sec, self._value.tv_nsec = sec, nsec
+        if self._settime(self.fd, _TFD_TIMER_ABSTIME, self._ref, None) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
 
