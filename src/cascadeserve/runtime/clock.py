@@ -79,11 +79,11 @@ class _PreciseTimer:
 
     def _near(self) -> None:
         if self._when - time.monotonic() > 0:
-            wake_at(self._loop, self._when, _PreciseTimer._fire, self)
+            wake_at(self._loop, self._when, _PreciseTimer.fire, self)
         else:
-            self._fire()
+            self.fire()
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
         if not self.cancelled:
             self.cancelled = True  # fired: a later cancel() does nothing
             self._callback()
