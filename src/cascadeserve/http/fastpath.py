@@ -95,6 +95,7 @@ async def answered_or_gone(futures: Sequence[asyncio.Future[Any]], receive: Rece
     try:
         await woken
     finally:
+        gone.remove_done_callback(wake)  # its cancellation has nobody to wake: no callback to schedule for it
         gone.cancel()
     return not left
 

@@ -77,8 +77,9 @@ DTYPES: dict[str, np.dtype[Any]] = {
 _INT_RANGE: dict[str, tuple[int, int]] = {
     dt: (int(np.iinfo(d).min), int(np.iinfo(d).max)) for dt, d in DTYPES.items() if d.kind in "iu" and dt != "BF16"
 }
-# json.dumps with separators builds an encoder per call; one, built once, gives the same text
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
+# json.dumps with separators builds an encoder per call; one, built once, gives the same text. No circular check:
+# an answer is dicts and lists built fresh per request, never a cycle, and the check's bookkeeping costs ~1/4 of it
+_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 class ProtocolError(Exception):
@@ -223,8 +224,7 @@ def binary_tensor(
     dtype = DTYPES[dt]
     if len(blob) != count * dtype.itemsize:
         raise ProtocolError(
-            f"{where}: {size_of} {len(blob)} does not match shape {shape} of {dt} "
-            f"({count * dtype.itemsize} bytes)"
+            f"{where}: {size_of} {len(blob)} does not match shape {shape} of {dt} ({count * dtype.itemsize} bytes)"
         )
     if dt == "BOOL" and blob and max(blob) > 1:  # numpy would take any byte as a bool that is neither True nor False
         raise ProtocolError(f"{where}: data does not fit datatype BOOL (a byte other than 0 or 1)")

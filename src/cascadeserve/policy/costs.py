@@ -91,7 +91,11 @@ class CostDrift:
 def trimmed_mean(values: Iterable[float], cut: float = 0.01) -> float:
     """The mean with the top ``cut`` share (rounded up: at least the largest value) left out, so that a stalled
     batch is not a cost; NaN for no values."""
-    a = np.sort(np.fromiter(values, dtype=np.float64))
+    return _trimmed_mean(np.fromiter(values, dtype=np.float64), cut)
+
+
+def _trimmed_mean(values: np.ndarray, cut: float = 0.01) -> float:
+    a = np.sort(values)
     if not len(a):
         return math.nan
     return float(a[: max(1, len(a) - math.ceil(len(a) * cut))].mean())
@@ -112,12 +116,17 @@ def mean_and_p95(values: Iterable[float], cut: float = 0.01) -> tuple[float, flo
 class CostWatch:
     """Per-model windows of batch cost ratios, and the drift decision over them (module docstring)."""
 
-    __slots__ = ("_since", "_windows", "models", "next_allowed", "settings")
+    __slots__ = ("_ends", "_excess", "_ratios", "_since", "models", "next_allowed", "settings")
 
     def __init__(self, models: tuple[str, ...] | list[str], settings: CostSettings | None = None) -> None:
         self.settings = settings or CostSettings()
         self.models = tuple(models)
-        self._windows: list[deque[tuple[float, float, float]]] = [deque() for _ in self.models]
+        # per model, each batch's end, ratio and excess ms: three deques of floats, not one of tuples, because every
+        # tick reads the whole window into arrays, and an array from a deque of floats costs a fraction of one from
+        # tuples (a window holds every batch of window_s: thousands on a busy server)
+        self._ends: list[deque[float]] = [deque() for _ in self.models]
+        self._ratios: list[deque[float]] = [deque() for _ in self.models]
+        self._excess: list[deque[float]] = [deque() for _ in self.models]
         self._since: dict[int, float] = {}  # model row -> when it was first seen departed (this episode)
         self.next_allowed = -math.inf  # the cooldown's end
 
@@ -125,37 +134,42 @@ class CostWatch:
         """A batch of model ``row`` finished at ``end`` after ``seconds``; the profile said ``profiled_s``."""
         if not (profiled_s > 0 and math.isfinite(seconds) and seconds >= 0):
             return  # a failed batch or a zero-cost profile entry says nothing about cost
-        self._windows[row].append((end, seconds / profiled_s, (seconds - profiled_s) * 1000.0))
+        self._ends[row].append(end)
+        self._ratios[row].append(seconds / profiled_s)
+        self._excess[row].append((seconds - profiled_s) * 1000.0)
 
     def _trim(self, now: float) -> None:
         old = now - self.settings.window_s
-        for w in self._windows:
-            while w and w[0][0] < old:
-                w.popleft()
+        for ends, ratios, excess in zip(self._ends, self._ratios, self._excess, strict=True):
+            while ends and ends[0] < old:
+                ends.popleft()
+                ratios.popleft()
+                excess.popleft()
 
     def factors(self, now: float) -> tuple[ModelCost, ...]:
         """Each model with at least one batch in the window: its median measured / profiled time."""
         self._trim(now)
         out = []
-        for row, w in enumerate(self._windows):
+        for row, w in enumerate(self._ratios):
             if w:
-                arr = np.asarray(w, dtype=np.float64)
-                ratios = arr[:, 1]
+                n = len(w)
+                ratios = np.fromiter(w, dtype=np.float64, count=n)
+                excess = np.fromiter(self._excess[row], dtype=np.float64, count=n)
                 out.append(
                     ModelCost(
                         self.models[row],
                         float(np.median(ratios)),
-                        len(w),
-                        float(np.median(arr[:, 2])),
-                        trimmed_mean(ratios),
+                        n,
+                        float(np.median(excess)),
+                        _trimmed_mean(ratios),
                     )
                 )
         return tuple(out)
 
     def reset(self, now: float) -> None:
         """A new plan (or new costs) is in force: forget the old batches and any episode in progress."""
-        for w in self._windows:
-            w.clear()
+        for d in (*self._ends, *self._ratios, *self._excess):
+            d.clear()
         self._since.clear()
         self.next_allowed = now + self.settings.cooldown_s
 

@@ -1,6 +1,6 @@
 """Clocks: the runtime never reads time directly, it asks an injected :class:`Clock`.
 
-:class:`MonotonicClock` is the real one (``time.monotonic``; loop timers, finished on a thread for precision).
+:class:`MonotonicClock` is the real one (``time.monotonic``; loop timers, finished by a precise wake-up).
 :class:`FakeClock` stands still until a test advances it by hand; every ``sleep`` is a timer in a heap, and
 :meth:`FakeClock.advance_to` fires timers in deadline order, letting the event loop settle after each. With a fake
 clock and emulated devices the runtime is fully deterministic, which is what lets a test compare its trajectory
@@ -16,8 +16,9 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
+
+from cascadeserve.runtime.precise import wake_at
 
 __all__ = ["Cancellable", "Clock", "FakeClock", "MonotonicClock", "call_later", "timer_task"]
 
@@ -49,9 +50,47 @@ class Clock(Protocol):
 # Event-loop timers are coarse: uvloop (libuv) rounds delays to whole milliseconds, so a 0.5 ms sleep returns at
 # once, and both uvloop and asyncio wake ~0.7 ms late on a busy 2-core box. An emulated device that sleeps its
 # batch runtime, and a max-wait timer, need better than that for the runtime to match the simulator, so the last
-# stretch of every wait runs as ``time.sleep`` on a helper thread (~0.1 ms precise), which then wakes the loop.
+# stretch of every wait is a precise wake-up (runtime/precise.py: a timerfd the loop watches, or a helper thread).
 _PRECISE_S = 0.002
-_precise_pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="cascadeserve-clock")
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():  # its waiter was cancelled meanwhile
+        future.set_result(None)
+
+
+class _PreciseTimer:
+    """A timer of :class:`MonotonicClock`: a loop timer that stops short of the instant, then a precise wake-up.
+
+    What a task that runs ``sleep_until`` and then the callback did, without the task: no task step to start it,
+    and cancelling one is a flag and the loop timer's cancel, not a ``CancelledError`` thrown into a coroutine
+    (every request arms a deadline timer, and nearly every one is cancelled when it is answered)."""
+
+    __slots__ = ("_callback", "_handle", "_loop", "_when", "cancelled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float, callback: Callable[[], None]) -> None:
+        self._loop = loop
+        self._when = when
+        self._callback = callback
+        self.cancelled = False
+        coarse = when - time.monotonic() - _PRECISE_S
+        # the callback never runs inside call_at, even when due now: on the next loop turn, as the task's did
+        self._handle = loop.call_later(coarse, self._near) if coarse > 0 else loop.call_soon(self._near)
+
+    def _near(self) -> None:
+        if self._when - time.monotonic() > 0:
+            wake_at(self._loop, self._when, _PreciseTimer.fire, self)
+        else:
+            self.fire()
+
+    def fire(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True  # fired: a later cancel() does nothing
+            self._callback()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._handle.cancel()
 
 
 class MonotonicClock:
@@ -67,12 +106,14 @@ class MonotonicClock:
         coarse = when - time.monotonic() - _PRECISE_S
         if coarse > 0:
             await asyncio.sleep(coarse)  # the loop timer, which may wake up to ~1 ms late, stops short
-        remaining = when - time.monotonic()
-        if remaining > 0:
-            await asyncio.get_running_loop().run_in_executor(_precise_pool, time.sleep, remaining)
+        if when - time.monotonic() > 0:
+            loop = asyncio.get_running_loop()
+            woken: asyncio.Future[None] = loop.create_future()
+            wake_at(loop, when, _wake, woken)
+            await woken
 
     def call_at(self, when: float, callback: Callable[[], None], *, order: int | None = None) -> Cancellable:
-        return timer_task(self, when, callback, order)
+        return _PreciseTimer(asyncio.get_running_loop(), when, callback)
 
 
 class FakeClock:
@@ -165,6 +206,8 @@ def timer_task(clock: Clock, when: float, callback: Callable[[], None], order: i
     return asyncio.get_running_loop().create_task(fire())
 
 
-def call_later(clock: Clock, delay: float, callback: Callable[[], None]) -> asyncio.Task[None]:
-    """Run ``callback`` after ``delay`` seconds of ``clock`` time; cancel the returned task to disarm."""
+def call_later(clock: Clock, delay: float, callback: Callable[[], None]) -> Cancellable:
+    """Run ``callback`` after ``delay`` seconds of ``clock`` time; cancel the returned timer to disarm."""
+    if isinstance(clock, MonotonicClock):  # a real clock's timer needs no task (a fake or virtual one's order does)
+        return clock.call_at(clock.now() + delay, callback)
     return timer_task(clock, clock.now() + delay, callback, None)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from cascadeserve.errors import UpstreamError
 from cascadeserve.models.base import TextOutput
 from cascadeserve.policy.failure import FailureKind, StageFailureDecision, on_stage_failure
+from cascadeserve.runtime.clock import Cancellable
 
 __all__ = [
     "Answer",
@@ -183,7 +184,7 @@ class Request:
         self.compute_s = 0.0
         self.best: Best | None = None  # the last stage that ran: its prediction, for a fallback
         self.best_output: TextOutput | None = None  # and its generated answer, for a generative stage
-        self.timer: asyncio.Task[None] | None = None
+        self.timer: Cancellable | None = None
         self.cache_key: Any = None  # the prediction cache's key when the runtime caches answers (a miss)
         self.cache_epoch = 0  # the cache's epoch at lookup: an answer of an invalidated epoch is not stored
         # Threshold tuning (runtime/tuning.py): (certainty, prediction) of every stage run so far, and whether this
