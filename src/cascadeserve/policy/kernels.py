@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -228,26 +229,34 @@ def compiled() -> dict[str, Any]:
 
 
 def compile_calling_kernels(
-    fn: Callable[..., Any], helpers: dict[str, Any] | None = None, *, inline: bool = False
+    fn: Callable[..., Any],
+    helpers: dict[str, Any] | None = None,
+    *,
+    inline: bool = False,
+    pipeline_class: type | None = None,
 ) -> Any:
     """``numba.njit(cache=True)`` of ``fn``, whose calls of this module's functions call their compiled twins (and
     whose calls of ``helpers``, compiled functions by name, call those). ``inline``: numba copies ``fn`` into each
-    caller (a helper split out of a hot loop for reading costs no call there)."""
-    return _njit(bind_kernels(fn, {**compiled(), **(helpers or {})}), inline=inline)
+    caller (a helper split out of a hot loop for reading costs no call there). ``pipeline_class``: numba's compiler
+    class for ``fn`` (default numba's own); its module's source is part of the cache name, as the kernels' are."""
+    twins = {**compiled(), **(helpers or {})}
+    extra = () if pipeline_class is None else (sys.modules[pipeline_class.__module__].__file__ or "",)
+    return _njit(bind_kernels(fn, twins, extra), inline=inline, pipeline_class=pipeline_class)
 
 
-def _njit(fn: Callable[..., Any], *, inline: bool = False) -> Any:
+def _njit(fn: Callable[..., Any], *, inline: bool = False, pipeline_class: type | None = None) -> Any:
     """``numba.njit(cache=True)(fn)``; without a writable cache (neither ``__pycache__`` beside the package, nor
     ``NUMBA_CACHE_DIR``, nor the user's cache directory) it compiles once per process instead of failing."""
     import numba
     from numba.core.caching import FunctionCache
 
     how: Literal["always", "never"] = "always" if inline else "never"
+    options: dict[str, Any] = {} if pipeline_class is None else {"pipeline_class": pipeline_class}
     try:  # numba's own look-up of a cache location, which would otherwise raise only at the first call
         FunctionCache(fn)  # type: ignore[no-untyped-call]
     except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
-        return numba.njit(inline=how)(fn)
-    return numba.njit(cache=True, inline=how)(fn)
+        return numba.njit(inline=how, **options)(fn)
+    return numba.njit(cache=True, inline=how, **options)(fn)
 
 
 @functools.cache
@@ -269,7 +278,7 @@ def _source_files(twins: dict[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(files))
 
 
-def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[..., Any]:
+def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any], extra: tuple[str, ...] = ()) -> Callable[..., Any]:
     """A copy of ``fn`` (the same code) whose global names of kernels are bound to their compiled twins: numba
     resolves a global at compile time and cannot call a plain Python function."""
     import types
@@ -280,7 +289,8 @@ def bind_kernels(fn: Callable[..., Any], twins: dict[str, Any]) -> Callable[...,
     # numba names a function's on-disk cache by its qualified name and invalidates it only when the function's own
     # file changes: a loop compiled against older kernels would load from the cache and run the old rules. The
     # kernels' source hash in the name gives every version of the kernels its own cache entry; the hash covers the
-    # files of the helpers bound in too (an inlined helper from another module is part of the compiled code).
-    out.__qualname__ = f"{fn.__qualname__}_k{_digest(_source_files(twins))}"
+    # files of the helpers bound in too (an inlined helper from another module is part of the compiled code), and
+    # the ``extra`` files (a compiler pipeline's module: its passes shape the compiled code as well).
+    out.__qualname__ = f"{fn.__qualname__}_k{_digest(tuple(sorted({*_source_files(twins), *extra})))}"
     out.__module__ = fn.__module__
     return out

@@ -368,10 +368,14 @@ def build_loop() -> Callable[..., LoopOutput]:
     """The compiled loop (compiled, or loaded from numba's cache, on the first call in a process), returning a
     :class:`LoopOutput`."""
     if not _COMPILED:
+        from cascadeserve.simulate.loop_compiler import LoopCompiler  # numba's pipeline, less the inlined copies
+
         helpers: dict[str, Any] = {}
         for fn in _HELPERS:  # each sees the kernels and the helpers compiled before it
-            helpers[fn.__name__] = compile_calling_kernels(fn, helpers, inline=fn.__name__ not in _CALLED)
-        _COMPILED.append(compile_calling_kernels(_loop, helpers))
+            helpers[fn.__name__] = compile_calling_kernels(
+                fn, helpers, inline=fn.__name__ not in _CALLED, pipeline_class=LoopCompiler
+            )
+        _COMPILED.append(compile_calling_kernels(_loop, helpers, pipeline_class=LoopCompiler))
     compiled = _COMPILED[0]
 
     def run(*args: Any) -> LoopOutput:
