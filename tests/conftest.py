@@ -78,7 +78,8 @@ def _on_ray(item: pytest.Item) -> bool:
     if "ray_session" in getattr(item, "fixturenames", ()):
         return True
     spec = getattr(item, "callspec", None)  # the backend fixture's "ray" parameter asks for Ray on demand
-    return spec is not None and "ray" in spec.params.values()
+    # compared one by one, as strings: ``in`` would compare a numpy array parameter elementwise (and raise)
+    return spec is not None and any(isinstance(v, str) and v == "ray" for v in spec.params.values())
 
 
 def with_token_costs(profile: Profile, seed: int = 0, models: tuple[str, ...] = ("m1", "m2")) -> Profile:
