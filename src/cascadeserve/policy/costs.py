@@ -65,15 +65,13 @@ class CostSettings:
 @dataclass(frozen=True, slots=True)
 class ModelCost:
     """One model's measured cost factor over the window (measured / profiled batch time, median: what the drift
-    decision reads), the mean of the same ratios (what a re-plan calibrates by, as ``profile calibrate`` does: a
-    queue's wait follows the mean service time), and the median absolute difference per batch in ms (positive:
-    slower than profiled)."""
+    decision reads) and the median absolute difference per batch in ms (positive: slower than profiled). A re-plan
+    calibrates from the window's batches themselves (:meth:`cascadeserve.runtime.costs.CostMonitor.calibrated`)."""
 
     model: str
     factor: float
     batches: int
     excess_ms: float = 0.0
-    mean_factor: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +89,7 @@ class CostDrift:
 def trimmed_mean(values: Iterable[float], cut: float = 0.01) -> float:
     """The mean with the top ``cut`` share (rounded up: at least the largest value) left out, so that a stalled
     batch is not a cost; NaN for no values."""
-    return _trimmed_mean(np.fromiter(values, dtype=np.float64), cut)
-
-
-def _trimmed_mean(values: np.ndarray, cut: float = 0.01) -> float:
-    a = np.sort(values)
+    a = np.sort(np.fromiter(values, dtype=np.float64))
     if not len(a):
         return math.nan
     return float(a[: max(1, len(a) - math.ceil(len(a) * cut))].mean())
@@ -161,7 +155,6 @@ class CostWatch:
                         float(np.median(ratios)),
                         n,
                         float(np.median(excess)),
-                        _trimmed_mean(ratios),
                     )
                 )
         return tuple(out)
