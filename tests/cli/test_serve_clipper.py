@@ -38,6 +38,7 @@ def test_bad_clipper_options_exit_2(
         (["--selection", "exp5"], "--selection: 'exp5' is not one of exp3, exp4"),
         (["--alternative", "noequals"], "--alternative: 'noequals' is not NAME=PLAN.json"),
         (["--slo-p95-ms", "0"], "--slo-p95-ms: 0.0 must be a positive number"),
+        (["--keep-alive-s", "0"], "--keep-alive-s: 0.0 must be a positive number of seconds"),
     ],
 )
 def test_bad_selection_options_exit_2(

@@ -76,7 +76,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.app import FrontEnd
 from cascadeserve.http.clipper import ClipperOptions
-from cascadeserve.http.server import cascade_builder, with_repository
+from cascadeserve.http.server import DEFAULT_KEEP_ALIVE_S, cascade_builder, with_repository
 from cascadeserve.plan import GearPlan, load_plan, plan_profile
 from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for, batch_target_s
@@ -143,6 +143,13 @@ def serve(
     ] = None,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted (413 past it).")] = 8 << 20,
     grace_s: Annotated[float, typer.Option(help="On SIGINT/SIGTERM, how long in-flight requests may finish.")] = 5.0,
+    keep_alive_s: Annotated[
+        float,
+        typer.Option(
+            help="How long an idle HTTP connection stays open; keep it above your clients' and load balancer's "
+            "idle timeouts, so that they, not the server, close idle connections."
+        ),
+    ] = DEFAULT_KEEP_ALIVE_S,
     admin_token: Annotated[
         str | None,
         typer.Option(
@@ -243,7 +250,9 @@ def serve(
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest. With
     --admin-token, POST /v2/repository/models/NAME/load serves more cascades beside it (docs/serving.md)."""
-    check_options(max_in_flight, max_wait_slos, capacity_qps, slo_p95_ms, timeout_ms, max_body_bytes, grace_s)
+    check_options(
+        max_in_flight, max_wait_slos, capacity_qps, slo_p95_ms, timeout_ms, max_body_bytes, grace_s, keep_alive_s
+    )
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise CascadeServeError("--ssl-certfile and --ssl-keyfile go together")
     for opt, f in (("--ssl-certfile", ssl_certfile), ("--ssl-keyfile", ssl_keyfile)):
@@ -310,6 +319,7 @@ def serve(
         host,
         port,
         grace_s=grace_s,
+        keep_alive_s=keep_alive_s,
         ssl_certfile=None if ssl_certfile is None else str(ssl_certfile),
         ssl_keyfile=None if ssl_keyfile is None else str(ssl_keyfile),
     )

@@ -92,6 +92,7 @@ def check_options(
     timeout_ms: float | None,
     max_body_bytes: int,
     grace_s: float,
+    keep_alive_s: float,
 ) -> None:
     if max_in_flight < 1:
         raise CascadeServeError(f"--max-in-flight: {max_in_flight} must be at least 1")
@@ -104,6 +105,8 @@ def check_options(
         raise CascadeServeError(f"--max-body-bytes: {max_body_bytes} must be positive")
     if not grace_s >= 0:
         raise CascadeServeError(f"--grace-s: {grace_s} must not be negative")
+    if not (keep_alive_s > 0 and keep_alive_s < float("inf")):
+        raise CascadeServeError(f"--keep-alive-s: {keep_alive_s} must be a positive number of seconds")
 
 
 def loopback(host: str) -> bool:

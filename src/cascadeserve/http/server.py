@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -265,6 +266,13 @@ class _DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+# How long an idle keep-alive connection stays open. uvicorn's own default (5 s) is shorter than the idle timeouts
+# of the clients and proxies that pool connections (aiohttp 15 s, AWS ALB and nginx upstreams 60 s): a client then
+# reuses a connection in the instant the server closes it, and its request fails before the server reads it
+# (benchmarks/bench_keepalive.py provokes it). The server must be the side that waits longer; 75 s is nginx's default.
+DEFAULT_KEEP_ALIVE_S = 75.0
+
+
 class Server:
     """Runs an :class:`App` on uvicorn, in the foreground (:meth:`run`) or on a thread (:meth:`start`)."""
 
@@ -275,6 +283,7 @@ class Server:
         port: int = 8000,
         *,
         grace_s: float = 5.0,
+        keep_alive_s: float = DEFAULT_KEEP_ALIVE_S,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
     ) -> None:
@@ -286,6 +295,7 @@ class Server:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=max(1, round(grace_s)),
+            timeout_keep_alive=max(1, math.ceil(keep_alive_s)),
             ssl_certfile=ssl_certfile,
             ssl_keyfile=ssl_keyfile,
         )
