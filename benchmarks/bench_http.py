@@ -97,15 +97,11 @@ def _start_cascadeserve(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def _start_ray() -> str:
-    import ray
+def ray_trivial_app() -> Any:
+    """The trivial model as a Ray Serve application (one replica, ``@serve.batch``), answering the V2 shape."""
     from ray import serve
     from starlette.requests import Request
     from starlette.responses import JSONResponse
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    port = _port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
 
     @serve.deployment(max_ongoing_requests=1000)
     class Trivial:
@@ -134,7 +130,17 @@ def _start_ray() -> str:
                 }
             )
 
-    serve.run(Trivial.bind(), route_prefix="/v2/models/trivial")
+    return Trivial.bind()
+
+
+def _start_ray() -> str:
+    import ray
+    from ray import serve
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    port = _port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(ray_trivial_app(), route_prefix="/v2/models/trivial")
     url = f"http://127.0.0.1:{port}"
     _wait(f"{url}/v2/models/trivial")
     return url

@@ -6,11 +6,11 @@ Set-up (as ``cascadeserve demo`` does it): the digits family (five PyTorch model
 committed profile ``profiles/digits`` with runtimes x3 for the shared cores, and a plan from the planner for p95 ≤
 150 ms on two devices. ``cascadeserve serve --models`` runs it in a subprocess with its defaults (admission by time:
 shed past 2 SLOs of backlog at the plan's capacity; a deadline of 10 SLOs). The client runs in its own process
-(this script with ``--client``): the open-loop load generator sends real validation images at ``factor`` x a
+(this script with ``--raw-client``): ``rawload.open_loop`` sends real validation images, Poisson, at ``factor`` x a
 capacity for ``duration`` seconds: the plan's highest gear's QPS (``--capacity plan``), or by default what the
-deployment sustains on this machine, measured per run by a 10 s closed-loop calibration (16 clients) against the
-same server (``--capacity measured``): on a shared 2-core machine the plan's promise (runtimes x3) can be far
-above what the HTTP layer and the models get. Checks, per run:
+deployment sustains on this machine, measured per run by a 10 s closed-loop calibration (``rawload``, 16
+connections) against the same server (``--capacity measured``): on a shared 2-core machine the plan's promise
+(runtimes x3) can be far above what the HTTP layer and the models get. Checks, per run:
 
 * every accepted request is answered exactly once: the server's ``admitted_total`` equals its ``answered_total``,
   and equals what the client saw answered (200, or a 5xx other than 503);
@@ -134,45 +134,64 @@ def client(url: str, qps: float, duration: float, out: Path, seed: int) -> None:
     out.write_text(json.dumps(summary))
 
 
-def calibrate(url: str, out: Path, seconds: float = 10.0, workers: int = 16) -> None:
-    """The client process, calibration mode: ``workers`` closed loops for ``seconds``; the answer rate is what this
-    deployment sustains on this machine (the cascade saturated, the HTTP layer not swamped)."""
-    import aiohttp
-
+def _digits_bodies() -> list[bytes]:
+    """One V2 request body per digits validation image (FP32 ``pixels``, shape [1, 64])."""
     from cascadeserve.models.families import digits
 
     _, _, xv, _, _ = digits.split(0)
     rows = np.asarray(xv, dtype=np.float32)
+    head = b'{"inputs":[{"name":"pixels","datatype":"FP32","shape":[1,64],"data":'
+    return [head + json.dumps(r.tolist()).encode() + b"}]}" for r in rows]
 
-    async def go() -> int:
-        done = 0
-        end = time.monotonic() + seconds
-        async with aiohttp.ClientSession() as session:
 
-            async def loop(k: int) -> None:
-                nonlocal done
-                i = k
-                while time.monotonic() < end:
-                    body = {
-                        "inputs": [
-                            {
-                                "name": "pixels",
-                                "datatype": "FP32",
-                                "shape": [1, 64],
-                                "data": rows[i % len(rows)].tolist(),
-                            }
-                        ]
-                    }
-                    async with session.post(f"{url}/v2/models/digits/infer", json=body) as r:
-                        await r.read()
-                        if r.status == 200:
-                            done += 1
-                    i += workers
+def _host_port(url: str) -> tuple[str, int]:
+    host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
+    return host, int(port)
 
-            await asyncio.gather(*(loop(k) for k in range(workers)))
-        return done
 
-    out.write_text(json.dumps({"qps": asyncio.run(go()) / seconds}))
+def calibrate(url: str, out: Path, seconds: float = 10.0, connections: int = 16) -> None:
+    """The client process, calibration mode: ``connections`` closed loops for ``seconds`` (``rawload``); the answer
+    rate is what this deployment sustains on this machine (the cascade saturated, the HTTP layer not swamped)."""
+    from rawload import closed_loop
+
+    host, port = _host_port(url)
+    res = closed_loop(
+        host, port, "/v2/models/digits/infer", _digits_bodies(), connections=connections, duration_s=seconds
+    )
+    out.write_text(json.dumps({"qps": res.summary()["ok_per_s"]}))
+
+
+def raw_client(url: str, qps: float, duration: float, out: Path, seed: int) -> None:
+    """The client process for overload: open-loop Poisson arrivals at ``qps`` through ``rawload`` (a request costs it
+    a few µs, so it offers twice this machine's capacity; latency from each request's scheduled time)."""
+    from rawload import open_loop
+
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / qps, int(qps * duration * 1.2)))
+    arrivals = arrivals[arrivals < duration]
+    host, port = _host_port(url)
+    res = open_loop(host, port, "/v2/models/digits/infer", _digits_bodies(), arrivals, max_connections=1024)
+    s = res.summary()
+    ok = res.status == 200
+    srv = res.server_ms[ok]
+    summary = {
+        "sent": s["sent"],
+        "ok": int(ok.sum()),
+        "shed": s["refused_503"],
+        "shed_with_retry_after": s["refused_with_retry_after"],
+        "status_counts": {str(k): v for k, v in s["status_counts"].items() if k > 0},
+        "timed_out": int((res.status == -2).sum()),
+        "refused": int((res.status == -1).sum()),
+        "connection_errors": s["connection_errors"],
+        "closed_idle_by_server": s["closed_idle_by_server"],
+        "connections": s["connections"],
+        "latency_ms": (res.latency_s[ok] * 1000.0).tolist(),
+        "server_ms": srv[np.isfinite(srv)].tolist(),
+        "t_ok": res.sched_s[ok].tolist(),
+        "throughput_qps": s["ok_per_s"],
+        "refused_p99_ms": s["refused_p99_ms"],
+    }
+    out.write_text(json.dumps(summary))
 
 
 def measured_capacity(url: str) -> float:
@@ -183,7 +202,9 @@ def measured_capacity(url: str) -> float:
         return float(json.loads(out.read_text())["qps"])
 
 
-def run_client(url: str, qps: float, duration: float, seed: int) -> dict[str, Any]:
+def run_client(url: str, qps: float, duration: float, seed: int, raw: bool = False) -> dict[str, Any]:
+    """The client in its own process: ``rawload`` (``raw``) or the project's aiohttp load generator (the soak's:
+    a pooling client, as users run)."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "client.json"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -191,7 +212,7 @@ def run_client(url: str, qps: float, duration: float, seed: int) -> dict[str, An
             [
                 sys.executable,
                 __file__,
-                "--client",
+                "--raw-client" if raw else "--client",
                 url,
                 "--qps",
                 str(qps),
@@ -216,7 +237,7 @@ def one_run(
         measured = measured_capacity(url) if capacity is None else capacity
         qps = factor * measured
         before = httpx.get(f"{url}/metrics", timeout=10).text  # the calibration's requests are not this run's
-        c = run_client(url, qps, duration, seed)
+        c = run_client(url, qps, duration, seed, raw=True)
         time.sleep(0.5)
         text = httpx.get(f"{url}/metrics", timeout=10).text
     finally:
@@ -246,7 +267,9 @@ def one_run(
         # admission to answer inside the server (queue + compute): what admission by time bounds
         "server_p99_ms": round(float(np.percentile(c["server_ms"], 99)), 1) if c["server_ms"] else None,
         "goodput_qps": c["throughput_qps"],
-        "send_lag_p99_ms": c["send_lag_p99_ms"],
+        "refused_p99_ms": c["refused_p99_ms"],
+        "client_connections": c["connections"],
+        "connection_errors": c["connection_errors"],
     }
 
 
@@ -262,6 +285,7 @@ def main() -> None:
         help="'plan' (the plan's highest gear's QPS), 'measured' (closed-loop calibration per run) or a number",
     )
     ap.add_argument("--client", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--raw-client", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--calibrate", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--qps", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -269,6 +293,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.client:
         client(args.client, args.qps, args.duration, Path(args.out), args.seed)
+        return
+    if args.raw_client:
+        raw_client(args.raw_client, args.qps, args.duration, Path(args.out), args.seed)
         return
     if args.calibrate:
         calibrate(args.calibrate, Path(args.out))

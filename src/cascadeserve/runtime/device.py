@@ -11,7 +11,8 @@
   per device gives real parallelism without pickling every batch across a process boundary; a model in pure
   Python would serialise on the GIL, and for such models a process per device is the right tool (not built
   yet; docs/plans-that-hold.md says what GIL-bound models cost). The thread calls the model and the certainty
-  function; the event loop only awaits.
+  function; the event loop only awaits. A model that took under :data:`INLINE_S` the last time it ran (scaled to
+  the batch's size) runs on the event loop instead: for it the hop costs more than the work.
 """
 
 from __future__ import annotations
@@ -201,8 +202,17 @@ def _generated(result: Generated, n: int) -> BatchOutput:
     return BatchOutput(np.zeros(n, dtype=np.int64), certs, None if sound.all() else ~sound, tuple(result.outputs))
 
 
+# A batch expected to take less than this runs on the event loop, not the worker thread. The hop to the thread and
+# back (a wake-up of the worker, a GIL hand-off, a wake-up of the loop through its self-pipe) cost ~160 µs of wall
+# time per request at one connection on the 2-core CI-class machine (benchmarks/bench_ingress.py, a numpy no-op
+# model), several times what such a model computes; and a model this cheap gains nothing from running beside the
+# loop. The expectation is the model's last batch scaled up linearly by size, so a model never runs inline before
+# it has run once on the thread, and one slow batch sends the next back to the thread.
+INLINE_S = 50e-6
+
+
 class ThreadDevice:
-    """Runs real models on a dedicated worker thread (one batch at a time)."""
+    """Runs real models on a dedicated worker thread (one batch at a time); cheap ones on the loop."""
 
     emulated = False
 
@@ -232,11 +242,19 @@ class ThreadDevice:
         if self.slowdowns is not None and any(s.factor < 1 for s in self.slowdowns.steps):
             raise ValueError(f"device {name!r}: a real model cannot run faster than it does (slowdown factor < 1)")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cascadeserve-{name}")
+        self._last: dict[int, tuple[float, int]] = {}  # row -> (seconds, rows) of its last batch's model call
+
+    def _inline(self, row: int, inputs: Inputs) -> bool:
+        last = self._last.get(row)
+        if last is None or self.slowdowns is not None:  # a slowed batch sleeps: never on the loop
+            return False
+        return last[0] * max(1.0, batch_rows(inputs) / last[1]) < INLINE_S
 
     def _compute(self, row: int, inputs: Inputs) -> BatchOutput:
         started = time.perf_counter()
         n = batch_rows(inputs)
         result = self.models[row](inputs)
+        self._last[row] = (time.perf_counter() - started, max(n, 1))
         if self.slowdowns is not None and self.clock is not None:
             f = self.slowdowns.factor(self.name, self.clock.now(), self.model_names.get(row))
             if f > 1:
@@ -261,15 +279,20 @@ class ThreadDevice:
     async def run(self, row: int, inputs: Inputs) -> BatchOutput:
         host = self.host
         if host is None:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
+            return await self._call(row, inputs)
         now = time.monotonic()
         others = host.others(self.order, now)
         host.start(self.order, now, math.inf)  # the end is not known before it comes
         try:
-            out = await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
+            out = await self._call(row, inputs)
         finally:
             host.stop(self.order)
         return dataclasses.replace(out, host_share=host.share(self.order, others))
+
+    async def _call(self, row: int, inputs: Inputs) -> BatchOutput:
+        if self._inline(row, inputs):
+            return self._compute(row, inputs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
