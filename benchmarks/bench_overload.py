@@ -128,6 +128,7 @@ def client(url: str, qps: float, duration: float, out: Path, seed: int) -> None:
     )
     t_ok = arrivals[rep.ok_index]
     summary = rep.to_dict()
+    summary["t_shed"] = arrivals[rep.shed_index].tolist()
     summary["latency_ms"] = rep.latency_ms.tolist()
     summary["server_ms"] = rep.server_ms.tolist()
     summary["t_ok"] = t_ok.tolist()

@@ -25,6 +25,18 @@ import numpy as np
 from bench_overload import SLO_MS, measured_capacity, rss_kb, run_client, setup, start_server, stop_server
 
 
+def _bursts(times: list[float], gap_s: float = 1.0) -> list[tuple[float, int, float]]:
+    """Sheds grouped where they come within ``gap_s`` of each other: (start s, count, span s) of the 20 largest."""
+    out: list[tuple[float, int, float]] = []
+    for t in sorted(times):
+        if out and t - (out[-1][0] + out[-1][2]) <= gap_s:
+            start, n, _ = out[-1]
+            out[-1] = (start, n + 1, t - start)
+        else:
+            out.append((t, 1, 0.0))
+    return [(round(s, 2), n, round(w, 3)) for s, n, w in sorted(out, key=lambda b: -b[1])[:20]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=600.0)
@@ -85,6 +97,10 @@ def main() -> None:
         "connection_errors_by_type": dict(Counter(e.split(":", 1)[0] for _, e in c["connection_errors"])),
         "connection_errors_by_minute": dict(Counter(int(t // 60) for t, _ in c["connection_errors"])),
         "connection_errors_first": c["connection_errors"][:20],
+        # each 503's send time, by minute and by the server's reason: sheds at 80 % load come in bursts (stalls)
+        "shed_by_minute": dict(Counter(int(t // 60) for t in c["t_shed"])),
+        "shed_reasons": c["shed_reasons"],
+        "shed_bursts": _bursts(c["t_shed"]),
         "accepted_p50_ms": c["p50_ms"],
         "accepted_p99_ms": c["p99_ms"],
         "slo_p95_ms": SLO_MS,

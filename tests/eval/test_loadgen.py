@@ -40,3 +40,13 @@ def test_each_failed_connection_is_described_with_its_time_and_error(toy_profile
         kind, _, message = error.partition(": ")
         assert kind in ERROR_TYPES and message
     assert rep.to_dict()["connection_errors"] == rep.connection_errors
+
+
+def test_each_shed_request_is_indexed_and_counted_by_the_servers_reason(toy_profile: Profile) -> None:
+    arrivals = np.zeros(40)  # 40 at once against a bound of one in flight: the ones that meet a full server shed
+    with serving(toy_profile, max_in_flight=1) as server:
+        rep = asyncio.run(run_load(server.url, "toy", arrivals, sample_ids=toy_profile.sample_ids))
+    assert rep.ok + rep.shed == rep.sent == 40 and rep.shed > 0
+    assert len(rep.shed_index) == rep.shed and not set(rep.shed_index) & set(rep.ok_index)
+    assert rep.shed_reasons == {"admission queue full (N of N in flight)": rep.shed}
+    assert rep.to_dict()["shed_reasons"] == rep.shed_reasons and "shed_index" not in rep.to_dict()

@@ -50,7 +50,8 @@ def test_admission_sheds_while_the_loop_runs_late_with_a_backlog_and_answers_eve
         await rt.start()
         backlog = rt.submit(list(range(6)))  # 6 in flight: over a quarter of the bound, and nothing runs yet
         time.sleep(0.3)  # the loop stalls with them in flight
-        retry = rt.shed_now()
+        refusal = rt.shed_now()
+        retry = None if refusal is None else refusal.retry_after_s
         try:
             rt.submit([6])
             message = ""

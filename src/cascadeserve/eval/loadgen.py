@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -63,6 +65,8 @@ class LoadReport:
     # each failed connection (``refused``): seconds since the first send and the client's error, "Type: message"
     # (the first :data:`KEPT_ERRORS`): which failure, and when, so that a long run's errors can be explained
     connection_errors: tuple[tuple[float, str], ...] = ()
+    # the 503s by the server's reason, numbers masked ("the front door is N ms behind (N in flight)"): why it shed
+    shed_reasons: dict[str, int] = field(default_factory=dict)
     # what the client saw of each answered request beyond the server's admission-to-answer time (``server_ms`` in
     # the answer): HTTP both ways, the server's event loop, this client's own CPU; mean and p95 with the top 1 % left
     # out (0 where the server does not say). ``profile calibrate --bench`` records them for the simulator.
@@ -72,6 +76,7 @@ class LoadReport:
     latency_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     server_ms: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     ok_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False, compare=False)
+    shed_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False, compare=False)
     # per answered request: whether its label was right (all False without labels)
     correct: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False, compare=False)
     # per answered request: the gear that answered it (-1 where the server did not say), to set beside a simulation's
@@ -81,12 +86,21 @@ class LoadReport:
         """The summary, floats rounded (milliseconds to 0.01, rates to 0.1, accuracy to 1e-4)."""
         out: dict[str, Any] = {}
         for k, v in asdict(self).items():
-            if k in ("latency_ms", "server_ms", "ok_index", "correct", "gear"):
+            if k in ("latency_ms", "server_ms", "ok_index", "shed_index", "correct", "gear"):
                 continue
             if isinstance(v, float):
                 v = round(v, 4 if k == "accuracy" else 1 if k.endswith("qps") else 2)
             out[k] = v
         return out
+
+
+def _reason(payload: bytes) -> str:
+    """A 503's error message with its numbers masked, so that the same cause counts once."""
+    try:
+        msg = str(json.loads(payload).get("error", ""))
+    except (ValueError, AttributeError):
+        msg = payload[:80].decode("utf-8", "replace")
+    return re.sub(r"\d+(\.\d+)?", "N", msg)
 
 
 def _pct(values: Sequence[float] | np.ndarray, q: float) -> float:
@@ -168,6 +182,7 @@ async def run_load(
     lag = np.zeros(n)
     done = 0
     conn_errors: list[tuple[float, str]] = []
+    shed_reasons: Counter[str] = Counter()
     start = time.perf_counter()  # reset at the first send
     connector = aiohttp.TCPConnector(limit=connections, force_close=False)
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
@@ -189,8 +204,9 @@ async def run_load(
                 async with session.post(target, data=body, headers=headers) as r:
                     payload = await r.read()
                     status[i] = r.status
-                    if r.status == 503 and "Retry-After" in r.headers:
-                        retry_after += 1
+                    if r.status == 503:
+                        retry_after += "Retry-After" in r.headers
+                        shed_reasons[_reason(payload)] += 1
                 latency[i] = time.perf_counter() - t0
                 if status[i] == 200:
                     obj = json.loads(payload)
@@ -270,11 +286,13 @@ async def run_load(
         refused=int((status == -1).sum()),
         shed_with_retry_after=retry_after,
         connection_errors=tuple(conn_errors),
+        shed_reasons=dict(shed_reasons),
         front_door_ms=door_ms,
         front_door_p95_ms=door_p95_ms,
         latency_ms=lat_ok,
         server_ms=server[ok_mask] * 1000.0,
         ok_index=np.flatnonzero(ok_mask),
+        shed_index=np.flatnonzero(status == 503),
         correct=correct[ok_mask],
         gear=gear[ok_mask],
     )

@@ -149,10 +149,10 @@ class InferCore:
 
     def shed_early(self) -> None:
         """Refuse (503) a call while admission is full even for one row, before its body is read and decoded."""
-        retry = self.runtime.shed_now()
-        if retry is not None:
+        refusal = self.runtime.shed_now()
+        if refusal is not None:
             self.runtime.shed(1)
-            raise InferError("admission queue full", 503, retry)
+            raise InferError(str(refusal), 503, refusal.retry_after_s)
 
     def _sample_rows(self, arr: np.ndarray) -> list[Any]:
         index = self.model.sample_index

@@ -323,14 +323,16 @@ class Runtime:
         if self._producer is not None:
             self._producer.meter.record(n)
 
-    def shed_now(self) -> float | None:
-        """If even one row would be shed now, its Retry-After (seconds); else ``None``. Lets the front end refuse a
-        request before paying to read and decode its body when admission is full anyway (the same decision as
-        :meth:`submit` makes for a one-row call, nothing counted: the call is counted when it is refused)."""
+    def shed_now(self) -> Overloaded | None:
+        """If even one row would be shed now, the refusal (its reason and Retry-After); else ``None``. Lets the front
+        end refuse a request before paying to read and decode its body when admission is full anyway (the same
+        decision as :meth:`submit` makes for a one-row call, nothing counted: the call is counted when refused)."""
         if not self.accepting:
             return None
         decision = self.admission_policy.decide(1, self.admission.in_flight, self._drain(), self._lag.lag_s())
-        return None if decision.accepted else decision.retry_after_s or self.options.retry_after_s
+        if decision.accepted:
+            return None
+        return Overloaded(decision.reason(), decision.retry_after_s or self.options.retry_after_s)
 
     def _drain(self) -> float | None:
         """The measured drain rate admission plans with (``None`` without admission by time, or before a window
