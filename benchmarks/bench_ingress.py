@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 from bench_front_door import BARE_APP, _port, _wait
 from bench_http import _start_cascadeserve
+from bench_overload import stop_server
 from rawload import closed_loop
 
 HERE = Path(__file__).resolve().parent
@@ -80,16 +81,8 @@ def _start_ray() -> tuple[subprocess.Popen[bytes], int]:
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    _stop(proc)
+    stop_server(proc)
     raise RuntimeError(f"Ray Serve at {url} did not come up")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def _one(port: int, connections: int, duration_s: float) -> dict[str, Any]:
@@ -155,7 +148,7 @@ def main() -> None:
                 out[f"C={c}"]["runs"] = runs
         finally:
             for p in procs:
-                _stop(p)
+                stop_server(p, 60.0)  # Ray Serve's shutdown can take 30 s
     for c in args.connections:
         m = out[f"C={c}"]
         cs_rate, bare_rate = m["cascadeserve"]["ok_per_s"], m["bare"]["ok_per_s"]

@@ -106,10 +106,10 @@ def start_server(models: Path, prof: Path, plan: Path, *extra: str) -> tuple[sub
     raise RuntimeError("the server did not become ready")
 
 
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
+def stop_server(proc: subprocess.Popen[bytes], wait_s: float = 30.0) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(30)
+        proc.wait(wait_s)
     except subprocess.TimeoutExpired:
         proc.kill()
 
