@@ -233,6 +233,14 @@ async def run_load(
         # and the garbage collector's full passes, which scan every live object, grew with the run (287 ms
         # every ~48 s by minute 5 of a soak, and a stalled client sends the next requests in one burst)
         tasks: set[asyncio.Task[None]] = set()
+        failures: list[BaseException] = []  # what a request's task raised past its own handling, raised at the end
+
+        def finished(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None:
+                failures.append(exc)
+
         start = time.perf_counter()
         i = 0
         last_report = 0.0
@@ -246,13 +254,15 @@ async def run_load(
                 lag[i] = now - arr[i]
                 task = asyncio.create_task(one(i))
                 tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                task.add_done_callback(finished)
                 i += 1
             if progress is not None and now - last_report > 0.1:
                 progress(i, done)
                 last_report = now
             await asyncio.sleep(0)  # let responses in even when the schedule is dense
-        await asyncio.gather(*list(tasks))
+        await asyncio.gather(*list(tasks), return_exceptions=True)
+        if failures:
+            raise failures[0]
         end = time.perf_counter() - start
         if progress is not None:
             progress(n, done)
