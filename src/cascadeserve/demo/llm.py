@@ -189,11 +189,12 @@ def run_llm_demo(
 
     devices = tuple(Device(name=f"dev{i}", memory_mb=4096) for i in range(opts.devices))
     slo = SLO(kind="p95_ms", value=opts.slo_p95_ms)
-    # the peak: 90 % of what the devices serve of the cheapest model at the planner's batch cap, so that the top
-    # ranges must give up accuracy and the plan stays feasible
+    # the peak: 75 % of what the devices serve of the cheapest model at the planner's batch cap, so that the top
+    # ranges must give up accuracy and the plan stays feasible (at 90 %, a profile measured beside other work,
+    # its curve uneven between sizes, once left no gear for the top range in a loaded test run)
     caps = default_batch_caps(prof, opts.slo_p95_ms, overhead_ms=prof.batch_overhead_ms)
     cheap = min(prof.model_names, key=lambda m: prof.model(m).runtime.per_sample_ms(caps[m]))
-    peak = 0.9 * opts.devices * 1000.0 / prof.model(cheap).runtime.per_sample_ms(caps[cheap])
+    peak = 0.75 * opts.devices * 1000.0 / prof.model(cheap).runtime.per_sample_ms(caps[cheap])
     planner = Planner(n_ranges=4, seed=opts.seed).fit(prof, devices, slo, peak)
     plan = planner.plan_
     assert plan is not None
