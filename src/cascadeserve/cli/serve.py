@@ -144,11 +144,7 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted (413 past it).")] = 8 << 20,
     grace_s: Annotated[float, typer.Option(help="On SIGINT/SIGTERM, how long in-flight requests may finish.")] = 5.0,
     keep_alive_s: Annotated[
-        float,
-        typer.Option(
-            help="How long an idle HTTP connection stays open; keep it above your clients' and load balancer's "
-            "idle timeouts, so that they, not the server, close idle connections."
-        ),
+        float, typer.Option(help="Idle HTTP connections stay open this long (above your load balancer's timeout).")
     ] = DEFAULT_KEEP_ALIVE_S,
     admin_token: Annotated[
         str | None,
