@@ -67,3 +67,21 @@ def test_a_trace_without_max_qps_plans_up_to_the_traces_busiest_second(tmp_path:
     values = workload_values(StateDir.of(load_workload(w)))
     assert values["max_qps"] == pytest.approx(120, rel=0.2)  # Poisson arrivals around the step's 120/s
     assert values["qps_dist"] == "trace:synthetic:step:low=20,high=120,at=5,duration=10"
+
+
+def test_profile_calibrate_with_a_workload_scales_the_measured_profile_into_the_one_plans_use(
+    toy_profile: Profile, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = tmp_path / "cascadeserve.yaml"
+    w.write_text(WORKLOAD + "profile: {calibrate_s: 3}\n")
+    state = StateDir.of(load_workload(w))
+    values = workload_values(state)
+    assert values["profile"] == str(state.profile) and values["measured_profile"] == str(state.measured)
+    # nothing measured yet: the measured profile is what it reads (the option named, exit 2)
+    assert run(["profile", "calibrate", "--workload", str(w)]) == 2
+    assert "profile-measured" in capsys.readouterr().err
+    save_profile(toy_profile, state.measured)
+    # --url reads that server (nothing listens on port 1) instead of serving the workload's models here
+    assert run(["profile", "calibrate", "--workload", str(w), "--url", "http://127.0.0.1:1"]) == 2
+    assert "--url: cannot read http://127.0.0.1:1/v2/cascade/costs" in capsys.readouterr().err
+    assert not state.profile.exists()  # nothing written where plans read

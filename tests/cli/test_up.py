@@ -1,5 +1,6 @@
 """``cascadeserve init`` then ``cascadeserve up`` on the example workload: real models (the digits family) profiled,
-planned and served on 127.0.0.1, a request answered, Ctrl-C stops it; a second ``up`` skips profiling and planning."""
+calibrated to this host, planned and served on 127.0.0.1, a request answered, Ctrl-C stops it; a second ``up`` skips
+profiling, calibration and planning."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 from cascadeserve.cli import run
 from cascadeserve.cli.up import first_request
 from cascadeserve.eval.fidelity import wait_ready
+from cascadeserve.plan import load_plan
+from cascadeserve.profile import costs_note, load_profile
 from cascadeserve.workload import StateDir, load_workload
 
 
@@ -52,15 +55,22 @@ def test_init_then_up_serves_the_example_and_a_second_up_skips_both(
         rc = proc.wait(60)
     text = log.read_text()
     assert rc == 0, text
-    assert "[1/3] profiling digits" in text and "[2/3] planning p95 ≤ 100 ms" in text
+    assert "[1/4] profiling digits" in text and "[3/4] planning p95 ≤ 100 ms" in text
+    assert "[2/4] calibrating to this host: the models served on 1 device(s) for 8 s" in text
+    assert "[4/4] serving" in text
     assert f"endpoint: {url}/v2/models/digits/infer" in text and f"try: curl -s {url}/v2/models/digits/infer" in text
     assert "stopped" in text and "Traceback" not in text
 
     state = StateDir.of(load_workload(d))
     plan_mtime = state.plan.stat().st_mtime_ns
     assert run(["up", str(d), "--no-serve"]) == 0
-    assert "profile up to date, plan up to date" in capsys.readouterr().out
+    assert "profile up to date, calibration up to date, plan up to date" in capsys.readouterr().out
     assert state.plan.stat().st_mtime_ns == plan_mtime
+    # the plan was made with what batches cost served on this host, not with the quiet profile
+    measured, served = load_profile(state.measured), load_profile(state.profile)
+    assert not measured.calibration and "this host under serving conditions" in (served.calibration or "")
+    assert load_plan(state.plan).notes["costs"] == costs_note(served)
+    assert [m.name for m in served.models] == [m.name for m in measured.models]
 
     # the planned workload is what a repository entry holds: serve's load resolves it to up's files
     from cascadeserve.cli.serve_checks import workload_files

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_profile_and_plan_go_stale_on_their_inputs_and_outputs(toy_profile: Prof
     assert state.root == tmp_path / ".cascadeserve"
     assert not state.up_to_date("profile") and not state.up_to_date("plan")  # nothing made yet
 
-    save_profile(toy_profile, state.profile)
+    save_profile(toy_profile, state.measured)
     state.record("profile")
     state.plan.write_text("{}")
     state.record("plan")
@@ -56,6 +57,44 @@ def test_profile_and_plan_go_stale_on_their_inputs_and_outputs(toy_profile: Prof
     state.record("plan")
     state.plan.write_text('{"rewritten": true}')  # something else rewrote the plan
     assert not state.up_to_date("plan")
+
+
+def test_calibration_goes_stale_on_the_measured_profile_its_seconds_and_the_device_count(
+    toy_profile: Profile, tmp_path: Path
+) -> None:
+    (tmp_path / "models.yaml").write_text(MODELS)
+    (tmp_path / "m0.pkl").write_bytes(b"weights")
+    (tmp_path / "val.csv").write_text("sample_id,label,x\n0,1,0.5\n")
+    state = _workload(tmp_path)
+    assert state.calibrating and state.measured == state.root / "profile-measured" != state.profile
+    save_profile(toy_profile, state.measured)
+    state.record("profile")
+    assert not state.up_to_date("calibration")  # no calibrated profile yet
+    save_profile(toy_profile, state.profile)
+    state.record("calibration")
+    state.plan.write_text("{}")
+    state.record("plan")
+    assert all(state.up_to_date(s) for s in ("profile", "calibration", "plan"))
+
+    # calibrating longer: calibrate again, measure nothing again
+    state = _workload(tmp_path, WORKLOAD + "profile: {calibrate_s: 20}\n")
+    assert state.up_to_date("profile") and not state.up_to_date("calibration") and state.up_to_date("plan")
+    state.record("calibration")
+    state = _workload(tmp_path, WORKLOAD.replace("count: 1", "count: 2") + "profile: {calibrate_s: 20}\n")
+    assert not state.up_to_date("calibration")  # served on another number of devices: other contention
+    state.record("calibration")
+    assert not state.up_to_date("plan")  # (the devices are the plan's input too)
+    state.record("plan")
+
+    save_profile(dataclasses.replace(toy_profile, name="remeasured"), state.measured)  # measured again
+    assert not state.up_to_date("profile") and not state.up_to_date("calibration") and state.up_to_date("plan")
+    state.record("profile")
+    save_profile(dataclasses.replace(toy_profile, name="recalibrated"), state.profile)  # calibrated again
+    state.record("calibration")
+    assert not state.up_to_date("plan")  # planned from the old calibration
+
+    off = _workload(tmp_path, WORKLOAD + "profile: {calibrate_s: 0}\n")  # off: measure straight into profile/
+    assert not off.calibrating and off.measured == off.profile
 
 
 def test_an_inline_models_config_is_written_with_absolute_file_refs(tmp_path: Path) -> None:

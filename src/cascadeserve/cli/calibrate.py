@@ -44,6 +44,7 @@ __all__ = ["calibrate_cmd"]
 
 @profile_app.command("calibrate")
 def calibrate_cmd(
+    ctx: typer.Context,
     profile: ProfileDir,
     out: Annotated[Path, typer.Option(help="New profile directory to write (the input is never rewritten).")],
     url: Annotated[
@@ -80,6 +81,8 @@ def calibrate_cmd(
 ) -> None:
     """Scale a profile's runtimes by what batches cost when served: measured here (--models) or read from a live
     server (--url, GET /v2/cascade/costs; on Ray also its process hop); --bench adds the front door a client saw."""
+    if url is not None and _from_workload(ctx, "models"):
+        models = None  # --workload --url: read that server; the workload's models are only measured without --url
     prof = load_profile(profile)
     if out.resolve() == profile.resolve():
         raise CascadeServeError(f"--out: {out} is the input profile; give a new directory")
@@ -125,6 +128,12 @@ def calibrate_cmd(
     if hop is None and snap.get("backend") == "ray":
         notes.append(f"Ray hop: fewer than --min-batches {min_batches} first-stage answers measured: unchanged")
     _write(prof, got, f"{server} ({total} batches, {_now()})", out, as_json, hop, door)
+
+
+def _from_workload(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` took its value from ``--workload`` rather than the command line."""
+    source = ctx.get_parameter_source(name)
+    return getattr(source, "name", "") == "DEFAULT_MAP"
 
 
 def _front_door(path: Path) -> tuple[float, float]:

@@ -25,10 +25,10 @@ __all__ = ["STATE_DIR", "WorkloadOpt", "workload_values"]
 STATE_DIR: ContextVar[Path | None] = ContextVar("state_dir", default=None)
 
 # commands that write the workload's own state with --workload (the rest write only where --out says)
-_OUT = {"profile measure": "profile", "plan": "plan"}
+_OUT = {"profile measure": "measured_profile", "profile calibrate": "profile", "plan": "plan"}
 # options a command must not take from the workload (bench: --profile is for emulated servers, --validation for
-# real ones, and the workload's server serves real models)
-_SKIP = {"bench": {"profile"}, "eval planner-time": {"repeats", "ranges"}}
+# real ones, and the workload's server serves real models; profile calibrate measures here unless --url is given)
+_SKIP = {"bench": {"profile"}, "eval planner-time": {"repeats", "ranges"}, "profile calibrate": {"url"}}
 
 
 def workload_values(state: StateDir) -> dict[str, Any]:
@@ -39,6 +39,7 @@ def workload_values(state: StateDir) -> dict[str, Any]:
     tune = serve.tune
     out: dict[str, Any] = {
         "profile": str(state.profile),
+        "measured_profile": str(state.measured),  # what profile measure writes (and calibrate reads)
         "plan": str(state.plan),
         "models": str(state.models_config()),
         "validation": w.validation(),
@@ -105,6 +106,10 @@ def _apply(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -
     values.pop("out", None)
     if name in _OUT:
         values["out"] = values[_OUT[name]]
+    if name == "profile calibrate":  # it scales the measured profile into the one plans use
+        values["profile"] = values["measured_profile"]
+        if state.calibrating:
+            values["duration_s"] = state.workload.spec.profile.calibrate_s
     names = {p.name for p in ctx.command.params} - _SKIP.get(name, set()) - {"workload"}
     multiple = {p.name for p in ctx.command.params if getattr(p, "multiple", False)}
     found: dict[str, Any] = {k: ([v] if k in multiple else v) for k, v in values.items() if k in names}

@@ -1,10 +1,12 @@
 """``cascadeserve up``, ``cascadeserve init`` and ``cascadeserve workload``: a workload file from start to serving.
 
 ``up [FILE]`` reads a workload (:mod:`cascadeserve.workload`) and runs, as the individual commands with
-``--workload`` would, ``profile measure`` when the profile is missing or stale, ``plan`` when the plan is, then
-``serve``; the profile, plan and hashes live in ``.cascadeserve/`` beside the file (``--state-dir``). Once the server
-listens it prints the endpoint and a ``curl`` line that sends the first validation input. ``init [DIR]`` writes a
-commented example workload; ``workload schema`` prints the JSON schema and ``workload check`` validates a file.
+``--workload`` would, ``profile measure`` when the profile is missing or stale, ``profile calibrate`` (the models
+served on this host for ``profile.calibrate_s`` seconds, unless 0) when the measured profile changed, ``plan`` when
+the plan is stale, then ``serve``; the profiles, plan and hashes live in ``.cascadeserve/`` beside the file
+(``--state-dir``). Once the server listens it prints the endpoint and a ``curl`` line that sends the first validation
+input. ``init [DIR]`` writes a commented example workload; ``workload schema`` prints the JSON schema and
+``workload check`` validates a file.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from cascadeserve.cli import plan as _plan_cmd  # noqa: F401  (registers the commands up runs)
+from cascadeserve.cli import calibrate as _calibrate_cmd  # noqa: F401  (registers the commands up runs)
+from cascadeserve.cli import plan as _plan_cmd  # noqa: F401
 from cascadeserve.cli import profile as _profile_cmd  # noqa: F401
 from cascadeserve.cli import serve as serve_cmd
 from cascadeserve.cli.defaults import STATE_DIR
@@ -48,7 +51,8 @@ def up(
         bool, typer.Option("--serve/--no-serve", help="Serve after profiling and planning (--no-serve: stop there).")
     ] = True,
 ) -> None:
-    """Profile (if missing or stale), plan (if stale) and serve a workload; Ctrl-C stops the server."""
+    """Profile (if missing or stale), calibrate to this host and plan (if stale), and serve a workload; Ctrl-C stops
+    the server."""
     workload = load_workload(file)
     workload.add_pythonpath()
     state = StateDir.of(workload, state_dir)
@@ -65,26 +69,37 @@ def _run_phases(
     workload: LoadedWorkload, state: StateDir, base: list[str], models: str, host: str | None, port: int | None,
     serve: bool,
 ) -> None:
-    """Profile and plan what is stale, then serve (``up``'s body)."""
+    """Profile, calibrate and plan what is stale, then serve (``up``'s body)."""
     skipped = []
+    total = 4 if state.calibrating else 3  # the phases: profile, calibrate (unless off), plan, serve
     if state.up_to_date("profile"):
         skipped.append("profile up to date")
     else:
-        _phase(1, f"profiling {workload.spec.name} into {state.profile}")
-        shutil.rmtree(state.profile, ignore_errors=True)  # ours: a stale profile is measured again in full
-        _invoke(["profile", "measure", *base, "--models", models, "--out", str(state.profile), "--fresh"])
+        _phase(1, total, f"profiling {workload.spec.name} into {state.measured}")
+        shutil.rmtree(state.measured, ignore_errors=True)  # ours: a stale profile is measured again in full
+        _invoke(["profile", "measure", *base, "--models", models, "--out", str(state.measured), "--fresh"])
         state.record("profile")
+    if state.calibrating and state.up_to_date("calibration"):
+        skipped.append("calibration up to date")
+    elif state.calibrating:
+        seconds, n = workload.spec.profile.calibrate_s, workload.spec.devices.count
+        _phase(2, total, f"calibrating to this host: the models served on {n} device(s) for {seconds:g} s")
+        shutil.rmtree(state.profile, ignore_errors=True)
+        cal = ["profile", "calibrate", *base, "--profile", str(state.measured), "--models", models]
+        _invoke([*cal, "--out", str(state.profile), "--duration-s", str(seconds)])
+        state.record("calibration")
     if state.up_to_date("plan"):
         skipped.append("plan up to date")
     else:
-        _phase(2, f"planning {workload.spec.slo} on {workload.spec.devices.count} device(s) into {state.plan}")
+        where = f"{workload.spec.slo} on {workload.spec.devices.count} device(s) into {state.plan}"
+        _phase(total - 1, total, f"planning {where}")
         _invoke(["plan", *base, "--profile", str(state.profile), "--out", str(state.plan)])
         state.record("plan")
     if skipped:
         console.print(", ".join(skipped), highlight=False)
     if not serve:
         return
-    _phase(3, "serving (Ctrl-C stops)")
+    _phase(total, total, "serving (Ctrl-C stops)")
     args = ["serve", *base, "--profile", str(state.profile), "--plan", str(state.plan), "--models", models]
     args += [*(["--host", host] if host else []), *(["--port", str(port)] if port is not None else [])]
     token = serve_cmd.ON_LISTENING.set(lambda url: _print_endpoint(workload, state, url))
@@ -94,8 +109,8 @@ def _run_phases(
         serve_cmd.ON_LISTENING.reset(token)
 
 
-def _phase(n: int, what: str) -> None:
-    console.print(f"[bold]\\[{n}/3][/] {what}", highlight=False, soft_wrap=True)
+def _phase(n: int, total: int, what: str) -> None:
+    console.print(f"[bold]\\[{n}/{total}][/] {what}", highlight=False, soft_wrap=True)
 
 
 def _invoke(args: list[str]) -> None:
@@ -177,11 +192,11 @@ def check(
     file: FileArg = Path(DEFAULT_FILE),
     state_dir: Annotated[Path | None, typer.Option(help="The state folder to report on.")] = None,
 ) -> None:
-    """Validate a workload file and say whether its profile and plan are up to date."""
+    """Validate a workload file and say whether its profile, calibration and plan are up to date."""
     workload = load_workload(file)
     workload.add_pythonpath()
     state = StateDir.of(workload, state_dir)
     says = f"{workload.path}: ok ({workload.spec.name}: {workload.spec.slo})"
     err_console.print(says, highlight=False, soft_wrap=True)
-    for step in ("profile", "plan"):
+    for step in ("profile", "calibration", "plan") if state.calibrating else ("profile", "plan"):
         console.print(f"{step}: {'up to date' if state.up_to_date(step) else 'to be made'}", highlight=False)

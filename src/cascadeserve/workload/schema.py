@@ -74,6 +74,14 @@ class ProfileSpec(_Strict):
     warmup: int = Field(default=1, ge=0, description="Untimed runs per batch size first.")
     threads: int | None = Field(default=None, ge=1, description="Intra-op threads per model (default: config's).")
     limit: int | None = Field(default=None, ge=1, description="Use only the first N validation rows.")
+    # A model timed alone runs slower once it shares the host with the HTTP front end and the other devices (1.25-2x
+    # on a 2-core box, more for GIL-bound models): a plan from the quiet profile promises a p95 the server misses.
+    calibrate_s: float = Field(
+        default=8.0,
+        ge=0,
+        description="Seconds to serve the measured models on this host (HTTP on 127.0.0.1, real inputs) and scale "
+        "the profile to what their batches cost there (profile calibrate); 0: plan with the quiet profile.",
+    )
 
 
 class PlanSpec(_Strict):

@@ -1,11 +1,14 @@
 """The workload's state folder (``.cascadeserve/`` beside the workload file) and what keeps it up to date.
 
-``up`` writes the profile to ``profile/``, the plan to ``plan.json`` and, for an inline models config,
-``models.yaml``. ``state.json`` records, per step, a hash of the step's inputs and one of its output:
+``up`` writes the profile that plans and servers use to ``profile/``, the plan to ``plan.json`` and, for an inline
+models config, ``models.yaml``. With calibration on (``profile.calibrate_s`` > 0, the default) ``profile measure``
+writes to ``profile-measured/`` and ``profile calibrate`` scales that to ``profile/``. ``state.json`` records, per
+step, a hash of the step's inputs and one of its output:
 
 * profile: the models config (less its ``labels``, the class names), the files its references name (size and
   modification time), the source files of the modules its ``module:function`` references name, the validation data
-  (content, or the built-in set's name) and the profile options;
+  (content, or the built-in set's name) and the profile options (less ``calibrate_s``);
+* calibration: the measured profile's output hash, ``calibrate_s`` and the device count;
 * plan: the profile's output hash, the SLO, the devices, the load (``max_qps``, ``trace``) and the plan options.
 
 A step is up to date when both hashes match: changed inputs make it stale, and so does an output that something
@@ -80,7 +83,17 @@ class StateDir:
 
     @property
     def profile(self) -> Path:
+        """The profile plans and servers use: calibrated to this host unless ``profile.calibrate_s`` is 0."""
         return self.root / "profile"
+
+    @property
+    def calibrating(self) -> bool:
+        return self.workload.spec.profile.calibrate_s > 0
+
+    @property
+    def measured(self) -> Path:
+        """Where ``profile measure`` writes: the quiet profile that calibration scales (``profile`` without it)."""
+        return self.root / "profile-measured" if self.calibrating else self.profile
 
     @property
     def plan(self) -> Path:
@@ -132,12 +145,20 @@ class StateDir:
         spec = self.workload.spec
         if isinstance(raw, dict) and "labels" in raw:  # class names change the answers, not what is measured
             raw = {k: v for k, v in raw.items() if k != "labels"}
-        return _hash(
-            {"models": raw, "refs": stamps, "validation": data, "options": spec.profile.model_dump(), "name": spec.name}
-        )
+        options = spec.profile.model_dump(exclude={"calibrate_s"})  # calibration's own step: nothing re-measured
+        return _hash({"models": raw, "refs": stamps, "validation": data, "options": options, "name": spec.name})
+
+    def measured_output(self) -> str | None:
+        return _dir_hash(self.measured)
 
     def profile_output(self) -> str | None:
-        return _hash(tree_stamp(self.profile)) if (self.profile / "profile.yaml").is_file() else None
+        return _dir_hash(self.profile)
+
+    def calibration_inputs(self) -> str:
+        spec = self.workload.spec
+        return _hash(
+            {"measured": self.measured_output(), "seconds": spec.profile.calibrate_s, "devices": spec.devices.count}
+        )
 
     def plan_inputs(self) -> str:
         spec = self.workload.spec
@@ -165,29 +186,37 @@ class StateDir:
             return {}
         return doc if isinstance(doc, dict) else {}
 
+    def _hashes(self, step: str) -> tuple[str, str | None]:
+        """``step``'s (inputs, output) hashes."""
+        if step == "profile":
+            return self.profile_inputs(), self.measured_output()
+        if step == "calibration":
+            return self.calibration_inputs(), self.profile_output()
+        if step == "plan":
+            return self.plan_inputs(), self.plan_output()
+        raise ValueError(f"unknown step {step!r}")
+
     def up_to_date(self, step: str) -> bool:
-        """Whether ``step`` (``profile`` or ``plan``) has a recorded run whose inputs and output are unchanged."""
+        """Whether ``step`` (``profile``, ``calibration`` or ``plan``) has a recorded run whose inputs and output are
+        unchanged."""
         rec = self._read().get(step)
         if not isinstance(rec, dict):
             return False
-        inputs, output = (
-            (self.profile_inputs(), self.profile_output())
-            if step == "profile"
-            else (self.plan_inputs(), self.plan_output())
-        )
+        inputs, output = self._hashes(step)
         return output is not None and rec.get("inputs") == inputs and rec.get("output") == output
 
     def record(self, step: str) -> None:
         """Record that ``step`` was just made from the current inputs."""
-        inputs, output = (
-            (self.profile_inputs(), self.profile_output())
-            if step == "profile"
-            else (self.plan_inputs(), self.plan_output())
-        )
+        inputs, output = self._hashes(step)
         doc = self._read()
         doc[step] = {"inputs": inputs, "output": output}
         self._mkdir()
         self.state_file.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+
+def _dir_hash(path: Path) -> str | None:
+    """A profile folder's stamp, or ``None`` where it holds no profile."""
+    return _hash(tree_stamp(path)) if (path / "profile.yaml").is_file() else None
 
 
 def _refs(model: Any) -> list[str]:
