@@ -149,6 +149,12 @@ def _server_stats(url: str) -> dict[str, Any]:
             "mean_size": round(sums.get((m, "cascadeserve_batch_size_sum"), 0.0) / n, 2) if n else None,
             "mean_vs_profile": round(sums.get((m, "cascadeserve_batch_vs_profile_sum"), 0.0) / r, 3) if r else None,
         }
+    # the spread of the batches' times around the profile's (p95 over mean): at high load a queue's tail grows with
+    # it, and the simulation charges each batch its profiled time exactly
+    for m in httpx.get(f"{url}/v2/cascade/costs", timeout=30.0).json().get("models", []):
+        mean, p95 = m.get("mean_factor_vs_profile"), m.get("p95_factor_vs_profile")
+        if m.get("model") in per_model and mean and p95:
+            per_model[m["model"]]["p95_over_mean"] = round(p95 / mean, 3)
     return {"switches": switches, "models": per_model}
 
 
