@@ -30,7 +30,7 @@ import httpx
 import numpy as np
 import typer
 
-from cascadeserve.cli.defaults import WorkloadOpt
+from cascadeserve.cli.defaults import WorkloadOpt, from_workload
 from cascadeserve.cli.profile import ProfileDir, profile_app
 from cascadeserve.cli.root import console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
@@ -81,7 +81,7 @@ def calibrate_cmd(
 ) -> None:
     """Scale a profile's runtimes by what batches cost when served: measured here (--models) or read from a live
     server (--url, GET /v2/cascade/costs; on Ray also its process hop); --bench adds the front door a client saw."""
-    if url is not None and _from_workload(ctx, "models"):
+    if url is not None and from_workload(ctx, "models"):
         models = None  # --workload --url: read that server; the workload's models are only measured without --url
     prof = load_profile(profile)
     if out.resolve() == profile.resolve():
@@ -128,12 +128,6 @@ def calibrate_cmd(
     if hop is None and snap.get("backend") == "ray":
         notes.append(f"Ray hop: fewer than --min-batches {min_batches} first-stage answers measured: unchanged")
     _write(prof, got, f"{server} ({total} batches, {_now()})", out, as_json, hop, door)
-
-
-def _from_workload(ctx: typer.Context, name: str) -> bool:
-    """Whether option ``name`` took its value from ``--workload`` rather than the command line."""
-    source = ctx.get_parameter_source(name)
-    return getattr(source, "name", "") == "DEFAULT_MAP"
 
 
 def _front_door(path: Path) -> tuple[float, float]:

@@ -19,7 +19,7 @@ import typer
 
 from cascadeserve.workload import StateDir, load_workload
 
-__all__ = ["STATE_DIR", "WorkloadOpt", "workload_values"]
+__all__ = ["STATE_DIR", "WorkloadOpt", "from_workload", "workload_values"]
 
 # The state folder of the workload commands run with (``up --state-dir`` sets it for the commands it runs).
 STATE_DIR: ContextVar[Path | None] = ContextVar("state_dir", default=None)
@@ -125,10 +125,14 @@ def _peak_for_the_workloads_trace(ctx: typer.Context, peak: float) -> Callable[[
     read ``--trace``, which every such command declares first.)"""
 
     def default() -> float | None:
-        source = ctx.get_parameter_source("trace")
-        return peak if getattr(source, "name", "") == "DEFAULT_MAP" else None
+        return peak if from_workload(ctx, "trace") else None
 
     return default
+
+
+def from_workload(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` took its value from ``--workload`` rather than the command line."""
+    return getattr(ctx.get_parameter_source(name), "name", "") == "DEFAULT_MAP"
 
 
 WorkloadOpt = Annotated[
