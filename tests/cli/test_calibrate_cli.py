@@ -99,9 +99,9 @@ def test_read_a_live_servers_costs(
     app = build_app(prof, plan, models=load_model_config(cfg), name="sleepers")
     rows = np.random.default_rng(1).random(size=(30, 3))
     with Server(app, "127.0.0.1", 0, grace_s=2.0) as server:
-        report = asyncio.run(run_load(server.url, "sleepers", np.linspace(0, 1.0, 40), rows=rows))
-        assert report.ok == 40
-        assert report.gear.tolist() == [0] * 40  # the load report says which gear answered (one here)
+        report = asyncio.run(run_load(server.url, "sleepers", np.linspace(0, 1.5, 60), rows=rows))
+        assert report.ok == 60
+        assert report.gear.tolist() == [0] * 60  # the load report says which gear answered (one here)
         # the client saw each answer later than the server's admission-to-answer time, by the front door
         assert 0 < report.front_door_ms <= report.front_door_p95_ms < report.p95_ms
         result = tmp_path / "bench.json"
@@ -109,13 +109,18 @@ def test_read_a_live_servers_costs(
         out, url = tmp_path / "live", server.url
         argv = ["profile", "calibrate", "--profile", str(prof_dir), "--url", url, "--out", str(out)]
         code = run([*argv, "--min-batches", "5", "--bench", str(result)])
+        flat = tmp_path / "flat"
+        assert run([*argv[:-1], str(flat), "--min-batches", "5", "--no-spread"]) == 0
     assert code == 0, capsys.readouterr().err
+    assert load_profile(flat).model("a").batch_spread == 0.0  # --no-spread: the runtimes only
     after = load_profile(out)
     assert after.model("a").runtime.ms[0] > 3.8 and after.model("b").runtime.ms[0] > 3.8
     assert f"as measured on {url} (" in after.calibration and "front door" in after.calibration
     door = (after.front_door_ms, after.front_door_p95_ms)
     assert door == pytest.approx((report.front_door_ms, report.front_door_p95_ms), abs=0.006)  # JSON: 0.01 ms
     assert (after.ray_hop_ms, after.ray_hop_p95_ms) == (0.0, 0.0)  # the local backend has no process hop
+    # 60 batches of each model (at least 40: enough for a p95): real sleeps scatter a little, and the profile says so
+    assert 0 < after.model("a").batch_spread < 0.5 and "batch spread a σ" in after.calibration
 
 
 def test_a_live_server_with_a_vote_stage_calibrates_its_members_only(

@@ -4,12 +4,11 @@ Hypothesis draws plans of 1 to 3 stages on 1 to 3 devices with several gears (an
 switch between them), minimum queue lengths, max waits, per-replica and plan-wide batch caps, uneven shares, and
 arrivals on a coarse grid (so several arrive at one instant, and arrivals tie with batch ends); with and without
 a gear schedule, an admission bound, an AIMD batch limit (whose final caps must match too), and a trace of
-repeated samples, token costs (two of the three models price each batch by its longest prompt and output) and
-host contention (busy factors: a batch slower as the other devices are busy when it starts; a device standing for
-an upstream stage on a host of its own), and plans for Ray (whose forwards each device routes with routers of its
-own). Every request, tick
-and batch must match to the bit. ``engine="auto"`` must take the compiled
-loop exactly when no hook needs Python.
+repeated samples, token costs (two of the three models price each batch by its longest prompt and output), host
+contention (busy factors: a batch slower as the other devices are busy when it starts; a device standing for an
+upstream stage on a host of its own), batch-time spread (each batch's drawn factor beyond its rule), and plans for
+Ray (whose forwards each device routes with routers of its own). Every request, tick and batch must match to the
+bit. ``engine="auto"`` must take the compiled loop exactly when no hook needs Python.
 """
 
 from __future__ import annotations
@@ -43,8 +42,19 @@ def _busy(profile: Profile) -> Profile:
     return dataclasses.replace(profile, models=models)
 
 
-PROFILES = {(False, False): PROFILE, (True, False): PROFILE_TOKENS, (False, True): _busy(PROFILE)}
-PROFILES[(True, True)] = _busy(PROFILE_TOKENS)
+def _spread(profile: Profile) -> Profile:
+    sigmas = (0.3, 0.0, 0.15)  # one model's batches cost exactly their rule, the others scatter (profile/spread.py)
+    models = tuple(dataclasses.replace(m, batch_spread=s) for m, s in zip(profile.models, sigmas, strict=True))
+    return dataclasses.replace(profile, models=models)
+
+
+def _profile(tokens: bool, busy: bool, spread: bool) -> Profile:
+    prof = PROFILE_TOKENS if tokens else PROFILE
+    prof = _busy(prof) if busy else prof
+    return _spread(prof) if spread else prof
+
+
+PROFILES = {(t, b, s): _profile(t, b, s) for t in (False, True) for b in (False, True) for s in (False, True)}
 
 
 @st.composite
@@ -80,6 +90,8 @@ def runs(draw: st.DrawFn) -> tuple[GearPlan, np.ndarray, dict[str, object]]:
         hooks["tokens"] = True
     if draw(st.booleans()):
         hooks["busy"] = True
+    if draw(st.booleans()):
+        hooks["spread"] = True
     if draw(st.booleans()):  # a Ray plan: each device's forwards go by routers of its own (PlanTables.forward_lane)
         plan = plan.model_copy(update={"backend": "ray"})
     lone = [d for d in plan.devices if len({r.model for r in plan.replicas if r.device == d.name}) == 1]
@@ -101,6 +113,7 @@ def _with_limit(hooks: dict[str, object], plan: GearPlan) -> tuple[dict[str, obj
     out = dict(hooks)
     out.pop("tokens", None)
     out.pop("busy", None)
+    out.pop("spread", None)
     audits = out.pop("audits", None)
     if audits is not None:
         rows = {m: PROFILE.index(m) for m in PROFILE.model_names}
@@ -120,7 +133,7 @@ def test_the_compiled_engine_and_the_reference_agree_on_random_runs(
     run: tuple[GearPlan, np.ndarray, dict[str, object]],
 ) -> None:
     plan, arrivals, hooks = run
-    prof = PROFILES[(bool(hooks.get("tokens")), bool(hooks.get("busy")))]
+    prof = PROFILES[(bool(hooks.get("tokens")), bool(hooks.get("busy")), bool(hooks.get("spread")))]
     fast_hooks, fast_limit = _with_limit(hooks, plan)
     ref_hooks, ref_limit = _with_limit(hooks, plan)
     fast = simulate(prof, plan, arrivals, record_batches=True, engine="auto", **fast_hooks)  # type: ignore[arg-type]

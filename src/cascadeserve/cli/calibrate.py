@@ -14,6 +14,7 @@ Two ways to measure, one result:
   ``--backend ray`` also the process hop as serving saw it, which replaces the profile's ``ray_hop_ms`` and
   ``ray_hop_p95_ms``). With ``--bench RESULT.json`` (``cascadeserve bench --json`` of that run) it also records the
   front door: what the client saw of each request beyond the server's own time, which every simulation charges.
+  From a served run it also records each model's batch spread (``--no-spread``: not), which every simulation draws.
 
 Either way it writes a new profile whose runtimes are multiplied by those factors, with a ``calibration`` line
 saying by how much and where (:mod:`cascadeserve.profile.calibration`). Plan from the new profile: its plans say in
@@ -76,6 +77,13 @@ def calibrate_cmd(
             "of each request beyond the server's time, mean and p95), which every simulation then charges."
         ),
     ] = None,
+    spread: Annotated[
+        bool,
+        typer.Option(
+            help="With --url: record each model's batch spread (how its batches scatter around their rule), which "
+            "every simulation then draws batch by batch."
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     workload: WorkloadOpt = None,
 ) -> None:
@@ -113,6 +121,8 @@ def calibrate_cmd(
     from cascadeserve.profile.calibration import snapshot_factors
 
     got = snapshot_factors(snap, min_batches)
+    if not spread:
+        got.spread.clear()
     factors, notes = got.factors, got.notes
     for name in [m for m in factors if Vote.parse(m, prof.model_names) is not None]:
         # a vote stage's costs are rebuilt from its members' each time a plan names it: there is nothing to scale
@@ -191,13 +201,17 @@ def _write(
     front_door: tuple[float, float] | None = None,
 ) -> None:
     # on Ray the hop as serving saw it replaces the start-up run's (one second of other conditions)
-    new = calibrate(prof, got.factors, source=source, busy=got.busy, hop=hop, front_door=front_door, sizes=got.sizes)
+    new = calibrate(
+        prof, got.factors, source=source, busy=got.busy, hop=hop, front_door=front_door, sizes=got.sizes,
+        spread=got.spread,
+    )  # fmt: skip
     save_profile(new, out)
     for n in got.notes:
         err_console.print(n, highlight=False)
     if as_json:
         doc: dict[str, object] = {"out": str(out), "factors": got.factors, "busy_factors": got.busy}
         doc["size_factors"] = {m: {str(b): f for b, f in by.items()} for m, by in got.sizes.items()}
+        doc["batch_spread"] = got.spread
         doc["calibration"] = new.calibration
         if hop is not None:
             doc |= {"ray_hop_ms": hop[0], "ray_hop_p95_ms": hop[1]}

@@ -21,6 +21,10 @@ of any size by about the same proportion. A host unlike the profiler's can chang
 faster host SmolLM2's batches of 1 ran ×1.06 their calibrated time under load and its batches of 2-4 ran
 ×1.21-1.30), so where the server saw enough batches of several sizes each size has its own factor
 (``sizes``), interpolated between them along the curve and held flat past the largest and below the smallest.
+
+Calibration from a served run (``--url``, and ``serve --replan auto``) also records each model's **batch spread**:
+how much its batches scatter around what their rule charges (:mod:`cascadeserve.profile.spread`), which every engine
+then draws batch by batch. Near saturation a queue's tail grows with it; a mean cannot say it.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
+from cascadeserve.profile.spread import MAX_SPREAD
 
 __all__ = [
     "MeasuredFactors",
@@ -60,6 +65,7 @@ def calibrate(
     hop: tuple[float, float] | None = None,
     front_door: tuple[float, float] | None = None,
     sizes: Mapping[str, Mapping[int, float]] | None = None,
+    spread: Mapping[str, float] | None = None,
 ) -> Profile:
     """``profile`` with each named model's runtimes multiplied by its factor (others unchanged), and each model named
     in ``busy`` given that ``busy_factor`` (measured afresh: how much slower its batches run with the host's other
@@ -72,8 +78,9 @@ def calibrate(
     multiplies again, and the new line says so.
     """
     busy = dict(busy or {})
+    spread = dict(spread or {})
     sized = {m: dict(v) for m, v in (sizes or {}).items() if v}
-    unknown = sorted((set(factors) | set(busy) | set(sized)) - set(profile.model_names))
+    unknown = sorted((set(factors) | set(busy) | set(sized) | set(spread)) - set(profile.model_names))
     if unknown:
         raise ValueError(f"calibration names model(s) not in profile {profile.name!r}: {', '.join(unknown)}")
     for name, f in factors.items():
@@ -88,6 +95,9 @@ def calibrate(
     for name, f in busy.items():
         if not (f >= 1 and math.isfinite(f)):
             raise ValueError(f"busy factor of model {name!r} must be a number >= 1, got {f!r}")
+    for name, f in spread.items():
+        if not (0 <= f <= MAX_SPREAD):
+            raise ValueError(f"batch spread of model {name!r} must be a number in [0, {MAX_SPREAD:.4g}], got {f!r}")
     models: list[ModelProfile] = []
     for m in profile.models:
         rt = m.runtime
@@ -99,12 +109,22 @@ def calibrate(
         else:
             f = float(factors.get(m.name, 1.0))
             curve = RuntimeCurve(rt.batch_sizes, tuple(v * f for v in rt.ms)) if f != 1.0 else rt
-        models.append(dataclasses.replace(m, runtime=curve, busy_factor=busy.get(m.name, m.busy_factor)))
+        models.append(
+            dataclasses.replace(
+                m,
+                runtime=curve,
+                busy_factor=busy.get(m.name, m.busy_factor),
+                batch_spread=spread.get(m.name, m.batch_spread),
+            )
+        )
     named = [*factors, *(m for m in sized if m not in factors)]  # one entry per model, in the order given
     each = [f"{m} {describe_sizes(sized[m])}" if m in sized else describe_factors({m: factors[m]}) for m in named]
     parts = [f"runtimes {', '.join(each)}"] if each else []
     if busy:
         parts.append(f"busy factors {describe_factors(busy)} (slower with every other device busy)")
+    if any(spread.values()):  # a spread measured as none changes nothing worth a line
+        each_spread = ", ".join(f"{m} σ{f:.3g}" for m, f in spread.items() if f)
+        parts.append(f"batch spread {each_spread} (each batch's time beyond its rule)")
     if hop is not None:
         parts.append(f"Ray process hop {hop[0]:.3g} ms (p95 {hop[1]:.3g} ms)")
     if front_door is not None:
@@ -142,9 +162,10 @@ class MeasuredFactors:
     busy: dict[str, float]
     sizes: dict[str, dict[int, float]]
     notes: list[str]
+    spread: dict[str, float] = field(default_factory=dict)  # batch_spread where enough batches were seen
 
     def drop(self, name: str) -> None:
-        for d in (self.factors, self.busy, self.sizes):
+        for d in (self.factors, self.busy, self.sizes, self.spread):
             d.pop(name, None)
 
 
@@ -152,7 +173,8 @@ def snapshot_factors(snapshot: dict[str, Any], min_batches: int) -> MeasuredFact
     """From a ``/v2/cascade/costs`` answer: per model, the runtime factor (the one with the host's other devices
     idle where the batches could be fitted against the host's load, else the mean), the busy factors fitted, the
     factors per batch size (only where at least two sizes had enough batches: one size says nothing about the
-    curve's shape), and one note per model left out for fewer than ``min_batches`` batches."""
+    curve's shape), the batch spread where the server could measure it (:mod:`cascadeserve.profile.spread`), and
+    one note per model left out for fewer than ``min_batches`` batches."""
     out = MeasuredFactors({}, {}, {}, [])
     for m in snapshot.get("models", []):
         mean, n = m.get("mean_factor_vs_profile", m.get("factor_vs_profile")), int(m.get("batches") or 0)
@@ -167,4 +189,6 @@ def snapshot_factors(snapshot: dict[str, Any], min_batches: int) -> MeasuredFact
         sized = {int(b): float(f) for b, f in (m.get("size_factors") or {}).items()}
         if len(sized) >= 2:
             out.sizes[name] = sized
+        if m.get("batch_spread") is not None:
+            out.spread[name] = float(m["batch_spread"])
     return out

@@ -12,8 +12,10 @@
                                models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
                                          max_batch (optional: the largest batch the model's server forms),
                                          busy_factor (optional: slower while the host's other devices are busy,
-                                         profile/host.py), upstream (optional: true for a stage another
-                                         server runs, which plans give a device of its own)}]
+                                         profile/host.py), batch_spread (optional: the σ of each batch's
+                                         time beyond its rule, profile/spread.py), upstream (optional: true
+                                         for a stage another server runs, which plans give a device of its
+                                         own)}]
       labels.csv               sample_id,label
       predictions/<model>.csv  sample_id,prediction,certainty   (certainty in [0, 1], higher = surer)
       llm/costs.json, llm/tokens/<model>.csv   (optional, LLM stages) the token cost model and each sample's
@@ -41,6 +43,7 @@ from cascadeserve.errors import ProfileError
 from cascadeserve.profile.llm_side import read_costs, read_tokens, tokens_path, write_costs, write_tokens
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
+from cascadeserve.profile.spread import MAX_SPREAD
 from cascadeserve.profile.tokens import TokenCost
 
 __all__ = ["load_profile", "record_batch_overhead", "record_costs", "save_profile"]
@@ -151,6 +154,11 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
         busy = 1.0
         if "busy_factor" in m and m["busy_factor"].tag != _NULL_TAG:
             busy = _number(path, m["busy_factor"], f"model {name!r}: busy_factor", positive=True)
+        spread = 0.0
+        if "batch_spread" in m and m["batch_spread"].tag != _NULL_TAG:
+            spread = _number(path, m["batch_spread"], f"model {name!r}: batch_spread")
+            if spread > MAX_SPREAD:
+                raise _err(path, m["batch_spread"], f"model {name!r}: batch_spread must be at most {MAX_SPREAD:.4g}")
         remote = False
         if "upstream" in m and m["upstream"].tag != _NULL_TAG:
             node = m["upstream"]
@@ -158,7 +166,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
                 raise _err(path, node, f"model {name!r}: upstream must be true or false")
             remote = node.value.lower() == "true"
         curve_ = RuntimeCurve.from_mapping(curve)
-        models.append((ModelProfile(name, memory, curve_, cap, busy_factor=busy, upstream=remote), item))
+        model = ModelProfile(name, memory, curve_, cap, busy_factor=busy, upstream=remote, batch_spread=spread)
+        models.append((model, item))
     return top, models
 
 
@@ -379,6 +388,8 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
             entry["max_batch"] = int(m.max_batch)
         if m.busy_factor != 1.0:
             entry["busy_factor"] = float(m.busy_factor)
+        if m.batch_spread:
+            entry["batch_spread"] = float(m.batch_spread)
         if m.upstream:
             entry["upstream"] = True
         models.append(entry)

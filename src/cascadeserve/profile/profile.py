@@ -34,6 +34,7 @@ import numpy as np
 
 from cascadeserve.profile.certainty import CertaintyFn, certainty_function
 from cascadeserve.profile.runtime import RuntimeCurve
+from cascadeserve.profile.spread import MAX_SPREAD
 from cascadeserve.profile.tokens import TokenCost
 
 __all__ = ["ModelProfile", "Profile"]
@@ -54,6 +55,10 @@ class ModelProfile:
     # served by another server (an upstream stage: models/upstream.py): it waits on the network, not on this host's
     # devices, so every plan gives it a device of its own, outside the local ones (plan.upstream_devices)
     upstream: bool = False
+    # the σ of a log-normal factor (mean 1) on each batch's time beyond what the runtime curve, the token costs and
+    # the host's load explain (profile/spread.py; 0: every batch costs exactly its rule): a queue's tail near
+    # saturation grows with it
+    batch_spread: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -64,6 +69,8 @@ class ModelProfile:
             raise ValueError(f"model {self.name!r}: max_batch must be a positive integer")
         if not (np.isfinite(self.busy_factor) and self.busy_factor > 0):
             raise ValueError(f"model {self.name!r}: busy_factor must be a positive number")
+        if not (np.isfinite(self.batch_spread) and 0.0 <= self.batch_spread <= MAX_SPREAD):
+            raise ValueError(f"model {self.name!r}: batch_spread must be a number in [0, {MAX_SPREAD:.4g}]")
 
     @property
     def batch_limit(self) -> int:

@@ -39,6 +39,7 @@ from cascadeserve.policy.costs import CostDrift, CostSettings, CostWatch, mean_a
 from cascadeserve.profile import Profile, calibrate
 from cascadeserve.profile.calibration import snapshot_factors
 from cascadeserve.profile.host import HostFit, contended, fit_contention, size_factors
+from cascadeserve.profile.spread import served_spread
 from cascadeserve.runtime.observer import BatchEvent, NullObserver
 from cascadeserve.runtime.request import Answer, Request, ServingError
 
@@ -157,7 +158,7 @@ class CostMonitor(NullObserver):
             self.in_force,
             models=tuple(self.profile.model(m.name) if m.name in got.factors else m for m in self.in_force.models),
         )
-        return calibrate(base, got.factors, source=source, busy=got.busy, sizes=got.sizes)
+        return calibrate(base, got.factors, source=source, busy=got.busy, sizes=got.sizes, spread=got.spread)
 
     # -- what GET /v2/cascade/costs shows ------------------------------------------------------------------------
     def snapshot(self, since: float = -math.inf) -> dict[str, Any]:
@@ -169,13 +170,15 @@ class CostMonitor(NullObserver):
         applied = self.applied
         models = []
         for m in self.profile.model_names:
-            ratios, _, sizes = self._batches(self._rows[m], since)
+            ratios, shares, sizes = self._batches(self._rows[m], since)
             n = len(ratios)
             w = window.get(m)
             fit = fits.get(m)
             # per batch size (enough batches of it): the factor with the other devices idle where the contention
             # was fitted, else the plain mean (profile calibrate scales each size of the curve by its own)
             sized = fit.by_size if fit is not None else size_factors(ratios, sizes)
+            busy = fit.busy_factor if fit is not None else self._busy[self._rows[m]]
+            spread = served_spread(self.profile, self._rows[m], ratios, shares, sizes, busy) if n else None
             models.append(
                 {
                     "model": m,
@@ -195,6 +198,9 @@ class CostMonitor(NullObserver):
                     "busy_factor": None if fit is None else fit.busy_factor,
                     "busy_share": None if fit is None else fit.share,
                     "size_factors": {str(b): f for b, f in sized.items()},
+                    # the σ of each batch's time beyond what its rule, its size's factor and the host's load explain
+                    # (profile/spread.py; None: too few batches): a queue's tail near saturation grows with it
+                    "batch_spread": spread,
                 }
             )
         s = self.watch.settings

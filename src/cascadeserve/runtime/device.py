@@ -33,6 +33,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.profile import CertaintyFn, Profile, certainty_function
 from cascadeserve.profile.host import busy_at, contended, host_groups, host_peers, host_share
 from cascadeserve.profile.slowdown import Slowdowns
+from cascadeserve.profile.spread import SPREAD_DRAWS, spread_draws
 from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.runtime.clock import Clock
 
@@ -152,6 +153,10 @@ class EmulatedDevice:
         self.clock = clock
         self._tables = [m.runtime.table(_TABLE_BATCH) for m in profile.models]
         self._tokens: dict[int, TokenTables | None] = {}  # token tables by size (profile/tokens.py), when needed
+        # each batch's factor beyond its rule, drawn in turn from this device's table (profile/spread.py), as the
+        # compiled simulator loop draws them
+        self._spread = spread_draws(profile, order)
+        self._started = 0
 
     def seconds(self, row: int, samples: np.ndarray) -> float:
         """What a batch of the validation samples ``samples`` costs on model row ``row``: the profiled runtime of its
@@ -176,6 +181,9 @@ class EmulatedDevice:
         if host is not None:  # slower while the host's other devices are busy (what the simulator charges too)
             others = host.others(self.order, now)
             secs = contended(secs, self.profile.models[row].busy_factor, host.share(self.order, others))
+        if self._spread is not None:
+            secs *= self._spread[row, self._started % SPREAD_DRAWS]
+            self._started += 1
         if self.slowdowns is not None:
             secs *= self.slowdowns.factor(self.name, now, self.profile.models[row].name)
         if host is not None:

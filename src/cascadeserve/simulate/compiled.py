@@ -26,6 +26,7 @@ from cascadeserve.policy import AimdBatchLimit
 from cascadeserve.policy.qps import max_window_ticks
 from cascadeserve.profile import Profile
 from cascadeserve.profile.host import host_groups
+from cascadeserve.profile.spread import spread_table
 from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.simulate.loop import build_loop
 from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
@@ -114,6 +115,7 @@ def _runtime_table(prof: Profile, size: int) -> np.ndarray:
 
 _TOK_CACHE: dict[tuple[int, ...], tuple[tuple[object, ...], TokenTables | None]] = {}
 _NO_TOKENS = (np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
+_NO_SPREAD = np.ones((1, 1, 1))  # the spread table's placeholder: no model has any
 
 
 def _token_tables(prof: Profile, size: int) -> TokenTables | None:
@@ -183,6 +185,8 @@ def run_compiled(
     audits = (0.0, 0) if tuning is None else (float(tuning.auditor.fraction), int(tuning.auditor.count))
     loop = build_loop()
     table = _TABLE_BATCH
+    drawn = spread_table(prof, d_count)  # each batch's factor beyond its rule, per device (profile/spread.py)
+    spread = _NO_SPREAD if drawn is None else _plain(drawn, np.float64)
     f8, i8 = np.float64, np.int64
     while True:
         tok = _token_tables(prof, table)
@@ -208,7 +212,7 @@ def run_compiled(
             float(gp.selector.alpha), schedule, gp.schedule is not None, int(gp.initial()),
             -1 if bound is None else int(bound), adm is not None, sim.record_batches, lim, *aimd_args,
             *audits, tok_args, tok is not None, np.asarray([m.busy_factor for m in prof.models], dtype=f8),
-            host_groups([d.upstream is not None for d in plan.devices]),
+            host_groups([d.upstream is not None for d in plan.devices]), spread, spread is not _NO_SPREAD,
         )  # fmt: skip
         if out.table_short == 0:
             break

@@ -34,6 +34,7 @@ import numpy as np
 
 from cascadeserve.plan import GearPlan
 from cascadeserve.profile import Profile
+from cascadeserve.profile.spread import lognormal_sigma
 from cascadeserve.simulate.result import SimResult
 
 __all__ = ["charge_front_door", "charge_hops", "expected_hops", "hop_costs", "lognormal_sigma"]
@@ -68,16 +69,6 @@ def hop_costs(profile: Profile, plan: GearPlan) -> tuple[float, float]:
     if plan.backend == "ray":
         return profile.ray_hop_ms, profile.ray_hop_p95_ms
     return 0.0, 0.0
-
-
-def lognormal_sigma(mean_ms: float, p95_ms: float) -> float:
-    """The σ of the log-normal whose mean and 95th percentile are these (0: a constant). ``p95/mean =
-    exp(1.645σ − σ²/2)``, whose largest value is at σ = 1.645; a wider ratio than that takes σ = 1.645."""
-    if mean_ms <= 0 or p95_ms <= mean_ms:
-        return 0.0
-    z = 1.6448536269514722
-    disc = z * z - 2.0 * math.log(p95_ms / mean_ms)
-    return z - math.sqrt(disc) if disc > 0 else z
 
 
 def _answered(res: SimResult) -> np.ndarray:

@@ -68,7 +68,8 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
     replica_device,
     route_of, route_start, route_len, route_reps, seq_start, seq_len, seqs, forward_lane,
     highs, qps_scales, alpha, schedule, use_schedule, gear0, adm_cap, use_admission, record,
-    lim, lim_target, lim_step, lim_backoff, lim_ceiling, audit_f, audit_c0, tok, use_tok, busy_f, host_g,
+    lim, lim_target, lim_step, lim_backoff, lim_ceiling, audit_f, audit_c0, tok, use_tok, busy_f, host_g, spread,
+    use_spread,
 ):
     inf = math.inf
     n = arr.shape[0]
@@ -120,7 +121,8 @@ def _loop(  # type: ignore[no-untyped-def]  # one flat function: numba gets plai
         record, rep_dirty, rep_first, rep_t, replica_device, replica_row, right, route_len, route_of,
         route_reps, route_start, rpos, rq, rt, samp, schedule, seq_len, seq_start, seqs, forward_lane, shed, stage,
         stage_table, t_len, thr, tick, tick_busy, tick_gear, tick_q0, tick_qps, tick_times, use_admission,
-        use_schedule, audit_f, audited, audit_c, tok, use_tok, busy_f, host_g,
+        use_schedule, audit_f, audited, audit_c, tok, use_tok, busy_f, host_g, spread, use_spread,
+        np.zeros(d_count, np.int64),
     )  # fmt: skip
     if short:  # a batch past the runtime table: the caller rebuilds it bigger and runs again
         return (short, finish, answer_row, correct, stage, gear_of, shed, tick_qps, tick_gear, tick_q0, tick_busy,
@@ -141,7 +143,7 @@ def _ticks(  # type: ignore[no-untyped-def]
     rep_t, replica_device, replica_row, right, route_len, route_of, route_reps, route_start, rpos, rq, rt, samp,
     schedule, seq_len, seq_start, seqs, forward_lane, shed, stage, stage_table, t_len, thr, tick, tick_busy, tick_gear,
     tick_q0, tick_qps, tick_times, use_admission, use_schedule, audit_f, audited, audit_c, tok, use_tok, busy_f,
-    host_g,
+    host_g, spread, use_spread, started,
 ):
     """The event loop proper, tick by tick (the producer's tick, then the tick's arrivals and device events, then
     the drain), over the state :func:`_loop` allocated; returns 0 (or the batch size that ran past the runtime
@@ -235,6 +237,9 @@ def _ticks(  # type: ignore[no-untyped-def]
                 secs = contended((token_secs(head, size, row, nxt, by_index, n_samples, samp, rt, tok[0], tok[1],
                                   tok[2], tok[3]) if use_tok else rt[row, size]) + overhead, busy_f[row],
                                  share)  # fmt: skip
+                if use_spread:  # the batch's factor beyond its rule: the device's next draw (profile/spread.py)
+                    secs *= spread[d, row, started[d] % spread.shape[2]]
+                    started[d] += 1
                 busy[d] = True
                 busy_until[d] = t + secs
                 b_head[d], b_n[d], b_r[d], b_t0[d] = head, size, r, t
