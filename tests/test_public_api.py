@@ -107,6 +107,17 @@ EXPECTED: dict[str, list[str]] = {
         "host_peers",
         "host_share",
         "size_factors",
+        "trimmed_mean",
+    ],
+    "cascadeserve.profile.spread": [
+        "MAX_SPREAD",
+        "SPREAD_DRAWS",
+        "lognormal_sigma",
+        "residual_spread",
+        "rule_ratios",
+        "served_spread",
+        "spread_draws",
+        "spread_table",
     ],
     "cascadeserve.cascade": [
         "BITSET_MAX_SAMPLES",

@@ -101,3 +101,10 @@ def test_a_size_needs_ten_batches_for_a_factor_of_its_own() -> None:
     sizes = np.array([1] * 10 + [2] * 9)
     assert size_factors(np.array([1.2] * 10 + [1.5] * 9), sizes) == {1: pytest.approx(1.2)}
     assert size_factors(np.array([2.4] * 10 + [1.5] * 9), sizes, 2.0) == {1: pytest.approx(1.2)}
+
+
+def test_one_stalled_batch_is_not_its_sizes_cost() -> None:
+    """Nine batches of 4 at x1.3 and one stalled at x60: the size's factor is x1.3, as the model's own factor
+    leaves out its top 1 % (the plain mean read x7.2)."""
+    got = size_factors(np.array([1.3] * 9 + [60.0]), np.array([4] * 10))
+    assert got == {4: pytest.approx(1.3)}

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cascadeserve.profile.host import trimmed_mean
+
 __all__ = ["CostDrift", "CostSettings", "CostWatch", "ModelCost", "mean_and_p95", "trimmed_mean"]
 
 
@@ -84,15 +86,6 @@ class CostDrift:
     def describe(self) -> str:
         parts = [f"{c.model} x{c.factor:.2f} ({c.batches} batches)" for c in self.departed]
         return "batches run off the plan's costs: " + ", ".join(parts)
-
-
-def trimmed_mean(values: Iterable[float], cut: float = 0.01) -> float:
-    """The mean with the top ``cut`` share (rounded up: at least the largest value) left out, so that a stalled
-    batch is not a cost; NaN for no values."""
-    a = np.sort(np.fromiter(values, dtype=np.float64))
-    if not len(a):
-        return math.nan
-    return float(a[: max(1, len(a) - math.ceil(len(a) * cut))].mean())
 
 
 def mean_and_p95(values: Iterable[float], cut: float = 0.01) -> tuple[float, float]:

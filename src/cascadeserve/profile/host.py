@@ -20,7 +20,8 @@ from the same two numbers per model: its runtime alone and its busy factor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +35,7 @@ __all__ = [
     "host_peers",
     "host_share",
     "size_factors",
+    "trimmed_mean",
 ]
 
 MIN_SPREAD = 0.2  # the busy shares must span at least this much for a fit (else only the mean is known)
@@ -93,16 +95,26 @@ class HostFit:
     by_size: dict[int, float] = field(default_factory=dict)
 
 
+def trimmed_mean(values: Iterable[float], cut: float = 0.01) -> float:
+    """The mean with the top ``cut`` share (rounded up: at least the largest value) left out, so that a stalled
+    batch is not a cost; NaN for no values."""
+    a = np.sort(np.fromiter(values, dtype=np.float64))
+    if not len(a):
+        return math.nan
+    return float(a[: max(1, len(a) - math.ceil(len(a) * cut))].mean())
+
+
 def size_factors(ratios: np.ndarray, sizes: np.ndarray, divisor: np.ndarray | float = 1.0) -> dict[int, float]:
-    """Per batch size with at least :data:`MIN_SIZE_BATCHES` batches, the mean of ``ratios / divisor`` (the
-    contention a batch met taken out) over its batches."""
+    """Per batch size with at least :data:`MIN_SIZE_BATCHES` batches, the :func:`trimmed_mean` of ``ratios /
+    divisor`` (the contention a batch met taken out) over its batches: as the model's own factor, one stalled batch
+    among a size's ten is not that size's cost (one such read ×59.6 for a size no plan used)."""
     r = np.asarray(ratios, dtype=np.float64) / divisor
     z = np.asarray(sizes, dtype=np.int64)
     out: dict[int, float] = {}
     for b in np.unique(z):
         m = z == b
         if int(m.sum()) >= MIN_SIZE_BATCHES:
-            out[int(b)] = float(r[m].mean())
+            out[int(b)] = trimmed_mean(r[m])
     return out
 
 
