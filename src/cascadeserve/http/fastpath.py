@@ -67,36 +67,43 @@ async def disconnected(receive: Receive) -> None:
 async def answered_or_gone(futures: Sequence[asyncio.Future[Any]], receive: Receive) -> bool:
     """Wait until every future is done (``True``) or the client disconnects first (``False``).
 
-    What ``asyncio.wait((gather(*futures), disconnected-task), FIRST_COMPLETED)`` did, without the gathering future
-    and ``wait``'s own future and callbacks: a count of the futures still pending, one future to wake on. The
-    disconnect watch is still a task (only a read of ``receive`` tells a disconnect), cancelled once answered.
+    Only a read of ``receive`` tells a disconnect, so the handler's own task reads it, and the last future to finish
+    wakes it by cancelling that read: no watch task to start, schedule and cancel, no future to wake on, per request
+    (the task, its future and its cancellation were ~8 µs of the loop's time per request at 32 connections). The
+    cancellation is asyncio.timeout's: counted on the task and taken back with ``uncancel``, so a cancellation from
+    outside (a shutdown) that comes at the same time still propagates.
     """
     left = sum(not f.done() for f in futures)
-    if not left:  # answered already (or nothing to wait for): no disconnect watch to start
+    if not left:  # answered already (or nothing to wait for): nothing to read
         return True
-    loop = asyncio.get_running_loop()
-    woken: asyncio.Future[None] = loop.create_future()
-
-    def wake(_: object = None) -> None:
-        if not woken.done():
-            woken.set_result(None)
+    task = asyncio.current_task()
+    assert task is not None  # an ASGI handler runs in a task
+    waiting = True  # the task sits in receive(): the only place a cancel of ours may land
+    woke = False
 
     def one_done(_: object) -> None:
-        nonlocal left
+        nonlocal left, woke
         left -= 1
-        if not left:
-            wake()
+        if not left and waiting:
+            woke = True
+            task.cancel()
 
     for f in futures:
         if not f.done():  # a done one is not in `left`: its callback would count it again
             f.add_done_callback(one_done)
-    gone = loop.create_task(disconnected(receive))
-    gone.add_done_callback(wake)
     try:
-        await woken
-    finally:
-        gone.remove_done_callback(wake)  # its cancellation has nobody to wake: no callback to schedule for it
-        gone.cancel()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+    except asyncio.CancelledError:
+        waiting = False
+        if not woke or task.uncancel() > 0:  # not ours, or another cancellation came with ours
+            raise
+        return True
+    # a cancel of ours that came after receive() had its message but before this task ran on is thrown at that
+    # await all the same (the task's pending cancel), and handled above: here none of ours is pending
+    waiting = False
     return not left
 
 
