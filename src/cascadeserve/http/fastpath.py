@@ -6,7 +6,7 @@ Split from :mod:`cascadeserve.http.app`: it decides nothing, it only routes one 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -16,12 +16,34 @@ from starlette.types import Receive, Scope, Send
 
 from cascadeserve.http.v2 import ProtocolError
 
-__all__ = ["InferFastPath", "answered_or_gone", "disconnected", "outcome", "read_body", "server_error"]
+__all__ = [
+    "InferAnswer",
+    "InferFastPath",
+    "answered_or_gone",
+    "disconnected",
+    "outcome",
+    "read_body",
+    "server_error",
+]
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
     """A handler that raised: 500 naming the exception."""
     return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+
+
+class InferAnswer(Response):
+    """A 200 with an infer answer's body and headers: the headers Starlette's ``Response(body, headers=headers)``
+    sends, in the same order (the given ones lowercased, then Content-Length), without its general header set-up
+    (the key scans for Content-Length and Content-Type, the media type): one of these per request."""
+
+    def __init__(self, body: bytes, headers: Mapping[str, str]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        raw.append((b"content-length", b"%d" % len(body)))
+        self.raw_headers = raw
 
 
 class InferFastPath:
@@ -104,7 +126,8 @@ async def answered_or_gone(futures: Sequence[asyncio.Future[Any]], receive: Rece
     # a cancel of ours that came after receive() had its message but before this task ran on is thrown at that
     # await all the same (the task's pending cancel), and handled above: here none of ours is pending
     waiting = False
-    return not left
+    # from the futures, not `left`: the last one may be done with its callback still queued behind this task's turn
+    return all(f.done() for f in futures)
 
 
 def outcome(future: asyncio.Future[Any]) -> Any:
