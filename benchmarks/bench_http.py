@@ -87,7 +87,9 @@ def _start_cascadeserve(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     plan.save(tmp / "plan.json")
     (tmp / "models.yaml").write_text("models:\n  trivial: bench_http:trivial_model\n")
     port = _port()
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    # this checkout's src first: the venv's editable install may point at another checkout (a worktree's bench
+    # would otherwise serve that one's code), as bench_front_door and bench_overload do
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)])}
     cmd = [sys.executable, "-c", "from cascadeserve.cli import main; main()", "serve", "--plan", str(tmp / "plan.json")]
     cmd += ["--profile", str(tmp / "profile"), "--models", str(tmp / "models.yaml"), "--port", str(port)]
     cmd += ["--name", "trivial"]

@@ -58,7 +58,7 @@ from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
-from cascadeserve.http.fastpath import InferFastPath, answered_or_gone, read_body, server_error
+from cascadeserve.http.fastpath import InferAnswer, InferFastPath, answered_or_gone, read_body, server_error
 from cascadeserve.http.infer import InferCore, InferError, ServedModel, model_config
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
@@ -315,7 +315,7 @@ class _Api:
             body, headers = encode_infer_response(self.model.name, dec, done.outputs, done.parameters)
         except ProtocolError as e:
             return _refused(e)
-        return Response(body, headers=headers)
+        return InferAnswer(body, headers)
 
     # -- metrics and plans -------------------------------------------------------------------------------------
     @describe(responses=(401, 403), secured=True, answers=("text/plain",))

@@ -6,7 +6,7 @@ Split from :mod:`cascadeserve.http.app`: it decides nothing, it only routes one 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -16,12 +16,34 @@ from starlette.types import Receive, Scope, Send
 
 from cascadeserve.http.v2 import ProtocolError
 
-__all__ = ["InferFastPath", "answered_or_gone", "disconnected", "outcome", "read_body", "server_error"]
+__all__ = [
+    "InferAnswer",
+    "InferFastPath",
+    "answered_or_gone",
+    "disconnected",
+    "outcome",
+    "read_body",
+    "server_error",
+]
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
     """A handler that raised: 500 naming the exception."""
     return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+
+
+class InferAnswer(Response):
+    """A 200 with an infer answer's body and headers: the headers Starlette's ``Response(body, headers=headers)``
+    sends, in the same order (the given ones lowercased, then Content-Length), without its general header set-up
+    (the key scans for Content-Length and Content-Type, the media type): one of these per request."""
+
+    def __init__(self, body: bytes, headers: Mapping[str, str]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        raw.append((b"content-length", b"%d" % len(body)))
+        self.raw_headers = raw
 
 
 class InferFastPath:
@@ -67,37 +89,45 @@ async def disconnected(receive: Receive) -> None:
 async def answered_or_gone(futures: Sequence[asyncio.Future[Any]], receive: Receive) -> bool:
     """Wait until every future is done (``True``) or the client disconnects first (``False``).
 
-    What ``asyncio.wait((gather(*futures), disconnected-task), FIRST_COMPLETED)`` did, without the gathering future
-    and ``wait``'s own future and callbacks: a count of the futures still pending, one future to wake on. The
-    disconnect watch is still a task (only a read of ``receive`` tells a disconnect), cancelled once answered.
+    Only a read of ``receive`` tells a disconnect, so the handler's own task reads it, and the last future to finish
+    wakes it by cancelling that read: no watch task to start, schedule and cancel, no future to wake on, per request
+    (the task, its future and its cancellation were ~8 µs of the loop's time per request at 32 connections). The
+    cancellation is asyncio.timeout's: counted on the task and taken back with ``uncancel``, so a cancellation from
+    outside (a shutdown) that comes at the same time still propagates.
     """
     left = sum(not f.done() for f in futures)
-    if not left:  # answered already (or nothing to wait for): no disconnect watch to start
+    if not left:  # answered already (or nothing to wait for): nothing to read
         return True
-    loop = asyncio.get_running_loop()
-    woken: asyncio.Future[None] = loop.create_future()
-
-    def wake(_: object = None) -> None:
-        if not woken.done():
-            woken.set_result(None)
+    task = asyncio.current_task()
+    assert task is not None  # an ASGI handler runs in a task
+    waiting = True  # the task sits in receive(): the only place a cancel of ours may land
+    woke = False
 
     def one_done(_: object) -> None:
-        nonlocal left
+        nonlocal left, woke
         left -= 1
-        if not left:
-            wake()
+        if not left and waiting:
+            woke = True
+            task.cancel()
 
     for f in futures:
         if not f.done():  # a done one is not in `left`: its callback would count it again
             f.add_done_callback(one_done)
-    gone = loop.create_task(disconnected(receive))
-    gone.add_done_callback(wake)
     try:
-        await woken
-    finally:
-        gone.remove_done_callback(wake)  # its cancellation has nobody to wake: no callback to schedule for it
-        gone.cancel()
-    return not left
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+    except asyncio.CancelledError:
+        waiting = False
+        if not woke or task.uncancel() > 0:  # not ours, or another cancellation came with ours
+            raise
+        return True
+    # a cancel of ours that came after receive() had its message but before this task ran on is thrown at that
+    # await all the same (the task's pending cancel), and handled above: here none of ours is pending
+    waiting = False
+    # from the futures, not `left`: the last one may be done with its callback still queued behind this task's turn
+    return all(f.done() for f in futures)
 
 
 def outcome(future: asyncio.Future[Any]) -> Any:

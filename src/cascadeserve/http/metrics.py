@@ -19,10 +19,17 @@ its certainty is known) and its output tokens per second over the request's late
 (``cascadeserve_escalations_total``). Upstream stages (``adapter: upstream``): every request attempt by outcome
 (``cascadeserve_upstream_requests_total{model,outcome}``: ok, connect_error, timeout, http_error, error,
 bad_response) and its latency (``cascadeserve_upstream_request_seconds{model}``).
+
+The per-request events (admitted, shed, answered: its outcome, exit stage and latency) are kept in plain ints and a
+list on the event loop and folded into the prometheus-client metrics on every collection of the registry (a scrape,
+``generate_latest``, a merged registry) and every producer tick: prometheus-client takes a lock per ``inc`` and
+``observe``, ~10 µs of the loop's time per request on the HTTP path. Every count a scrape reads is exact; the
+histogram's sum adds the same floats in the same order, so it is the same number too.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import time
 from collections.abc import Iterator
@@ -52,6 +59,21 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _BATCH_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _TOKENS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 _RATIO_BUCKETS = (0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
+_PENDING_MAX = 4096  # latencies held between folds at most: a runtime that never ticks still folds this often
+
+
+class _Fold(Collector):
+    """Collected first in its registry: folds the observer's pending counts into the metrics collected after it."""
+
+    def __init__(self, observer: PrometheusObserver) -> None:
+        self.observer = observer
+
+    def describe(self) -> list[Metric]:
+        return []  # no series of its own (and registering it must not collect it)
+
+    def collect(self) -> Iterator[Metric]:
+        self.observer.fold()
+        return iter(())
 
 
 class PrometheusObserver(NullObserver):
@@ -60,6 +82,13 @@ class PrometheusObserver(NullObserver):
     def __init__(self, registry: CollectorRegistry | None = None, profile: Profile | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # before any metric of ours: a collection of the registry folds the pending counts, then reads the metrics
+        r.register(_Fold(self))
+        self._admitted = 0
+        self._shed = 0
+        self._answered = dict.fromkeys(("ok", "fallback", "deadline", "model_error", "client_gone", "other"), 0)
+        self._exit_n: dict[int, int] = {}  # stage -> answers since the last fold
+        self._latencies: list[float] = []  # admission to answer, seconds, in answer order
         # the profile's runtime per model, to show how served batches compare with what the plan assumed
         self._curves = {} if profile is None else {m.name: m.runtime for m in profile.models}
         self.admitted_c = Counter("cascadeserve_admitted", "Requests (rows) admitted.", registry=r)
@@ -147,20 +176,43 @@ class PrometheusObserver(NullObserver):
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def fold(self) -> None:
+        """Add the counts and latencies kept since the last fold to the prometheus-client metrics (on the loop)."""
+        if self._admitted:
+            self.admitted_c.inc(self._admitted)
+            self._admitted = 0
+        if self._shed:
+            self.shed_c.inc(self._shed)
+            self._shed = 0
+        counts = self._answered
+        for outcome, n in counts.items():
+            if n:
+                self._outcomes[outcome].inc(n)
+                counts[outcome] = 0
+        if self._exit_n:
+            for stage, n in self._exit_n.items():
+                ex = self._exits.get(stage)
+                if ex is None:
+                    ex = self._exits[stage] = self.exits_c.labels(str(stage))
+                ex.inc(n)
+            self._exit_n = {}
+        if self._latencies:
+            latencies, self._latencies = self._latencies, []
+            _observe_all(self.latency_h, latencies)
+
     # -- observer ----------------------------------------------------------------------------------------------
     def admitted(self, n: int) -> None:
-        self.admitted_c.inc(n)
+        self._admitted += n
 
     def shed(self, n: int) -> None:
-        self.shed_c.inc(n)
+        self._shed += n
 
     def answered(self, req: Request, answer: Answer | None, error: ServingError | None, now: float) -> None:
+        counts = self._answered
         if answer is not None:
-            self._outcomes["fallback" if answer.fallback else "ok"].inc()
-            ex = self._exits.get(answer.stage)
-            if ex is None:
-                ex = self._exits[answer.stage] = self.exits_c.labels(str(answer.stage))
-            ex.inc()
+            counts["fallback" if answer.fallback else "ok"] += 1
+            stage = answer.stage
+            self._exit_n[stage] = self._exit_n.get(stage, 0) + 1
             out = answer.output
             if out is not None and out.output_tokens > 0:  # a generated answer (scoring and echo have none)
                 seconds = now - req.arrival
@@ -168,14 +220,17 @@ class PrometheusObserver(NullObserver):
                 if seconds > 0:
                     self.tokens_h.labels(answer.model).observe(out.output_tokens / seconds)
         elif isinstance(error, DeadlineExceeded):
-            self._outcomes["deadline"].inc()
+            counts["deadline"] += 1
         elif isinstance(error, ModelFailed):
-            self._outcomes["model_error"].inc()
+            counts["model_error"] += 1
         elif isinstance(error, ClientGone):
-            self._outcomes["client_gone"].inc()
+            counts["client_gone"] += 1
         else:
-            self._outcomes["other"].inc()
-        self.latency_h.observe(now - req.arrival)
+            counts["other"] += 1
+        latencies = self._latencies
+        latencies.append(now - req.arrival)
+        if len(latencies) >= _PENDING_MAX:
+            self.fold()
         self.stats.answered(req, answer, error, now, int(time.time() * 1000))
 
     def refused_duplicate(self) -> None:
@@ -210,12 +265,40 @@ class PrometheusObserver(NullObserver):
     def tick(self, event: TickEvent) -> None:
         if event.switched:
             self.switches_c.inc()
+        self.fold()  # keeps the pending list short between scrapes
 
     def plan_swapped(self, generation: int) -> None:
         self.swaps_c.inc()
 
     def thresholds_changed(self, decision: ThresholdDecision, generation: int) -> None:
         self.threshold_c.labels(str(decision.gear), decision.reason).inc()
+
+
+def _observe_all(histogram: Histogram, values: list[float]) -> None:
+    """``histogram.observe(v)`` for each of ``values``, with one lock per bucket touched instead of two per value.
+
+    Reaches into prometheus-client's Histogram (``_upper_bounds``, ``_buckets``, ``_sum``, there since 0.4): the
+    bucket is the first upper bound at or above the value, as ``observe`` picks it, and the sum adds the values one
+    by one onto the current sum, as ``observe`` does, so the exported numbers are the same bits. A version without
+    those attributes gets plain ``observe`` calls.
+    """
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total_v = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total_v is None or len(bounds) != len(buckets):
+        for v in values:
+            histogram.observe(v)
+        return
+    counts = [0] * len(bounds)
+    total = total_v.get()
+    for v in values:
+        total += v
+        if v == v:  # observe puts a NaN in no bucket (bisect would put it in the first)
+            counts[bisect.bisect_left(bounds, v)] += 1
+    total_v.set(total)
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
 
 
 class _RuntimeCollector(Collector):
