@@ -112,6 +112,7 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.profile.spread": [
         "MAX_SPREAD",
         "SPREAD_DRAWS",
+        "SpreadFamily",
         "lognormal_sigma",
         "residual_spread",
         "rule_ratios",

@@ -21,16 +21,17 @@ has mean exactly 1.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from cascadeserve.profile.profile import Profile
+from cascadeserve.profile.tokens import PricedModel, token_tables
 
 __all__ = [
     "MAX_SPREAD",
     "SPREAD_DRAWS",
+    "SpreadFamily",
     "lognormal_sigma",
     "residual_spread",
     "rule_ratios",
@@ -43,6 +44,23 @@ Z95 = 1.6448536269514722  # the standard normal's 95th percentile
 MAX_SPREAD = Z95  # the widest σ a mean and a p95 can name (lognormal_sigma)
 SPREAD_DRAWS = 4096  # draws per device and model: a batch takes the next, cyclically
 MIN_SPREAD_BATCHES = 40  # fewer batches say too little about a p95
+
+
+class SpreadModel(PricedModel, Protocol):
+    """What the draws read of a :class:`~cascadeserve.profile.ModelProfile` (a protocol: that module imports this)."""
+
+    @property
+    def batch_spread(self) -> float: ...
+
+
+class SpreadFamily(Protocol):
+    """What the draws read of a :class:`~cascadeserve.profile.Profile`."""
+
+    @property
+    def models(self) -> Sequence[SpreadModel]: ...
+
+    @property
+    def n_samples(self) -> int: ...
 
 
 def lognormal_sigma(mean: float, p95: float) -> float:
@@ -78,12 +96,10 @@ def residual_spread(observed: np.ndarray, rule: np.ndarray | None = None) -> flo
     return round(min(math.sqrt(max(_log_var(obs) - own, 0.0)), MAX_SPREAD), 4)
 
 
-def rule_ratios(profile: Profile, row: int, sizes: np.ndarray, seed: int = 0) -> np.ndarray | None:
+def rule_ratios(profile: SpreadFamily, row: int, sizes: np.ndarray, seed: int = 0) -> np.ndarray | None:
     """What the token rule alone scatters: for each size in ``sizes``, one batch of that many validation samples
     drawn at random, its rule's time over the runtime curve's at that size; None for a model without token costs
     (its rule is the curve itself: no scatter)."""
-    from cascadeserve.profile.tokens import token_tables  # here: profile.py imports this module, tokens does not
-
     z = np.asarray(sizes, dtype=np.int64)
     tab = token_tables(profile.models, profile.n_samples, int(z.max()) if len(z) else 1)
     if tab is None or profile.models[row].tokens is None or not len(z):
@@ -96,7 +112,7 @@ def rule_ratios(profile: Profile, row: int, sizes: np.ndarray, seed: int = 0) ->
 
 
 def served_spread(
-    profile: Profile, row: int, ratios: np.ndarray, shares: np.ndarray, sizes: np.ndarray, busy_factor: float
+    profile: SpreadFamily, row: int, ratios: np.ndarray, shares: np.ndarray, sizes: np.ndarray, busy_factor: float
 ) -> float | None:
     """Model ``row``'s ``batch_spread`` from its served batches (each one's time over the profile's curve at its
     size, the share of the host's other devices busy when it started, its size): the host's load divided out by
@@ -114,7 +130,7 @@ def served_spread(
     return residual_spread(adjusted, rule_ratios(profile, row, z))
 
 
-def spread_draws(profile: Profile, order: int) -> np.ndarray | None:
+def spread_draws(profile: SpreadFamily, order: int) -> np.ndarray | None:
     """Device ``order``'s factors: ``[model row, SPREAD_DRAWS]``, each row log-normal with its model's
     ``batch_spread`` and scaled to mean exactly 1 (1 throughout for a model without spread); None when no model of
     ``profile`` has any. Seeded by the device's order, so every engine draws the same table."""
@@ -130,7 +146,7 @@ def spread_draws(profile: Profile, order: int) -> np.ndarray | None:
     return out
 
 
-def spread_table(profile: Profile, devices: int) -> np.ndarray | None:
+def spread_table(profile: SpreadFamily, devices: int) -> np.ndarray | None:
     """Every device's :func:`spread_draws`, ``[device, model row, SPREAD_DRAWS]`` (None: no model has spread)."""
     draws = [spread_draws(profile, d) for d in range(devices)]
     if not draws or draws[0] is None:
