@@ -12,10 +12,10 @@ A model's ``batch_spread`` (:class:`~cascadeserve.profile.ModelProfile`, default
 factor of mean 1 on each batch's time: what served batches scatter *beyond* the rule. Calibration measures it
 (:func:`residual_spread`: the served ratios' log-variance with the host's load and the batch sizes taken out, less
 the log-variance the token rule already draws); every engine applies it the same way (:func:`spread_draws`): device
-``d``'s ``k``-th batch of model row ``m`` is ``draws[m, k mod N]`` times longer, from one seeded table per device
-that the compiled loop and the emulated devices both index. So the reference and the compiled engine stay identical
-to the bit, a run is repeatable, and a plan's mean costs (the planner's capacity) do not move: each row of the table
-has mean exactly 1.
+``d``'s ``k``-th batch (counting every model's), of model row ``m``, is ``draws[m, k mod N]`` times longer, from
+one seeded table per device that the compiled loop and the emulated devices both index. So the reference and the
+compiled engine stay identical to the bit, a run is repeatable, and a plan's mean costs (the planner's capacity) do
+not move: each row of the table has mean exactly 1.
 """
 
 from __future__ import annotations
