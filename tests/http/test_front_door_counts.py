@@ -1,5 +1,6 @@
-"""The front door's cheap per-request paths, kept exact: metrics folded at scrape time after a burst over real HTTP,
-the histogram fold against prometheus-client's own ``observe``, and the disconnect watch's counted cancel."""
+"""The front door's cheap per-request paths, kept exact: metrics folded at scrape time after a burst over real HTTP
+and when another thread collects, the histogram fold against prometheus-client's own ``observe``, and the disconnect
+watch's counted cancel."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ import asyncio
 import contextlib
 import json
 import math
+import threading
+import time
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from tests.http.http_helpers import metric, serving
 
+from cascadeserve.http import metrics as metrics_module
 from cascadeserve.http.fastpath import answered_or_gone
-from cascadeserve.http.metrics import _LATENCY_BUCKETS, _observe_all
+from cascadeserve.http.metrics import _LATENCY_BUCKETS, PrometheusObserver, _observe_all
+from cascadeserve.policy.gears import GearDecision
 from cascadeserve.profile import Profile
+from cascadeserve.runtime import TickEvent
 
 _BODY = json.dumps({"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [0]}]}).encode()
 
@@ -140,3 +147,76 @@ def test_a_cancellation_from_outside_still_cancels_the_watch() -> None:
         assert watch.cancelled()
 
     asyncio.run(main())
+
+
+def test_a_collection_from_another_thread_folds_on_the_loop() -> None:
+    """The loop counts while another thread collects the registry (``prometheus_client.start_http_server``): each
+    collection's fold runs on the loop (a fold run elsewhere could drop the counts the loop adds between its read
+    and its reset), the scrapes only grow, and every count arrives."""
+    folded_on: set[int] = set()
+
+    class Watched(PrometheusObserver):
+        def _fold(self) -> None:
+            folded_on.add(threading.get_ident())
+            super()._fold()
+
+    observer = Watched()
+    rounds, per_round = 400, 250
+    scrapes: list[float] = []
+    stop = threading.Event()
+    loop_thread: list[int] = []
+
+    def scrape() -> None:
+        while not stop.is_set():
+            scrapes.append(metric(generate_latest(observer.registry).decode(), "cascadeserve_admitted_total"))
+
+    async def count() -> None:
+        loop_thread.append(threading.get_ident())
+        observer.admitted(0)  # binds the loop (before it, a collection anywhere folds where it runs)
+        scraper.start()
+        for _ in range(rounds):
+            for _ in range(per_round):
+                observer.admitted(1)
+                observer.shed(1)
+            await asyncio.sleep(0)  # the foreign collection's fold runs here
+        while len(scrapes) < 3:  # a slow scraper still gets its collections in while the loop runs
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.to_thread(scraper.join)  # the loop runs on: a collection in flight folds here
+
+    scraper = threading.Thread(target=scrape)
+    try:
+        asyncio.run(count())
+    finally:
+        stop.set()
+    assert folded_on == set(loop_thread)
+    assert scrapes == sorted(scrapes)
+    text = generate_latest(observer.registry).decode()  # the loop is gone: this thread folds the rest itself
+    assert metric(text, "cascadeserve_admitted_total") == rounds * per_round
+    assert metric(text, "cascadeserve_shed_total") == rounds * per_round
+
+
+def test_a_foreign_collection_while_the_loop_is_stuck_reads_stale_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_module, "_FOREIGN_FOLD_S", 0.2)
+    observer = PrometheusObserver()
+    seen: list[float] = []
+
+    async def run() -> None:
+        observer.admitted(2)
+        observer.tick(TickEvent(0.0, GearDecision(0, 0, 1.0, 0, False), False, 0))  # folded on the loop: 2
+        observer.admitted(3)  # pending
+        registry = observer.registry
+        collected = threading.Thread(
+            target=lambda: seen.append(metric(generate_latest(registry).decode(), "cascadeserve_admitted_total"))
+        )
+        collected.start()
+        time.sleep(1.0)  # the loop is stuck past the wait: the foreign collection reads what was folded
+        collected.join()
+        await asyncio.sleep(0)  # the fold it asked for runs now, on the loop
+
+    asyncio.run(run())
+    assert seen == [2]
+    assert observer._admitted == 0
+    assert metric(generate_latest(observer.registry).decode(), "cascadeserve_admitted_total") == 5

@@ -24,12 +24,16 @@ The per-request events (admitted, shed, answered: its outcome, exit stage and la
 list on the event loop and folded into the prometheus-client metrics on every collection of the registry (a scrape,
 ``generate_latest``, a merged registry) and every producer tick: prometheus-client takes a lock per ``inc`` and
 ``observe``, ~10 µs of the loop's time per request on the HTTP path. Every count a scrape reads is exact; the
-histogram's sum adds the same floats in the same order, so it is the same number too.
+histogram's sum adds the same floats in the same order, so it is the same number too. A collection from another
+thread (``prometheus_client.start_http_server`` on this registry, a push-gateway thread) folds on the event loop
+and waits for it: the loop adds to the pending counts between any two bytecodes of a fold run elsewhere.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import concurrent.futures
 import contextlib
 import time
 from collections.abc import Iterator
@@ -60,6 +64,7 @@ _BATCH_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0
 _TOKENS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 _RATIO_BUCKETS = (0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 _PENDING_MAX = 4096  # latencies held between folds at most: a runtime that never ticks still folds this often
+_FOREIGN_FOLD_S = 5.0  # a collection from another thread waits this long for the loop to fold (then reads stale)
 
 
 class _Fold(Collector):
@@ -89,6 +94,7 @@ class PrometheusObserver(NullObserver):
         self._answered = dict.fromkeys(("ok", "fallback", "deadline", "model_error", "client_gone", "other"), 0)
         self._exit_n: dict[int, int] = {}  # stage -> answers since the last fold
         self._latencies: list[float] = []  # admission to answer, seconds, in answer order
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the events come on (bound at the first)
         # the profile's runtime per model, to show how served batches compare with what the plan assumed
         self._curves = {} if profile is None else {m.name: m.runtime for m in profile.models}
         self.admitted_c = Counter("cascadeserve_admitted", "Requests (rows) admitted.", registry=r)
@@ -177,7 +183,24 @@ class PrometheusObserver(NullObserver):
         return generate_latest(self.registry)
 
     def fold(self) -> None:
-        """Add the counts and latencies kept since the last fold to the prometheus-client metrics (on the loop)."""
+        """Add the counts and latencies kept since the last fold to the prometheus-client metrics, on the event loop
+        the events come on: called from another thread while that loop runs, it asks the loop to fold and waits (at
+        most ``_FOREIGN_FOLD_S``; a loop stuck that long is folded by its own next tick, so nothing is lost)."""
+        loop = self._loop
+        if loop is not None and loop.is_running() and not _running(loop):
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+            def fold_there() -> None:
+                self._fold()
+                done.set_result(None)
+
+            loop.call_soon_threadsafe(fold_there)
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                done.result(timeout=_FOREIGN_FOLD_S)
+            return
+        self._fold()
+
+    def _fold(self) -> None:
         if self._admitted:
             self.admitted_c.inc(self._admitted)
             self._admitted = 0
@@ -203,9 +226,17 @@ class PrometheusObserver(NullObserver):
     # -- observer ----------------------------------------------------------------------------------------------
     def admitted(self, n: int) -> None:
         self._admitted += n
+        if self._loop is None:  # every request is admitted first: the loop its events come on
+            self._bind()
+
+    def _bind(self) -> None:
+        with contextlib.suppress(RuntimeError):  # no loop: a test driving the observer by hand, folds stay here
+            self._loop = asyncio.get_running_loop()
 
     def shed(self, n: int) -> None:
         self._shed += n
+        if self._loop is None:
+            self._bind()
 
     def answered(self, req: Request, answer: Answer | None, error: ServingError | None, now: float) -> None:
         counts = self._answered
@@ -230,7 +261,7 @@ class PrometheusObserver(NullObserver):
         latencies = self._latencies
         latencies.append(now - req.arrival)
         if len(latencies) >= _PENDING_MAX:
-            self.fold()
+            self._fold()
         self.stats.answered(req, answer, error, now, int(time.time() * 1000))
 
     def refused_duplicate(self) -> None:
@@ -265,13 +296,21 @@ class PrometheusObserver(NullObserver):
     def tick(self, event: TickEvent) -> None:
         if event.switched:
             self.switches_c.inc()
-        self.fold()  # keeps the pending list short between scrapes
+        self._fold()  # keeps the pending list short between scrapes
 
     def plan_swapped(self, generation: int) -> None:
         self.swaps_c.inc()
 
     def thresholds_changed(self, decision: ThresholdDecision, generation: int) -> None:
         self.threshold_c.labels(str(decision.gear), decision.reason).inc()
+
+
+def _running(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` is the one running in this thread."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _observe_all(histogram: Histogram, values: list[float]) -> None:
