@@ -86,6 +86,31 @@ def test_measure_here_scales_every_model_by_what_its_batches_cost(
     assert before.calibration == ""  # the input is never rewritten
 
 
+def test_a_plan_served_as_planned_reprices_what_it_runs(
+    family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--plan``: the plan's own cascade at a quarter to all of its top QPS (not every model at up to twice the
+    family's capacity, ~4,000 QPS here), and only the models it ran ``--min-batches`` times re-priced."""
+    cfg, data, prof_dir = family
+    prof = load_profile(prof_dir)
+    plan = fixed_plan(prof, Cascade(("a",), ()), (Device(name="d0", memory_mb=1e6),), max_qps=40.0)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.to_json())
+    out = tmp_path / "host"
+    argv = ["profile", "calibrate", "--profile", str(prof_dir), "--models", str(cfg), "--validation", str(data)]
+    argv += ["--plan", str(plan_file), "--duration-s", "4", "--min-batches", "10", "--out", str(out), "--json"]
+    assert run(argv) == 0, capsys.readouterr().err
+    summary = stdout_json(capsys)
+    assert set(summary["factors"]) == {"a"}  # b is in no gear: it keeps its runtimes
+    assert 1.9 < summary["factors"]["a"] < 1000
+    after = load_profile(out)
+    assert after.model("b").runtime == prof.model("b").runtime
+    assert "plan.json as planned" in after.calibration
+    steps = after.calibration.split(" QPS in 4 steps")[0].rsplit("; ", 1)[1].split("/")
+    sent = sum(float(q) for q in steps)  # 10 + 20 + 30 + 40 QPS for a second each: 100 requests, Poisson
+    assert 50 < sent < 160, after.calibration
+
+
 def test_read_a_live_servers_costs(
     family: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -199,6 +224,7 @@ def test_a_live_server_measures_how_much_slower_batches_run_on_a_busy_host(
         (["--url", "http://127.0.0.1:9"], "--url: cannot read"),
         (["--models", "m.yaml"], "--validation: needed with --models"),
         (["--url", "http://127.0.0.1:9", "--bench", "/nonexistent/bench.json"], "--bench: cannot read"),
+        (["--url", "http://127.0.0.1:9", "--plan", "plan.json"], "--plan: needs --models"),
     ],
 )
 def test_bad_options_are_one_line_exit_2(

@@ -7,7 +7,9 @@ Two ways to measure, one result:
       cascadeserve profile calibrate --profile PROFILE --models models.yaml --validation DATA --devices 2 --out NEW
 
   serves every model of the family with the real HTTP server on 127.0.0.1 and drives it with real inputs for a few
-  seconds (:func:`cascadeserve.eval.hostcost.measure_host_costs`);
+  seconds (:func:`cascadeserve.eval.hostcost.measure_host_costs`); with ``--plan PLAN`` it serves that plan (made
+  from ``--profile``) as planned, at a quarter to all of its top QPS, instead of every model on every request
+  (``up`` does both: the probe prices every model, the plan made from it re-prices the models it runs);
 * from a server under real load: serve a plan made from the profile (``serve --models``), load it (``bench``, or
   real traffic), then ``cascadeserve profile calibrate --profile PROFILE --url http://127.0.0.1:8000 --out NEW`` reads
   ``GET /v2/cascade/costs`` (per model, the mean measured / profiled batch time since the server started; on
@@ -59,6 +61,13 @@ def calibrate_cmd(
     ] = None,
     devices: Annotated[int, typer.Option(help="With --models: devices to serve on (as you will).", min=1)] = 2,
     duration_s: Annotated[float, typer.Option(help="With --models: how long to load the server (s).", min=1.0)] = 8.0,
+    plan: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --models: serve this plan (made from --profile) as planned, up to its top QPS, instead of "
+            "every model on every request; models it runs fewer than --min-batches times keep their runtimes."
+        ),
+    ] = None,
     min_batches: Annotated[
         int,
         typer.Option(
@@ -80,8 +89,8 @@ def calibrate_cmd(
     spread: Annotated[
         bool,
         typer.Option(
-            help="With --url: record each model's batch spread (how its batches scatter around their rule), which "
-            "every simulation then draws batch by batch."
+            help="With --url or --plan: record each model's batch spread (how its batches scatter around their "
+            "rule), which every simulation then draws batch by batch."
         ),
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
@@ -96,11 +105,15 @@ def calibrate_cmd(
         raise CascadeServeError(f"--out: {out} is the input profile; give a new directory")
     if (url is None) == (models is None):
         raise CascadeServeError("give --url URL (a live server's costs) or --models and --validation (measure here)")
+    if plan is not None and models is None:
+        raise CascadeServeError("--plan: needs --models and --validation (the plan is served here)")
     door = None if bench is None else _front_door(bench)
     if models is not None:
         if validation is None:
             raise CascadeServeError("--validation: needed with --models (the inputs to send)")
-        got, source = _measure_here(prof, models, validation, devices, duration_s)
+        got, source = _measure_here(prof, models, validation, devices, duration_s, plan, min_batches)
+        if not spread:
+            got.spread.clear()
         _write(prof, got, source, out, as_json, front_door=door)
         return
     assert url is not None
@@ -164,11 +177,13 @@ def _now() -> str:
 
 
 def _measure_here(
-    prof: Profile, models: Path, validation: str, devices: int, seconds: float
+    prof: Profile, models: Path, validation: str, devices: int, seconds: float, plan_path: Path | None,
+    min_batches: int,
 ) -> tuple[MeasuredFactors, str]:
     from cascadeserve.cli.serve_checks import thread_note
     from cascadeserve.eval.hostcost import measure_host_costs
     from cascadeserve.models import load_validation
+    from cascadeserve.plan import load_plan
     from cascadeserve.profile.calibration import MeasuredFactors
     from cascadeserve.runtime import load_model_config
 
@@ -179,16 +194,31 @@ def _measure_here(
     # the rows the profile was measured on (profile measure --limit N takes the first N): what a batch costs follows
     # its prompts' lengths, and the factors compare against the profile's batches
     data = load_validation(validation, limit=len(prof.sample_ids))
-    warning = thread_note(models, devices)
+    plan = None if plan_path is None else load_plan(plan_path, prof)
+    n = devices if plan is None else len(plan.devices)
+    warning = thread_note(models, n)
     if warning is not None:
         err_console.print(warning, highlight=False)
-    err_console.print(f"serving {len(prof.model_names)} models on {devices} devices for {seconds:g} s ...")
+    if plan is None:
+        err_console.print(f"serving {len(prof.model_names)} models on {devices} devices for {seconds:g} s ...")
+    else:
+        err_console.print(f"serving {plan_path} up to {plan.max_qps:g} QPS for {seconds:g} s ...")
     rows = np.asarray(data.inputs, dtype=object if isinstance(data.inputs, list) else None)
-    costs = measure_host_costs(prof, config, rows, devices=devices, seconds=seconds)
+    costs = measure_host_costs(
+        prof, config, rows, devices=devices, seconds=seconds, plan=plan, min_batches=1 if plan is None else min_batches
+    )
     if not costs.factors:
+        if plan is not None:
+            raise CascadeServeError(f"--plan: no model of {plan_path} ran {min_batches} batches (--min-batches)")
         raise CascadeServeError("no batch finished while measuring: is the server able to run the models?")
-    got = MeasuredFactors(costs.factors, costs.busy, costs.sizes, [])
-    return got, f"this host under serving conditions ({costs.describe()}, {_now()})"
+    notes = [] if plan is None else [
+        f"model {m!r}: fewer than --min-batches {min_batches} batches served as planned: unchanged"
+        for m in prof.model_names
+        if m not in costs.factors
+    ]
+    got = MeasuredFactors(costs.factors, costs.busy, costs.sizes, notes, costs.spread)
+    what = "" if plan_path is None else f"{plan_path.name} as planned: "
+    return got, f"this host under serving conditions ({what}{costs.describe()}, {_now()})"
 
 
 def _write(

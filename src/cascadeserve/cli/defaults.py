@@ -27,8 +27,9 @@ STATE_DIR: ContextVar[Path | None] = ContextVar("state_dir", default=None)
 # commands that write the workload's own state with --workload (the rest write only where --out says)
 _OUT = {"profile measure": "measured_profile", "profile calibrate": "profile", "plan": "plan"}
 # options a command must not take from the workload (bench: --profile is for emulated servers, --validation for
-# real ones, and the workload's server serves real models; profile calibrate measures here unless --url is given)
-_SKIP = {"bench": {"profile"}, "eval planner-time": {"repeats", "ranges"}, "profile calibrate": {"url"}}
+# real ones, and the workload's server serves real models; profile calibrate measures here unless --url is given, and
+# serves every model unless --plan is given: the workload's plan is made from what calibration writes)
+_SKIP = {"bench": {"profile"}, "eval planner-time": {"repeats", "ranges"}, "profile calibrate": {"url", "plan"}}
 
 
 def workload_values(state: StateDir) -> dict[str, Any]:

@@ -6,7 +6,7 @@ module measures that in a few seconds, with the real pieces, and returns the per
 :func:`cascadeserve.profile.calibrate` applies:
 
 1. a **probe plan**: every model of the family in one cascade (cheapest first, thresholds at 1, so every request
-   runs every stage), every model on every device, a minimum queue of 1; or the user's own plan;
+   runs every stage), every model on every device, a minimum queue of 1; or a plan made for the workload (below);
 2. the real HTTP server with the real models on 127.0.0.1 (:func:`cascadeserve.http.build_app`), in this process;
 3. Poisson arrivals of real validation inputs over HTTP (:func:`cascadeserve.eval.loadgen.run_load`) for
    ``seconds``, in four equal steps at 0.5, 1, 1.5 and 2 times ``busy`` times the probe plan's capacity (``busy``
@@ -16,6 +16,14 @@ module measures that in a few seconds, with the real pieces, and returns the per
    as fast as the profiler's a probe at the profiled capacity would never form a batch of two;
 4. the server's cost monitor (:class:`~cascadeserve.runtime.costs.CostMonitor`): per model, the mean measured /
    profiled batch time over every batch (``mean_factor_vs_profile``; a queue's wait follows the mean service time).
+
+The probe prices every model, but it does so with every request running every stage, and up to twice the family's
+capacity: its front end parses more requests and the loop hands on more stages than a served cascade's, and on a
+GIL-bound family that load lands in the batch times (measured: the sentences family's served batches ran ×0.70-0.82
+of the probe's factors). So ``up`` then serves the plan made from the probe's costs, **as planned**, at a quarter,
+half, three quarters and all of its top QPS (``plan``: its own load, not the capacity), and re-prices the models
+that plan ran often enough from its batches (``min_batches``; the others keep the probe's costs), with their batch
+spread too: what ``profile calibrate --url`` reads from a served run, without waiting for one.
 
 ``profile calibrate --models`` and the demo use it; ``profile calibrate --url`` reads the same monitor from a
 server someone else is loading.
@@ -51,6 +59,7 @@ class HostCosts:
     batches: dict[str, int]
     busy: dict[str, float]  # busy factors, where the batches' host load spread enough to fit them (profile/host.py)
     sizes: dict[str, dict[int, float]]  # per model, factors per batch size where several sizes had enough batches
+    spread: dict[str, float]  # per model, the batch spread (only from a plan served as planned: the probe's is not)
     qps: float
     seconds: float
     loads: tuple[LoadReport, ...]  # one per step
@@ -77,6 +86,10 @@ def probe_plan(profile: Profile, devices: int, memory_mb: float = 1e9) -> GearPl
 
 
 _STEPS = (0.5, 1.0, 1.5, 2.0)  # the probe's load per quarter of its run, times ``busy`` x capacity (mean: busy)
+_PLAN_STEPS = (0.25, 0.5, 0.75, 1.0)  # a planned workload's load per quarter of its run, times its top QPS
+
+
+_UNBOUNDED_QPS = 1e8  # a plan whose top gear reaches this far names no load of its own (fixed_plan's 1e9)
 
 
 def _capacity_qps(profile: Profile, plan: GearPlan, batch: int = 8) -> float:
@@ -94,13 +107,16 @@ def measure_host_costs(
     seconds: float = 8.0,
     busy: float = 0.5,
     plan: GearPlan | None = None,
+    min_batches: int = 1,
     name: str = "calibrate",
     seed: int = 0,
 ) -> HostCosts:
-    """Serve ``plan`` (default: :func:`probe_plan`) with the real ``models`` and measure batch costs (module doc)."""
+    """Serve the probe plan, or ``plan`` as planned (made from ``profile``), with the real ``models`` and measure batch
+    costs (module doc); models with fewer than ``min_batches`` batches are left out."""
     if not (seconds > 0 and 0 < busy <= 2):
         raise ValueError(f"seconds must be positive and busy in (0, 2], got {seconds!r}, {busy!r}")
     p = plan or probe_plan(profile, devices)
+    planned = plan is not None and plan.max_qps < _UNBOUNDED_QPS  # its own top QPS, else the probe's steps
     capacity = _capacity_qps(profile, p)
     step = seconds / len(_STEPS)
     # measuring is the point here: the probe's batches are expected to run off the profile's costs, so no drift
@@ -109,17 +125,19 @@ def measure_host_costs(
     loads: list[LoadReport] = []
     snap: dict[str, Any] = {"models": []}
     with Server(app, "127.0.0.1", 0, grace_s=5.0) as server:
-        for k, f in enumerate(_STEPS):
-            arrivals = poisson(f * busy * capacity, step, seed=seed + k).arrivals
+        for k, f in enumerate(_PLAN_STEPS if planned else _STEPS):
+            qps = f * p.max_qps if planned else f * busy * capacity
+            arrivals = poisson(qps, step, seed=seed + k).arrivals
             loads.append(asyncio.run(run_load(server.url, name, arrivals, rows=rows)))
             snap = app.costs.snapshot() if app.costs is not None else snap
             got = snapshot_factors(snap, 1)
-            if got.factors:  # the next step's load follows what batches cost here so far
+            if got.factors and not planned:  # the next step's load follows what batches cost here so far
                 capacity = _capacity_qps(calibrate(profile, got.factors, source="", sizes=got.sizes), p)
-    got = snapshot_factors(snap, 1)
+    got = snapshot_factors(snap, min_batches)
     batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["model"] in got.factors}
     mean_qps = sum(r.sent for r in loads) / seconds
-    return HostCosts(got.factors, batches, got.busy, got.sizes, mean_qps, seconds, tuple(loads))
+    spread = got.spread if planned else {}  # the probe runs past the family's capacity: its scatter is not serving's
+    return HostCosts(got.factors, batches, got.busy, got.sizes, spread, mean_qps, seconds, tuple(loads))
 
 
 def snapshot_hop(snapshot: dict[str, Any], min_answers: int) -> tuple[float, float] | None:
