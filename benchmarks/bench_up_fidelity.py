@@ -1,16 +1,16 @@
 """A new user's path, measured: ``cascadeserve up`` on a workload file with real models, then simulated vs served p95.
 
 Run: ``.venv/bin/python benchmarks/bench_up_fidelity.py --models MODELS.yaml --validation DATA --name NAME
---slo-ms S --qps LOW,HIGH [--runs 3] [--devices 2] [--limit 1000] [--plans measured,probe,calibrated]``
+--slo-ms S --qps LOW,HIGH [--runs 3] [--devices 2] [--limit 1000] [--plans measured,calibrated,replanned]``
 
 1. Writes a workload file (the models config, validation data, ``--devices`` CPU devices, p95 <= ``--slo-ms``,
    ``max_qps`` = the highest ``--qps``) and runs ``cascadeserve up --no-serve``: ``profile measure``, ``profile
-   calibrate`` (the models served on this host for ``profile.calibrate_s`` seconds, the default 8, then the plan
-   made from those costs served as planned for as long), ``plan``. No file is edited by hand: what a newcomer gets.
-2. Plans the measured profile too (what ``up`` planned before it calibrated: ``profile.calibrate_s: 0``). ``up``'s
-   calibration leaves its first step's plan beside it (``plan-probe.json``, from the costs of every model served on
-   every request: what ``up`` planned with before it served that plan as planned and re-priced what it runs).
-3. Per plan named in ``--plans`` (``measured``, ``probe``, ``calibrated``: ``up``'s own) and per QPS:
+   calibrate`` (the models served on this host for ``profile.calibrate_s`` seconds, the default 8), ``plan``. No
+   file is edited by hand: what a newcomer gets.
+2. Plans the measured profile too (what ``up`` planned before it calibrated: ``profile.calibrate_s: 0``). With
+   ``replanned`` in ``--plans``: ``up``'s plan served as planned for as long (``profile calibrate --plan``), and the
+   plan made from those costs.
+3. Per plan named in ``--plans`` (``measured``, ``calibrated``: ``up``'s own, ``replanned``) and per QPS:
    ``cascadeserve simulate`` of the Twitter excerpt's first minute scaled to that QPS, and ``--runs`` times a fresh
    ``cascadeserve serve --workload`` (its own process, the real models) driven by ``cascadeserve bench --workload``
    (another process, real validation inputs). Prints one JSON line per cell: simulated p95, each served p95 (client
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--window", default="0:60", help="The trace window replayed (s).")
     ap.add_argument("--port", type=int, default=8793)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/up_fidelity"))
-    ap.add_argument("--plans", default="measured,calibrated", help="Which plans to serve: measured, probe, calibrated.")
+    ap.add_argument("--plans", default="measured,calibrated", help="Plans to serve: measured, calibrated, replanned.")
     args = ap.parse_args()
     loads = [float(q) for q in args.qps.split(",")]
     w = args.dir / args.name
@@ -102,11 +102,14 @@ def main() -> None:
                     str(plan0)], check=True, capture_output=True)  # fmt: skip
     calibration = (state / "profile" / "profile.yaml").read_text().split("\nmodels:", 1)[0]
     print(json.dumps({"calibrated_profile": calibration}), flush=True)
-    plans = {
-        "measured": (plan0, state / "profile-measured"),
-        "probe": (state / "plan-probe.json", state / "profile-probe"),
-        "calibrated": (state / "plan.json", state / "profile"),
-    }
+    plans = {"measured": (plan0, state / "profile-measured"), "calibrated": (state / "plan.json", state / "profile")}
+    if "replanned" in args.plans:  # up's plan served as planned, then planned again from those costs
+        again, plan2 = w / "profile-replanned", w / "plan-replanned.json"
+        cal = [CS, "profile", "calibrate", "--workload", str(wl), "--profile", str(state / "profile")]
+        subprocess.run([*cal, "--plan", str(state / "plan.json"), "--out", str(again)], check=True, capture_output=True)
+        subprocess.run([CS, "plan", "--workload", str(wl), "--profile", str(again), "--out", str(plan2)], check=True,
+                       capture_output=True)  # fmt: skip
+        plans["replanned"] = (plan2, again)
     for label in args.plans.split(","):
         plan, prof = plans[label]
         for qps in loads:

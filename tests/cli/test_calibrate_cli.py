@@ -109,6 +109,13 @@ def test_a_plan_served_as_planned_reprices_what_it_runs(
     steps = after.calibration.split(" QPS in 4 steps")[0].rsplit("; ", 1)[1].split("/")
     sent = sum(float(q) for q in steps)  # 10 + 20 + 30 + 40 QPS for a second each: 100 requests, Poisson
     assert 50 < sent < 160, after.calibration
+    # no model of the plan ran --min-batches batches: one line naming the option, exit 2, nothing written
+    argv[argv.index("--min-batches") + 1] = "100000"
+    argv[argv.index("--out") + 1] = str(tmp_path / "none")
+    assert run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --plan: no model of") and "--min-batches" in err[-1]
+    assert not (tmp_path / "none").exists()
 
 
 def test_read_a_live_servers_costs(

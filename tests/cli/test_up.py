@@ -56,7 +56,7 @@ def test_init_then_up_serves_the_example_and_a_second_up_skips_both(
     text = log.read_text()
     assert rc == 0, text
     assert "[1/4] profiling digits" in text and "[3/4] planning p95 ≤ 100 ms" in text
-    assert "[2/4] calibrating to this host: the models served on 1 device(s) for 8 s, then the plan" in text
+    assert "[2/4] calibrating to this host: the models served on 1 device(s) for 8 s" in text
     assert "[4/4] serving" in text
     assert f"endpoint: {url}/v2/models/digits/infer" in text and f"try: curl -s {url}/v2/models/digits/infer" in text
     assert "stopped" in text and "Traceback" not in text

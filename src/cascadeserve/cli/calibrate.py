@@ -9,7 +9,7 @@ Two ways to measure, one result:
   serves every model of the family with the real HTTP server on 127.0.0.1 and drives it with real inputs for a few
   seconds (:func:`cascadeserve.eval.hostcost.measure_host_costs`); with ``--plan PLAN`` it serves that plan (made
   from ``--profile``) as planned, at a quarter to all of its top QPS, instead of every model on every request
-  (``up`` does both: the probe prices every model, the plan made from it re-prices the models it runs);
+  (the plan's own costs: simulate that plan with them, ``docs/plans-that-hold.md``);
 * from a server under real load: serve a plan made from the profile (``serve --models``), load it (``bench``, or
   real traffic), then ``cascadeserve profile calibrate --profile PROFILE --url http://127.0.0.1:8000 --out NEW`` reads
   ``GET /v2/cascade/costs`` (per model, the mean measured / profiled batch time since the server started; on

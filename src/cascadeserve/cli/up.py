@@ -2,9 +2,8 @@
 
 ``up [FILE]`` reads a workload (:mod:`cascadeserve.workload`) and runs, as the individual commands with
 ``--workload`` would, ``profile measure`` when the profile is missing or stale, ``profile calibrate`` (the models
-served on this host for ``profile.calibrate_s`` seconds, then the plan made from those costs served as planned for as
-long, unless 0) when the measured profile or what the plan is for changed, ``plan`` when the plan is stale, then
-``serve``; the profiles, plan and hashes live in ``.cascadeserve/`` beside the file
+served on this host for ``profile.calibrate_s`` seconds, unless 0) when the measured profile changed, ``plan`` when
+the plan is stale, then ``serve``; the profiles, plan and hashes live in ``.cascadeserve/`` beside the file
 (``--state-dir``). Once the server listens it prints the endpoint and a ``curl`` line that sends the first validation
 input. ``init [DIR]`` writes a commented example workload; ``workload schema`` prints the JSON schema and
 ``workload check`` validates a file.
@@ -12,8 +11,6 @@ input. ``init [DIR]`` writes a commented example workload; ``workload schema`` p
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shlex
 import shutil
@@ -86,9 +83,10 @@ def _run_phases(
         skipped.append("calibration up to date")
     elif state.calibrating:
         seconds, n = workload.spec.profile.calibrate_s, workload.spec.devices.count
-        what = f"the models served on {n} device(s) for {seconds:g} s, then the plan made from them for {seconds:g} s"
-        _phase(2, total, f"calibrating to this host: {what}")
-        _calibrate(state, base, models, seconds)
+        _phase(2, total, f"calibrating to this host: the models served on {n} device(s) for {seconds:g} s")
+        shutil.rmtree(state.profile, ignore_errors=True)
+        cal = ["profile", "calibrate", *base, "--profile", str(state.measured), "--models", models]
+        _invoke([*cal, "--out", str(state.profile), "--duration-s", str(seconds)])
         state.record("calibration")
     if state.up_to_date("plan"):
         skipped.append("plan up to date")
@@ -109,19 +107,6 @@ def _run_phases(
         _invoke(args)
     finally:
         serve_cmd.ON_LISTENING.reset(token)
-
-
-def _calibrate(state: StateDir, base: list[str], models: str, seconds: float) -> None:
-    """Price every model served on every request (the probe), plan from that, then serve that plan as planned and
-    re-price the models it runs (``eval/hostcost.py``: the probe's load is not a served cascade's)."""
-    for path in (state.probed, state.profile):
-        shutil.rmtree(path, ignore_errors=True)
-    state.probe_plan.unlink(missing_ok=True)
-    cal = ["profile", "calibrate", *base, "--models", models, "--duration-s", str(seconds)]
-    _invoke([*cal, "--profile", str(state.measured), "--out", str(state.probed)])
-    with contextlib.redirect_stdout(io.StringIO()):  # the plan that matters is printed by the plan phase
-        _invoke(["plan", *base, "--profile", str(state.probed), "--out", str(state.probe_plan)])
-    _invoke([*cal, "--profile", str(state.probed), "--plan", str(state.probe_plan), "--out", str(state.profile)])
 
 
 def _phase(n: int, total: int, what: str) -> None:

@@ -17,13 +17,14 @@ module measures that in a few seconds, with the real pieces, and returns the per
 4. the server's cost monitor (:class:`~cascadeserve.runtime.costs.CostMonitor`): per model, the mean measured /
    profiled batch time over every batch (``mean_factor_vs_profile``; a queue's wait follows the mean service time).
 
-The probe prices every model, but it does so with every request running every stage, and up to twice the family's
-capacity: its front end parses more requests and the loop hands on more stages than a served cascade's, and on a
-GIL-bound family that load lands in the batch times (measured: the sentences family's served batches ran ×0.70-0.82
-of the probe's factors). So ``up`` then serves the plan made from the probe's costs, **as planned**, at a quarter,
-half, three quarters and all of its top QPS (``plan``: its own load, not the capacity), and re-prices the models
-that plan ran often enough from its batches (``min_batches``; the others keep the probe's costs), with their batch
-spread too: what ``profile calibrate --url`` reads from a served run, without waiting for one.
+The probe prices every model, but with every request running every stage, up to twice the family's capacity: its
+front end parses more requests and the loop hands on more stages than a served cascade's, and on a GIL-bound family
+that load lands in the batch times. Given ``plan`` (made for a workload, from ``profile``), it serves that plan **as
+planned** instead, at a quarter, half, three quarters and all of its top QPS, and prices the models that plan ran
+often enough (``min_batches``), with their batch spread too: what ``profile calibrate --url`` reads from a served
+run of that plan, without waiting for one. Those costs are the plan's own; a plan made from them may run other
+models, or the same ones harder, than the plan they were measured under (measured: re-planning from them chose a
+heavier tweets cascade whose 60 QPS p95 then ran +37 % over its simulation), so ``up`` plans from the probe's.
 
 ``profile calibrate --models`` and the demo use it; ``profile calibrate --url`` reads the same monitor from a
 server someone else is loading.

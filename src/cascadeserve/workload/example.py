@@ -45,7 +45,7 @@ profile:                           # how `up` measures the family (small, so it 
   repeats: 3
   warmup: 1
   limit: 300                       # profile on the first 300 validation rows
-  calibrate_s: 8                   # serve the models here 8 s, then the plan from that 8 s; plan with their costs (0: off)
+  calibrate_s: 8                   # then serve the models here for 8 s and plan with what batches cost (0: off)
 
 serve:
   host: 127.0.0.1                  # loopback; bind elsewhere only with a token

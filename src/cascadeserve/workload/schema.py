@@ -79,9 +79,8 @@ class ProfileSpec(_Strict):
     calibrate_s: float = Field(
         default=8.0,
         ge=0,
-        description="Seconds to serve the measured models on this host (HTTP on 127.0.0.1, real inputs), then as "
-        "long the plan made from those costs, and scale the profile to what their batches cost there (profile "
-        "calibrate); 0: plan with the quiet profile.",
+        description="Seconds to serve the measured models on this host (HTTP on 127.0.0.1, real inputs) and scale "
+        "the profile to what their batches cost there (profile calibrate); 0: plan with the quiet profile.",
     )
 
 

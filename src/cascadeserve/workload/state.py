@@ -2,16 +2,13 @@
 
 ``up`` writes the profile that plans and servers use to ``profile/``, the plan to ``plan.json`` and, for an inline
 models config, ``models.yaml``. With calibration on (``profile.calibrate_s`` > 0, the default) ``profile measure``
-writes to ``profile-measured/``; ``profile calibrate`` scales that to ``profile-probe/`` (every model served on
-every request), ``plan`` makes ``plan-probe.json`` from it, and ``profile calibrate --plan`` re-prices what that plan
-runs into ``profile/`` (:mod:`cascadeserve.eval.hostcost`). ``state.json`` records, per step, a hash of the step's
-inputs and one of its output:
+writes to ``profile-measured/`` and ``profile calibrate`` scales that to ``profile/``. ``state.json`` records, per
+step, a hash of the step's inputs and one of its output:
 
 * profile: the models config (less its ``labels``, the class names), the files its references name (size and
   modification time), the source files of the modules its ``module:function`` references name, the validation data
   (content, or the built-in set's name) and the profile options (less ``calibrate_s``);
-* calibration: the measured profile's output hash, ``calibrate_s`` and what a plan is made for (below, less the
-  profile);
+* calibration: the measured profile's output hash, ``calibrate_s`` and the device count;
 * plan: the profile's output hash, the SLO, the devices, the load (``max_qps``, ``trace``) and the plan options.
 
 A step is up to date when both hashes match: changed inputs make it stale, and so does an output that something
@@ -99,16 +96,6 @@ class StateDir:
         return self.root / "profile-measured" if self.calibrating else self.profile
 
     @property
-    def probed(self) -> Path:
-        """Calibration's first step: the measured profile priced with every model served on every request."""
-        return self.root / "profile-probe"
-
-    @property
-    def probe_plan(self) -> Path:
-        """Calibration's second step: the plan made from :attr:`probed`, served as planned to price what it runs."""
-        return self.root / "plan-probe.json"
-
-    @property
     def plan(self) -> Path:
         return self.root / "plan.json"
 
@@ -169,22 +156,23 @@ class StateDir:
 
     def calibration_inputs(self) -> str:
         spec = self.workload.spec
-        return _hash({"measured": self.measured_output(), "seconds": spec.profile.calibrate_s, **self._planned_for()})
+        return _hash(
+            {"measured": self.measured_output(), "seconds": spec.profile.calibrate_s, "devices": spec.devices.count}
+        )
 
     def plan_inputs(self) -> str:
-        return _hash({"profile": self.profile_output(), **self._planned_for()})
-
-    def _planned_for(self) -> dict[str, Any]:
-        """What a plan is made for, besides its profile: the SLO, the devices, the load and the plan options."""
         spec = self.workload.spec
-        return {
-            "slo": spec.slo.model_dump(),
-            "devices": spec.devices.model_dump(),
-            "max_qps": spec.max_qps,
-            "trace": self.workload.trace(),
-            "trace_stamp": tree_stamp(Path(t)) if (t := self.workload.trace()) and Path(t).exists() else None,
-            "options": spec.plan.model_dump(),
-        }
+        return _hash(
+            {
+                "profile": self.profile_output(),
+                "slo": spec.slo.model_dump(),
+                "devices": spec.devices.model_dump(),
+                "max_qps": spec.max_qps,
+                "trace": self.workload.trace(),
+                "trace_stamp": tree_stamp(Path(t)) if (t := self.workload.trace()) and Path(t).exists() else None,
+                "options": spec.plan.model_dump(),
+            }
+        )
 
     def plan_output(self) -> str | None:
         return file_digest(self.plan) if self.plan.is_file() else None
