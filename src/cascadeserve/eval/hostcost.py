@@ -124,16 +124,16 @@ def measure_host_costs(
     # decisions (an infinite tolerance); the monitor still records every batch
     app = build_app(profile, p, models=models, name=name, costs=CostSettings(tolerance=math.inf))
     loads: list[LoadReport] = []
-    snap: dict[str, Any] = {"models": []}
     with Server(app, "127.0.0.1", 0, grace_s=5.0) as server:
         for k, f in enumerate(_PLAN_STEPS if planned else _STEPS):
             qps = f * p.max_qps if planned else f * busy * capacity
             arrivals = poisson(qps, step, seed=seed + k).arrivals
             loads.append(asyncio.run(run_load(server.url, name, arrivals, rows=rows)))
-            snap = app.costs.snapshot() if app.costs is not None else snap
-            got = snapshot_factors(snap, 1)
-            if got.factors and not planned:  # the next step's load follows what batches cost here so far
-                capacity = _capacity_qps(calibrate(profile, got.factors, source="", sizes=got.sizes), p)
+            if not planned and app.costs is not None:  # the next step's load follows what batches cost so far
+                so_far = snapshot_factors(app.costs.snapshot(), 1)
+                if so_far.factors:
+                    capacity = _capacity_qps(calibrate(profile, so_far.factors, source="", sizes=so_far.sizes), p)
+        snap: dict[str, Any] = app.costs.snapshot() if app.costs is not None else {"models": []}
     got = snapshot_factors(snap, min_batches)
     batches = {m["model"]: int(m["batches"]) for m in snap["models"] if m["model"] in got.factors}
     mean_qps = sum(r.sent for r in loads) / seconds
