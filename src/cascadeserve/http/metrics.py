@@ -26,7 +26,7 @@ list on the event loop and folded into the prometheus-client metrics on every co
 ``observe``, ~10 µs of the loop's time per request on the HTTP path. Every count a scrape reads is exact; the
 histogram's sum adds the same floats in the same order, so it is the same number too. A collection from another
 thread (``prometheus_client.start_http_server`` on this registry, a push-gateway thread) folds on the event loop
-and waits for it: the loop adds to the pending counts between any two bytecodes of a fold run elsewhere.
+and waits for it: the loop can add to the pending counts between the read and the reset of a fold run elsewhere.
 """
 
 from __future__ import annotations
