@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cascadeserve.policy import (
@@ -166,3 +168,70 @@ def test_drain_meter_reads_a_saturated_server_and_recovers() -> None:
         bound = policy.bound(meter.qps)
     assert estimates == sorted(estimates) and estimates[-1] == pytest.approx(280.0, rel=0.05)
     assert bound == 27  # floor(0.1 s x an estimate of 270-280/s): back from 15 to within 10 % of the plan's 30
+
+
+def _overload_then_calm(
+    meter: DrainMeter, policy: AdmissionPolicy, shape: tuple[float, float, float, float, float], seed: int
+) -> tuple[int, int]:
+    """A server of the plan's capacity (300/s) under ``over`` x that load for ``over_s`` while it drains only
+    ``slow`` of its capacity (a busy host, a lagging front door), then ``calm`` of what it drains afterwards
+    (``after`` of the plan's). Calls of 1 or 2 rows; answers leave at the drain rate (fluid). Returns the rows shed
+    in the calm phase's first 10 s and in the 10 s after."""
+    over, over_s, slow, after, calm = shape
+    rng = random.Random(seed)
+    cap, dt = 300.0, 0.005
+    t, in_flight, done, credit = 0.0, 0, 0, 0.0
+    shed = [0, 0]
+    end = over_s + 20.0
+    while t < end:
+        overload = t < over_s
+        rate = cap * (slow if overload else after)
+        load = cap * over if overload else rate * calm
+        if rng.random() < load * dt / 1.5:  # a call of 1.5 rows on average
+            n = rng.choice((1, 2))
+            drain = meter.observe(t, done, in_flight, policy.bound(meter.qps), policy.budget.capacity_qps)  # type: ignore[union-attr]
+            if policy.decide(n, in_flight, drain).accepted:
+                in_flight += n
+            elif not overload:
+                shed[0 if t < over_s + 10.0 else 1] += n
+        credit = min(credit + rate * dt, float(in_flight))
+        k = int(credit)
+        credit -= k
+        in_flight, done = in_flight - k, done + k
+        t += dt
+    return shed[0], shed[1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    over=st.floats(1.5, 4.0),
+    over_s=st.floats(1.0, 20.0),
+    slow=st.floats(0.005, 1.0),
+    after=st.floats(0.6, 1.0),
+    calm=st.floats(0.05, 0.5),
+    seed=st.integers(0, 2**16),
+)
+def test_after_an_overload_ends_shedding_stops_within_seconds(
+    over: float, over_s: float, slow: float, after: float, calm: float, seed: int
+) -> None:
+    """Whatever the overload read as the drain rate (down to a bound of one request), once the load falls below
+    what the server drains, the bound recovers: nothing is shed 10 s on, a call of 2 rows included."""
+    policy = AdmissionPolicy(None, budget=WaitBudget(300.0, 0.05, 2.0))  # bound 30 at the plan's capacity
+    _, late = _overload_then_calm(DrainMeter(), policy, (over, over_s, slow, after, calm), seed)
+    assert late == 0
+
+
+def test_without_recovery_a_bound_of_one_never_rises_again() -> None:
+    """The defect recovery fixes: an overload that drained 1 % of the plan leaves a bound of 1, which a light load
+    never saturates for a whole window, so without a ceiling to recover toward every 2-row call is shed for good."""
+    policy = AdmissionPolicy(None, budget=WaitBudget(300.0, 0.05, 2.0))
+
+    class Stuck(DrainMeter):
+        def observe(self, now: float, answered_total: int, in_flight: int, bound: int | None = None,
+                    ceiling: float | None = None) -> float | None:
+            return super().observe(now, answered_total, in_flight, bound, None)
+
+    _, late = _overload_then_calm(Stuck(), policy, (3.0, 10.0, 0.01, 1.0, 0.25), 7)
+    assert late > 0
+    _, late = _overload_then_calm(DrainMeter(), policy, (3.0, 10.0, 0.01, 1.0, 0.25), 7)
+    assert late == 0

@@ -156,31 +156,55 @@ class WaitBudget:
 class DrainMeter:
     """The rate at which answers leave while a backlog waits: an exponentially weighted mean over windows of at
     least ``window_s`` during which the backlog stayed at ``saturation`` of the admission bound or more.
-    :attr:`qps` is ``None`` until one such window closed.
+    :attr:`qps` is ``None`` until one such window closed, and again once it has recovered to the plan's capacity.
 
     Only a server near its bound shows its capacity: below it, answers leave as fast as requests arrive. Measuring
     whenever anything is in flight (as this meter once did) read the *arrival* rate at moderate load as the
     capacity, the bound shrank to it, and the next burst was shed, which kept the measured rate low: on an H100
-    serving real MiniLMs at up to 300 QPS that spiral shed 69 % of a trace the plan carried."""
+    serving real MiniLMs at up to 300 QPS that spiral shed 69 % of a trace the plan carried.
 
-    __slots__ = ("_done0", "_t0", "_weight", "qps", "saturation", "window_s")
+    **Recovery.** A reading taken under overload can be far below what the server drains once the overload ends
+    (the front door was the bottleneck, a neighbour held the cores); and a bound small enough is never saturated
+    for a whole window again (a bound of 1 is left the moment its one request is answered), so a low reading would
+    never be replaced: after 60 s at twice the capacity, a server kept refusing every call of 2 rows for minutes.
+    So while the backlog is below ``saturation`` of the bound, the estimate relaxes toward the plan's capacity
+    (``ceiling``) with time constant ``recover_s``, and is dropped (``None``: the plan's figure) once within 1 % of
+    it. A server still slower than planned is read again at its next saturated window."""
 
-    def __init__(self, window_s: float = 0.5, weight: float = 0.5, saturation: float = 0.5) -> None:
-        if not window_s > 0 or not 0 < weight <= 1 or not 0 < saturation <= 1:
-            raise ValueError("window_s must be positive, weight and saturation in (0, 1]")
+    __slots__ = ("_done0", "_last", "_t0", "_weight", "qps", "recover_s", "saturation", "window_s")
+
+    def __init__(
+        self, window_s: float = 0.5, weight: float = 0.5, saturation: float = 0.5, recover_s: float = 1.0
+    ) -> None:
+        if not window_s > 0 or not 0 < weight <= 1 or not 0 < saturation <= 1 or not recover_s > 0:
+            raise ValueError("window_s and recover_s must be positive, weight and saturation in (0, 1]")
         self.window_s = window_s
         self._weight = weight
         self.saturation = saturation
+        self.recover_s = recover_s
         self._t0: float | None = None
+        self._last: float | None = None  # the previous observation (recovery runs on the time since)
         self._done0 = 0
         self.qps: float | None = None
 
-    def observe(self, now: float, answered_total: int, in_flight: int, bound: int | None = None) -> float | None:
-        """Feed the running count of answers and the bound in force (``None``: none, any backlog counts);
-        returns the current estimate."""
+    def observe(
+        self,
+        now: float,
+        answered_total: int,
+        in_flight: int,
+        bound: int | None = None,
+        ceiling: float | None = None,
+    ) -> float | None:
+        """Feed the running count of answers, the bound in force (``None``: none, any backlog counts) and the
+        plan's capacity to recover toward (``None``: no recovery); returns the current estimate."""
+        last, self._last = self._last, now
         backlog = 1 if bound is None else max(1, math.ceil(self.saturation * bound))
         if in_flight < backlog:  # not near the bound: the window restarts at the next busy moment
             self._t0 = None
+            if self.qps is not None and ceiling is not None and last is not None and self.qps < ceiling:
+                gap = ceiling - self.qps
+                gap *= math.exp(-max(0.0, now - last) / self.recover_s)
+                self.qps = None if gap <= 0.01 * ceiling else ceiling - gap
             return self.qps
         if self._t0 is None:
             self._t0, self._done0 = now, answered_total

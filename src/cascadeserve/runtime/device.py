@@ -11,18 +11,18 @@
   per device gives real parallelism without pickling every batch across a process boundary; a model in pure
   Python would serialise on the GIL, and for such models a process per device is the right tool (not built
   yet; docs/plans-that-hold.md says what GIL-bound models cost). The thread calls the model and the certainty
-  function; the event loop only awaits. A model that took under :data:`INLINE_S` the last time it ran (scaled to
-  the batch's size) runs on the event loop instead: for it the hop costs more than the work.
+  function; the event loop never runs model code, so a stalled model holds only its own device
+  (:mod:`cascadeserve.runtime.worker`). For a batch expected to take under :data:`INLINE_S` (the model's last
+  batch, scaled to the batch's size) the loop waits for the thread in place, for at most :data:`IN_PLACE_S`: the
+  hop's cost stays small for a cheap model, and an overrun (a stall) is awaited like any other batch.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from cascadeserve.profile.slowdown import Slowdowns
 from cascadeserve.profile.spread import SPREAD_DRAWS, spread_draws
 from cascadeserve.profile.tokens import TokenTables, token_tables
 from cascadeserve.runtime.clock import Clock
+from cascadeserve.runtime.worker import Worker
 
 __all__ = [
     "BatchOutput",
@@ -210,17 +211,20 @@ def _generated(result: Generated, n: int) -> BatchOutput:
     return BatchOutput(np.zeros(n, dtype=np.int64), certs, None if sound.all() else ~sound, tuple(result.outputs))
 
 
-# A batch expected to take less than this runs on the event loop, not the worker thread. The hop to the thread and
-# back (a wake-up of the worker, a GIL hand-off, a wake-up of the loop through its self-pipe) cost ~160 µs of wall
-# time per request at one connection on the 2-core CI-class machine (benchmarks/bench_ingress.py, a numpy no-op
-# model), several times what such a model computes; and a model this cheap gains nothing from running beside the
-# loop. The expectation is the model's last batch scaled up linearly by size, so a model never runs inline before
-# it has run once on the thread, and one slow batch sends the next back to the thread.
+# A batch expected to take less than this is waited for in place (the loop blocked on the worker's lock, the GIL
+# released), not through the loop. An asynchronous hop to the thread and back (a wake-up of the loop through its
+# self-pipe, callback hops) cost ~130 µs of wall time per call on the 2-core CI-class machine, several times what
+# such a model computes; the in-place hand-off ~17 µs. The expectation is the model's last batch scaled up linearly
+# by size, so a model is never waited for in place before it has run once, and one slow batch sends the next back
+# to the asynchronous wait.
 INLINE_S = 50e-6
+# The longest the loop waits in place: past it, the batch is awaited asynchronously (a stall, or the machine
+# preempted the worker), so no model holds the loop longer than this, whatever it does.
+IN_PLACE_S = 1e-3
 
 
 class ThreadDevice:
-    """Runs real models on a dedicated worker thread (one batch at a time); cheap ones on the loop."""
+    """Runs real models on a dedicated worker thread (one batch at a time); waits in place for cheap ones."""
 
     emulated = False
 
@@ -249,7 +253,7 @@ class ThreadDevice:
             raise ValueError(f"device {name!r}: slowdowns need the runtime's clock")
         if self.slowdowns is not None and any(s.factor < 1 for s in self.slowdowns.steps):
             raise ValueError(f"device {name!r}: a real model cannot run faster than it does (slowdown factor < 1)")
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cascadeserve-{name}")
+        self._worker = Worker(f"cascadeserve-{name}")
         self._last: dict[int, tuple[float, int]] = {}  # row -> (seconds, rows) of its last batch's model call
 
     def _inline(self, row: int, inputs: Inputs) -> bool:
@@ -298,9 +302,8 @@ class ThreadDevice:
         return dataclasses.replace(out, host_share=host.share(self.order, others))
 
     async def _call(self, row: int, inputs: Inputs) -> BatchOutput:
-        if self._inline(row, inputs):
-            return self._compute(row, inputs)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._compute, row, inputs)
+        call = self._worker.submit(lambda: self._compute(row, inputs))
+        return await call.wait(IN_PLACE_S if self._inline(row, inputs) else 0.0)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._worker.close()

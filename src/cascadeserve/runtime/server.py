@@ -341,7 +341,8 @@ class Runtime:
         if policy.budget is None:
             return None
         adm, meter = self.admission, self.drain_meter
-        return meter.observe(self.clock.now(), adm.answered, adm.in_flight, policy.bound(meter.qps))
+        now = self.clock.now()
+        return meter.observe(now, adm.answered, adm.in_flight, policy.bound(meter.qps), policy.budget.capacity_qps)
 
     def set_deadline(self, req: Request, timeout_s: float) -> None:
         """Arm ``req``'s deadline timer: in ``timeout_s`` it falls back to the last stage that ran, or fails (504)."""
