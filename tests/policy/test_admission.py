@@ -227,8 +227,14 @@ def test_without_recovery_a_bound_of_one_never_rises_again() -> None:
     policy = AdmissionPolicy(None, budget=WaitBudget(300.0, 0.05, 2.0))
 
     class Stuck(DrainMeter):
-        def observe(self, now: float, answered_total: int, in_flight: int, bound: int | None = None,
-                    ceiling: float | None = None) -> float | None:
+        def observe(
+            self,
+            now: float,
+            answered_total: int,
+            in_flight: int,
+            bound: int | None = None,
+            ceiling: float | None = None,
+        ) -> float | None:
             return super().observe(now, answered_total, in_flight, bound, None)
 
     _, late = _overload_then_calm(Stuck(), policy, (3.0, 10.0, 0.01, 1.0, 0.25), 7)

@@ -17,6 +17,7 @@ is blocked for at most ``wait_s``, whatever the model does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -30,7 +31,7 @@ T = TypeVar("T")
 class Call(Generic[T]):
     """One call handed to a :class:`Worker`: its outcome, and who waits for it."""
 
-    __slots__ = ("_error", "_fn", "_finished", "_lock", "_result", "_waiter", "done")
+    __slots__ = ("_error", "_finished", "_fn", "_lock", "_result", "_waiter", "done")
 
     def __init__(self, fn: Callable[[], T]) -> None:
         self._fn = fn
@@ -45,7 +46,7 @@ class Call(Generic[T]):
     def _run(self) -> None:
         try:
             self._result = self._fn()
-        except BaseException as e:  # noqa: BLE001 - handed back to the caller, raised there
+        except BaseException as e:  # handed back to the caller, raised there
             self._error = e
         with self._lock:
             self._finished = True
@@ -53,10 +54,8 @@ class Call(Generic[T]):
         self.done.release()
         if waiter is not None:
             loop, fut = waiter
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop closed while the call ran: nobody is left to tell
                 loop.call_soon_threadsafe(_wake, fut)
-            except RuntimeError:  # the loop closed while the call ran: nobody is left to tell
-                pass
 
     def outcome(self) -> T:
         if self._error is not None:
