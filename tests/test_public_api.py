@@ -23,6 +23,7 @@ EXPECTED: dict[str, list[str]] = {
         "ProfileError",
         "TraceError",
         "UpstreamError",
+        "yaml_problem",
     ],
     "cascadeserve.profile": [
         "CERTAINTY_FUNCTIONS",

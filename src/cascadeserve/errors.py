@@ -7,7 +7,9 @@ and column, so a user can jump straight to the problem.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CascadeServeError",
@@ -16,6 +18,7 @@ __all__ = [
     "ProfileError",
     "TraceError",
     "UpstreamError",
+    "yaml_problem",
 ]
 
 
@@ -78,3 +81,21 @@ class UpstreamError(CascadeServeError):
     def __init__(self, message: str, *, model: str, kind: str, status: int | None = None) -> None:
         super().__init__(message)
         self.model, self.kind, self.status = model, kind, status
+
+
+# a quoted fragment of a YAML problem that is the parser's own word (``'<stream end>'``) or one character (``'\\t'``)
+_OWN_WORDS = re.compile(r"^'(<[a-z ]+>|\\?.)'$")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def yaml_problem(e: Any) -> tuple[int | None, int | None, str]:
+    """A PyYAML error's 1-based line and column (``None`` where unknown) and its problem, holding no text of the
+    file: ``str(e)`` quotes the offending line (a password on it came back in an error), and a problem may quote a
+    token (an anchor's or a tag's name), so every quoted fragment but the parser's own words and single characters
+    becomes ``'…'``."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    problem = getattr(e, "problem", None) or "not valid YAML"
+    problem = _QUOTED.sub(lambda m: m.group(0) if _OWN_WORDS.match(m.group(0)) else "'…'", str(problem))
+    if mark is None:
+        return None, None, problem
+    return int(mark.line) + 1, int(mark.column) + 1, problem

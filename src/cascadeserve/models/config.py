@@ -64,7 +64,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from cascadeserve.errors import CascadeServeError
+from cascadeserve.errors import CascadeServeError, yaml_problem
 from cascadeserve.models.adapters import (
     Adapter,
     CallableAdapter,
@@ -343,8 +343,10 @@ def read_models_yaml(path: Path) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise CascadeServeError(f"{path}: cannot read the models config: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise CascadeServeError(f"{path}: invalid YAML: {e}") from None
+    except yaml.YAMLError as e:  # file and line, never the line's text (it may hold a secret)
+        line, column, problem = yaml_problem(e)
+        where = "" if line is None else f"{line}:{column}:"
+        raise CascadeServeError(f"{path}:{where} invalid YAML: {problem}") from None
 
 
 def load_models_config(path: str | Path) -> ModelsConfig:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from cascadeserve.errors import ProfileError
+from cascadeserve.errors import ProfileError, yaml_problem
 from cascadeserve.profile.llm_side import read_costs, read_tokens, tokens_path, write_costs, write_tokens
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
@@ -97,14 +97,9 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
         )
     try:
         root = yaml.compose(_read_text(path))
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        raise ProfileError(
-            f"invalid YAML: {e.problem}",
-            path=path,
-            line=mark.line + 1 if mark else None,
-            column=mark.column + 1 if mark else None,
-        ) from None
+    except yaml.YAMLError as e:  # file and line, never the line's text (it may hold a secret)
+        line, column, problem = yaml_problem(e)
+        raise ProfileError(f"invalid YAML: {problem}", path=path, line=line, column=column) from None
     if root is None:
         raise ProfileError("empty file", path=path)
     top = _mapping(path, root, "the profile")

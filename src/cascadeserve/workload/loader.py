@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cascadeserve.errors import CascadeServeError
+from cascadeserve.errors import CascadeServeError, yaml_problem
 from cascadeserve.workload.schema import Workload
 
 __all__ = ["DEFAULT_FILE", "LoadedWorkload", "load_workload", "resolve_path"]
@@ -85,11 +85,9 @@ def load_workload(path: str | Path) -> LoadedWorkload:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         raw = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as e:
-        line = e.problem_mark.line + 1 if e.problem_mark is not None else 1
-        raise CascadeServeError(f"{p}:{line}: invalid YAML: {e.problem or e}") from None
-    except yaml.YAMLError as e:
-        raise CascadeServeError(f"{p}: invalid YAML: {e}") from None
+    except yaml.YAMLError as e:  # file and line, never the line's text (it may hold a secret)
+        line, _, problem = yaml_problem(e)
+        raise CascadeServeError(f"{p}:{line or 1}: invalid YAML: {problem}") from None
     if not isinstance(raw, dict):
         raise CascadeServeError(f"{p}:1: the workload must be a mapping (name: ..., models: ..., ...)")
     try:
