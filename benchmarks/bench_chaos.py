@@ -212,7 +212,7 @@ def kill_and_restart(models: Path, prof: Path, plan: Path) -> dict[str, Any]:
     proc.wait(30)
     loader.join(30)
     t0 = time.monotonic()
-    again, url2 = ov.start_server(models, prof, plan, "--port", str(port))
+    again, url2 = ov.start_server(models, prof, plan, port=port)
     ready_s = time.monotonic() - t0
     try:
         first = httpx.post(f"{url2}/v2/models/digits/infer", json=_pixels(1), timeout=30).status_code
@@ -231,14 +231,20 @@ def main() -> None:
     out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as d:
         models, prof, plan, _ = ov.setup(Path(d))
-        if "overload" not in skip:
-            out["overload"] = overload_then_recovery(models, prof, plan, args.overload_s)
-        if "stall" not in skip:
-            out["stall"] = stalled_model()
-        if "slowloris" not in skip:
-            out["slowloris"] = slowloris(models, prof, plan)
-        if "kill" not in skip:
-            out["kill"] = kill_and_restart(models, prof, plan)
+        phases = {
+            "overload": lambda: overload_then_recovery(models, prof, plan, args.overload_s),
+            "stall": stalled_model,
+            "slowloris": lambda: slowloris(models, prof, plan),
+            "kill": lambda: kill_and_restart(models, prof, plan),
+        }
+        for name, phase in phases.items():
+            if name in skip:
+                continue
+            try:
+                out[name] = phase()
+            except Exception as e:  # one phase's failure is a figure too; the others still run
+                out[name] = {"error": f"{type(e).__name__}: {e}"}
+            print(json.dumps({name: out[name]}), file=sys.stderr, flush=True)
     out["load_after"] = os.getloadavg()[0]
     print(json.dumps(out, indent=None if args.json else 2))
 

@@ -87,8 +87,10 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def start_server(models: Path, prof: Path, plan: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _port()
+def start_server(
+    models: Path, prof: Path, plan: Path, *extra: str, port: int | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    port = port or _port()
     cmd = [sys.executable, "-c", "from cascadeserve.cli import main; main()", "serve", "--plan", str(plan)]
     cmd += ["--profile", str(prof), "--models", str(models), "--name", "digits", "--port", str(port), *extra]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}

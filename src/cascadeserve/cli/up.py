@@ -30,6 +30,7 @@ from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.workload import DEFAULT_FILE, LoadedWorkload, StateDir, load_workload, workload_json_schema
 from cascadeserve.workload.example import EXAMPLE
+from cascadeserve.workload.paths import check_workload_paths
 
 __all__ = ["init", "up", "workload_app"]
 
@@ -54,6 +55,7 @@ def up(
     """Profile (if missing or stale), calibrate to this host and plan (if stale), and serve a workload; Ctrl-C stops
     the server."""
     workload = load_workload(file)
+    check_workload_paths(workload)  # a missing file or a GPU this host lacks: said now, not after a profile
     workload.add_pythonpath()
     state = StateDir.of(workload, state_dir)
     base = ["--workload", str(workload.path)]
@@ -194,6 +196,7 @@ def check(
 ) -> None:
     """Validate a workload file and say whether its profile, calibration and plan are up to date."""
     workload = load_workload(file)
+    check_workload_paths(workload)
     workload.add_pythonpath()
     state = StateDir.of(workload, state_dir)
     says = f"{workload.path}: ok ({workload.spec.name}: {workload.spec.slo})"
