@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from cascadeserve.models.base import reads
 from cascadeserve.models.families.digits import cache_dir
 
 __all__ = [
@@ -93,6 +94,7 @@ def _unpickle(path: Path) -> Any:
         return pickle.load(f)
 
 
+@reads(lambda file, models=None: [models_dir(models) / file])  # what `up` stamps: a retrained file re-profiles
 def load(file: str, models: str | None = None) -> Any:
     """Factory for the sklearn adapter: a fitted estimator from the models folder (``kwargs: {file: ...}``)."""
     return _unpickle(models_dir(models) / file)
@@ -103,6 +105,7 @@ def _l3_head(folder: Path) -> Any:
     return _unpickle(folder / "minilm-l3-head.pkl")
 
 
+@reads(lambda: [models_dir() / "minilm-l3-head.pkl"])
 def l3_head(embeddings: Any) -> np.ndarray:
     """Postprocess for ``minilm-l3``: the ONNX model's mean-pooled sentence embeddings -> class probabilities.
 
@@ -149,6 +152,7 @@ def l6_encoder() -> Any:
     return _mean_pooled_class()(encoder).eval()
 
 
+@reads(lambda models=None: [models_dir(models) / "minilm-l6-head.pkl"])
 def l6_module(models: str | None = None) -> Any:
     """Factory for the torch adapter: all-MiniLM-L6-v2, mean pooling, and the trained logistic-regression head
     as a ``Linear`` layer (its logits rank the classes like ``predict_proba``; the margin is taken on them)."""

@@ -106,3 +106,53 @@ def test_an_inline_models_config_is_written_with_absolute_file_refs(tmp_path: Pa
     assert f"ref: {tmp_path / 'w' / 'm0.pkl'}" in written.read_text()
     mtime = written.stat().st_mtime_ns
     assert state.models_config() == written and written.stat().st_mtime_ns == mtime  # unchanged: not rewritten
+
+
+FACTORY = """\
+from pathlib import Path
+
+from cascadeserve.models.base import reads
+
+WEIGHTS = Path(__file__).parent / "cache"
+
+
+@reads(lambda file: [WEIGHTS / file])
+def load(file):
+    return (WEIGHTS / file).read_bytes()
+"""
+
+
+def test_a_factory_that_finds_its_file_elsewhere_is_stale_when_that_file_changes(
+    toy_profile: Profile, tmp_path: Path
+) -> None:
+    """The pattern examples/sentences teaches: ``kwargs: {file: a.pkl}`` names a file the factory finds in a folder of
+    its own. Retraining it (the file rewritten) makes the profile stale, through the factory's ``reads``; a kwargs
+    value naming a file beside the models config counts too."""
+    import sys
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "a.pkl").write_bytes(b"v1")
+    (tmp_path / "beside.bin").write_bytes(b"v1")
+    (tmp_path / f"factory_{tmp_path.name}.py").write_text(FACTORY)
+    module = f"factory_{tmp_path.name}"
+    (tmp_path / "models.yaml").write_text(
+        "models:\n"
+        f"  - {{name: m0, adapter: sklearn, ref: '{module}:load', kwargs: {{file: a.pkl}}}}\n"
+        f"  - {{name: m1, adapter: sklearn, ref: '{module}:load', kwargs: {{file: a.pkl, extra: beside.bin}}}}\n"
+    )
+    (tmp_path / "val.csv").write_text("sample_id,label,x\n0,1,0.5\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        state = _workload(tmp_path)
+        save_profile(toy_profile, state.measured)
+        state.record("profile")
+        assert state.up_to_date("profile")
+        (tmp_path / "cache" / "a.pkl").write_bytes(b"v2, retrained")  # neither the config nor the module changed
+        assert not state.up_to_date("profile")
+        state.record("profile")
+        assert state.up_to_date("profile")
+        _touch_later(tmp_path / "beside.bin")
+        assert not state.up_to_date("profile")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(module, None)

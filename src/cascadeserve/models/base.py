@@ -7,14 +7,17 @@ scores into certainty, the same way in the profiler and in the runtime.
 
 Heavy frameworks (torch, onnxruntime, transformers) are optional extras. :func:`require` imports one lazily
 and, when it is missing, raises :class:`MissingExtraError` naming the ``pip install`` line that fixes it.
+:func:`reads` declares the files a model factory loads, so that ``up`` knows when a retrained model's profile is
+stale.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -29,6 +32,7 @@ __all__ = [
     "TextOutput",
     "TokenLogprobs",
     "batch_rows",
+    "reads",
     "require",
 ]
 
@@ -125,3 +129,23 @@ def batch_rows(batch: Any) -> int:
     """How many rows a batch holds: its length, or for a model that takes several input tensors (a mapping of each
     input's name to its rows) the length of any of them."""
     return len(next(iter(batch.values()))) if isinstance(batch, Mapping) else len(batch)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reads(files: Callable[..., Iterable[str | Path]]) -> Callable[[F], F]:
+    """Declare the files a model factory reads, for ``up``'s staleness check: ``files`` takes the factory's
+    ``kwargs`` and returns the paths (files or folders) it would load. A factory that finds its weights at load
+    time (a cache folder, an environment variable) is otherwise invisible to the check, and a retrained model
+    would keep its old profile and plan::
+
+        @reads(lambda file, models=None: [models_dir(models) / file])
+        def load(file: str, models: str | None = None) -> Any: ...
+    """
+
+    def mark(factory: F) -> F:
+        factory.reads = files  # type: ignore[attr-defined]
+        return factory
+
+    return mark

@@ -6,7 +6,8 @@ writes to ``profile-measured/`` and ``profile calibrate`` scales that to ``profi
 step, a hash of the step's inputs and one of its output:
 
 * profile: the models config (less its ``labels``, the class names), the files its references name (size and
-  modification time), the source files of the modules its ``module:function`` references name, the validation data
+  modification time), the source files of the modules its ``module:function`` references name, the files its
+  ``kwargs`` name and those its functions declare with :func:`cascadeserve.models.base.reads`, the validation data
   (content, or the built-in set's name) and the profile options (less ``calibrate_s``);
 * calibration: the measured profile's output hash, ``calibrate_s`` and the device count;
 * plan: the profile's output hash, the SLO, the devices, the load (``max_qps``, ``trace``) and the plan options.
@@ -140,6 +141,7 @@ class StateDir:
         for m in raw.get("models", []) if isinstance(raw, dict) and isinstance(raw.get("models"), list) else []:
             for ref in _refs(m):
                 stamps.append(_module_stamp(ref) if _REF.match(ref) else tree_stamp(cfg_path.parent / ref))
+            stamps.extend(_file_inputs(m, cfg_path.parent))
         validation = self.workload.validation()
         data = file_digest(Path(validation)) if Path(validation).is_file() else validation
         spec = self.workload.spec
@@ -228,3 +230,32 @@ def _refs(model: Any) -> list[str]:
     if isinstance(pre, dict):
         out.append(pre.get("function"))
     return [r for r in out if isinstance(r, str)]
+
+
+def _file_inputs(model: Any, base: Path) -> list[Any]:
+    """Stamps of the files a model entry's factory reads beyond its ``ref``: every ``kwargs`` value that names an
+    existing file or folder (absolute, or relative to the models config), and what the factory declares with
+    :func:`cascadeserve.models.base.reads` (a file it finds at load time, in a cache folder say)."""
+    if not isinstance(model, dict):
+        return []
+    kwargs: dict[str, Any] = model["kwargs"] if isinstance(model.get("kwargs"), dict) else {}
+    out: list[Any] = []
+    for value in kwargs.values():
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v and "\n" not in v and len(v) < 4096:
+                p = Path(v).expanduser()
+                p = p if p.is_absolute() else base / p
+                if p.exists():
+                    out.append([v, tree_stamp(p)])
+    for ref in _refs(model):
+        if not _REF.match(ref):
+            continue
+        module, _, name = ref.partition(":")
+        args = kwargs if ref == model.get("ref") else {}  # a hook (preprocess, postprocess) takes no kwargs
+        try:  # the function's own declaration: importing the module runs the user's code, as serving it will
+            declared = getattr(getattr(importlib.import_module(module), name, None), "reads", None)
+            files = list(declared(**args)) if callable(declared) else []
+        except Exception:
+            files = []
+        out.extend([str(f), tree_stamp(Path(f))] for f in files)
+    return out
