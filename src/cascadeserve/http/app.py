@@ -58,8 +58,9 @@ from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
-from cascadeserve.http.fastpath import InferAnswer, InferFastPath, answered_or_gone, read_body, server_error
+from cascadeserve.http.fastpath import InferAnswer, InferFastPath, answered_or_gone, server_error
 from cascadeserve.http.infer import InferCore, InferError, ServedModel, model_config
+from cascadeserve.http.limits import read_body
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
@@ -283,11 +284,8 @@ class _Api:
 
     # -- inference ---------------------------------------------------------------------------------------------
     async def _body(self, request: Request) -> bytes:
-        limit = self.opts.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise ProtocolError(f"body: {declared} bytes is over the limit of {limit} bytes", 413)
-        return await read_body(request.receive, limit)
+        """The body, within ``max_body_bytes`` (413 past it): every route's body comes through here."""
+        return await read_body(request.receive, self.opts.max_body_bytes, request.headers.get("content-length"))
 
     @describe(
         body=InferRequest,

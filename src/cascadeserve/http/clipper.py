@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from cascadeserve.http.failures import public_error
 from cascadeserve.http.feedback import (
     AnsweredLog,
     AnsweredRow,
@@ -53,6 +53,7 @@ from cascadeserve.http.feedback import (
     apply_feedback,
     parse_feedback,
 )
+from cascadeserve.http.limits import loads
 from cascadeserve.http.openapi import describe
 from cascadeserve.http.v2 import DTYPES, ProtocolError, bf16_bits
 from cascadeserve.plan import GearPlan
@@ -269,12 +270,9 @@ class ClipperLayer:
             if name != self.app_name:
                 return _error(f"unknown model {name!r}; this server serves {self.app_name!r}", 404)
             try:
-                try:
-                    obj = json.loads(await request.body())
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    raise FeedbackError("body: malformed JSON") from None
+                obj = loads(await api._body(request))  # the gate: size, depth, elements (http/limits.py)
                 return JSONResponse(self.feedback(parse_feedback(obj)))
-            except FeedbackError as e:
+            except (ProtocolError, FeedbackError) as e:
                 return _error(e.message, e.status)
 
         @describe(body=_PREDICT, responses=(400, 401, 403, 404, 500, 502, 503, 504), secured=True)
@@ -335,10 +333,8 @@ class ClipperLayer:
         if request.path_params["app"] != self.app_name:
             return _error(f"unknown application {request.path_params['app']!r}; this server has {self.app_name!r}", 404)
         try:
-            obj = json.loads(await request.body())
+            obj = loads(await api._body(request))
             payloads, arr, single = self._inputs(obj, api)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error("body: malformed JSON", 400)
         except ProtocolError as e:
             return _error(e.message, e.status)
         context = context_of(obj, request.headers)
@@ -368,20 +364,19 @@ class ClipperLayer:
                     one["class_name"] = names.get(res.label, "")
                 out.append(one)
             elif self.default_output is not None and isinstance(res, ServingError):
-                why = DEADLINE_EXPLANATION if isinstance(res, DeadlineExceeded) else str(res)
+                why = DEADLINE_EXPLANATION if isinstance(res, DeadlineExceeded) else public_error(res)[0]
                 out.append(
                     {"query_id": qid, "output": self.default_output, "default": True, "default_explanation": why}
                 )
             else:
-                status = res.status if isinstance(res, ServingError) else 500
-                return _error(str(res), status)
+                return _error(*public_error(res))  # a model's own text only in the server log
         return JSONResponse(out[0] if single else {"batch_predictions": out})
 
     async def _update(self, request: Request, api: Any) -> Response:
         if request.path_params["app"] != self.app_name:
             return _error(f"unknown application {request.path_params['app']!r}; this server has {self.app_name!r}", 404)
         try:
-            obj = json.loads(await request.body())
+            obj = loads(await api._body(request))
             if not isinstance(obj, dict) or "label" not in obj:
                 raise ProtocolError("label: missing (Clipper's update is {'uid', 'input', 'label'})")
             if "query_id" in obj:
@@ -393,8 +388,6 @@ class ClipperLayer:
                     return _error("input: no answered query with this input (unknown or expired)", 404)
                 rid = found
             result = self.feedback([(rid, obj["label"])])
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error("body: malformed JSON", 400)
         except ProtocolError as e:
             return _error(e.message, e.status)
         except FeedbackError as e:

@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from cascadeserve.http.v2 import ProtocolError
+from cascadeserve.http.failures import public_error
 
 __all__ = [
     "InferAnswer",
@@ -22,14 +22,14 @@ __all__ = [
     "answered_or_gone",
     "disconnected",
     "outcome",
-    "read_body",
     "server_error",
 ]
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
-    """A handler that raised: 500 naming the exception."""
-    return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+    """A handler that raised: 500 with a request id; the exception goes to the server log under it."""
+    message, status = public_error(exc)
+    return JSONResponse({"error": message}, status_code=status)
 
 
 class InferAnswer(Response):
@@ -135,26 +135,3 @@ def outcome(future: asyncio.Future[Any]) -> Any:
     if future.cancelled():
         return asyncio.CancelledError()
     return future.exception() or future.result()
-
-
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The request body; past ``limit`` bytes a :class:`ProtocolError` (413) naming the limit.
-
-    Starlette's ``Request.stream`` reads the same messages, through an async generator whose set-up and three
-    resumptions cost more than the one message a small infer request is; a disconnect raises as it does there.
-    """
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise ProtocolError(f"body: over the limit of {limit} bytes", 413)
-            if chunk:
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        elif message["type"] == "http.disconnect":
-            raise ClientDisconnect()

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.http.clipper import ClipperLayer
+from cascadeserve.http.failures import public_error
 from cascadeserve.http.fastpath import outcome
+from cascadeserve.http.limits import check_text_rows
 from cascadeserve.http.v2 import DTYPES, OutputTensor, ProtocolError
 from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
@@ -205,6 +207,8 @@ class InferCore:
             raise ProtocolError(f"input {spec.name!r}: shape {list(arr.shape)} does not match {list(spec.shape)}")
         if arr.shape[0] == 0:
             raise ProtocolError(f"input {spec.name!r}: the batch has no rows")
+        if spec.datatype == "BYTES":  # text, and an LLM item within the gate's bounds (http/limits.py)
+            check_text_rows(arr.ravel().tolist(), f"input {spec.name!r}: row")
         if (arr.dtype.kind == "f" or spec.datatype == "BF16") and not spec.allow_non_finite:
             finite = _finite(arr, spec.datatype).reshape(len(arr), -1).all(axis=1)
             if not finite.all():
@@ -258,7 +262,7 @@ class InferCore:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             worst = max(errors, key=lambda e: getattr(e, "status", 500))
-            raise InferError(str(worst), getattr(worst, "status", 500))
+            raise InferError(*public_error(worst))  # a model's own text only in the log
         answers = [r for r in results if isinstance(r, Answer)]
         self.layer.answered(rid, reqs, answers, context)
         return self._inferred(answers, admitted)

@@ -48,15 +48,15 @@ from starlette.routing import BaseRoute, Route
 
 from cascadeserve.http import openai_schema as schema
 from cascadeserve.http.clipper import ClipperLayer
+from cascadeserve.http.failures import public_error
 from cascadeserve.http.fastpath import disconnected
+from cascadeserve.http.limits import MAX_PROMPT_CHARS, LimitError, check_max_tokens, check_options, loads
 from cascadeserve.http.openapi import describe
 from cascadeserve.http.v2 import ProtocolError
 from cascadeserve.models.base import TokenLogprobs
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
 
 __all__ = ["MAX_PROMPT_CHARS", "OpenAIError", "openai_routes", "parse_chat", "parse_completion"]
-
-MAX_PROMPT_CHARS = 32_000  # about 8k tokens: past the context of the small local models this serves
 
 
 class _Served(Protocol):
@@ -128,6 +128,11 @@ def _common(body: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:
         not isinstance(options, list) or len(options) < 2 or not all(isinstance(o, str) and o for o in options)
     ):
         raise OpenAIError("options: expected a list of at least 2 non-empty strings", param="options")
+    try:  # the gate's bounds (http/limits.py): no cap past any context, no flood of options
+        check_max_tokens(cap, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
+        check_options(options, "options")
+    except LimitError as e:
+        raise OpenAIError(e.message, e.status, e.param) from None
     timeout = body.get("timeout")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0
@@ -290,11 +295,12 @@ class _Front:
             return bad
         try:
             try:
-                body = json.loads(await api._body(request))
-            except ProtocolError as e:
+                body = loads(await api._body(request))  # the gate: size, depth, elements (http/limits.py)
+            except LimitError as e:
                 raise OpenAIError(e.message, e.status) from None
-            except ValueError as e:
-                raise OpenAIError(f"the body is not JSON: {e}") from None
+            except ProtocolError as e:  # over the size limit (413), or not JSON at all (400)
+                message = f"the body is not JSON: {e.message}" if e.status == 400 else e.message
+                raise OpenAIError(message, e.status) from None
             model, prompt, params = (parse_chat if chat else parse_completion)(body)
             if model != api.model.name:
                 raise OpenAIError(
@@ -352,7 +358,7 @@ class _Front:
         except Overloaded as e:
             raise OpenAIError(str(e), 503, code="overloaded") from None
         except ServingError as e:
-            raise OpenAIError(str(e), e.status) from None
+            raise OpenAIError(*public_error(e)) from None
         gone = asyncio.ensure_future(disconnected(request.receive))
         try:
             await asyncio.wait((req.future, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -361,8 +367,8 @@ class _Front:
             try:
                 answer: Answer = await req.future
                 return answer
-            except ServingError as e:
-                raise OpenAIError(str(e), e.status) from None
+            except ServingError as e:  # a model's own text only in the server log
+                raise OpenAIError(*public_error(e)) from None
         finally:
             gone.cancel()
 

@@ -30,7 +30,6 @@ arrival, to a cascade that stays until what it admitted has been answered.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -45,8 +44,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from cascadeserve.http.app import ServerOptions
 from cascadeserve.http.control import AuthError, check_bearer
+from cascadeserve.http.limits import loads, read_body
 from cascadeserve.http.metrics import CONTENT_TYPE
 from cascadeserve.http.root import CASCADES
+from cascadeserve.http.v2 import ProtocolError
 
 if TYPE_CHECKING:
     from cascadeserve.http.infer import ServedModel
@@ -171,7 +172,10 @@ class Repository:
         if scope["type"] != "http":
             await self.first.asgi(scope, receive, send)
             return
-        target, response = await self._route(scope, receive)
+        try:
+            target, response = await self._route(scope, receive)
+        except ProtocolError as e:  # a body over the limit, or JSON nested too deeply (http/limits.py)
+            target, response = None, _error(e.message, e.status)
         if response is not None:
             await response(scope, receive, send)
             return
@@ -204,7 +208,7 @@ class Repository:
         if several and method == "GET" and path == "/v1/models":
             return None, self._auth(scope) or self._models()
         if several and method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            body = await _read(receive)
+            body = await _read(receive, self.options.max_body_bytes)
             scope["_body"] = body
             name = _body_model(body)
             app = self.app(name) if name is not None else None
@@ -288,7 +292,7 @@ class Repository:
                 await self.unload(name)
                 return JSONResponse({"unloaded": name})
             try:
-                params = json.loads(await _read(receive) or b"{}").get("parameters", {})
+                params = loads(await _read(receive, self.options.max_body_bytes) or b"{}").get("parameters", {})
             except (ValueError, AttributeError):
                 return _error("body: expected a JSON object, optionally with 'parameters'", 400)
             app = await self.load(name, params)
@@ -309,8 +313,8 @@ class Repository:
             raise RepositoryError("parameters: expected an object", 400)
         if "config" in params:  # tritonclient's load_model(name, config=JSON): the same parameters, as one string
             try:
-                params = json.loads(params["config"])
-            except (TypeError, ValueError):
+                params = loads(params["config"], "parameters.config")
+            except (TypeError, ValueError, ProtocolError):
                 params = None
             if not isinstance(params, dict):
                 raise RepositoryError(
@@ -396,22 +400,15 @@ def _refused(check: Callable[[], None]) -> Response | None:
     return None
 
 
-async def _read(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
+async def _read(receive: Receive, limit: int) -> bytes:
+    """The body, within ``limit`` bytes (the gate every route reads through: http/limits.py)."""
+    return await read_body(receive, limit)
 
 
 def _body_model(body: bytes) -> str | None:
     try:
-        model = json.loads(body).get("model")
-    except (ValueError, AttributeError):
+        model = loads(body).get("model")
+    except (ValueError, AttributeError, ProtocolError):
         return None
     return model if isinstance(model, str) else None
 
