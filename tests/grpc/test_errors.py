@@ -5,6 +5,9 @@ meets INVALID_ARGUMENT or NOT_FOUND, leaving nothing in flight."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import threading
 from collections.abc import Iterator
 
@@ -238,4 +241,41 @@ def test_malformed_infer_requests_are_refused_as_the_callers_fault(toy_profile: 
 
         check()
         assert {"INVALID_ARGUMENT", "NOT_FOUND"} <= seen
+        wait_for(lambda: server.app.runtime.in_flight == 0, timeout_s=5.0)
+
+
+def _text_scores(batch: np.ndarray) -> np.ndarray:
+    """A classifier of text rows (BYTES): raises on "boom", quoting the row as real models' errors do."""
+    for row in batch:
+        if "boom" in str(row):
+            raise ValueError(f"cannot read {row!r}")
+    return np.tile([0.1, 0.2, 0.7], (len(batch), 1))
+
+
+def test_the_gate_holds_for_grpc_and_a_models_text_stays_in_the_log(
+    toy_profile: Profile, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="cascadeserve.http")
+    models = ModelConfig({"m0": _text_scores, "m1": _text_scores}, InputSpec("text", "BYTES", (-1,)))
+    with grpc_serving(toy_profile, models=models, backend=LocalBackend(), max_body_bytes=8 << 20) as server:
+        c = client(server)
+
+        def text(rows: list[str]) -> list[tg.InferInput]:
+            return [_input("text", np.array(rows, dtype=object), "BYTES")]
+
+        assert c.infer("toy", text(["fine", '{"prompt": "an item"}'])).as_numpy("label").tolist() == [2, 2]
+        e = _refused(lambda: c.infer("toy", text(["boom secret-4711"])))
+        assert e.status() == "StatusCode.INTERNAL" and "secret-4711" not in str(e.message()), e.message()
+        found = re.search(r"model 'm0' failed on this request \(request id ([0-9a-f]{12})", str(e.message()))
+        assert found is not None, e.message()
+        wait_for(lambda: any(found.group(1) in m and "secret-4711" in m for m in caplog.messages))
+        for row, named in (
+            (json.dumps({"prompt": "hi", "options": ["a"] * 10_000}), "row[0].options"),
+            (json.dumps({"prompt": "hi", "max_new_tokens": 2**70}), "row[0].max_new_tokens"),
+        ):
+            e = _refused(lambda row=row: c.infer("toy", text([row])))  # type: ignore[misc]
+            assert e.status() == "StatusCode.INVALID_ARGUMENT" and named in str(e.message()), e.message()
+        many = np.array([""] * (1_000_001), dtype=object)  # 4 MB of empty strings: a million Python objects
+        e = _refused(lambda: c.infer("toy", [_input("text", many, "BYTES")]))
+        assert e.status() == "StatusCode.INVALID_ARGUMENT" and "1000001 BYTES elements" in str(e.message())
         wait_for(lambda: server.app.runtime.in_flight == 0, timeout_s=5.0)

@@ -144,3 +144,4 @@ def test_rpcs_it_does_not_serve_answer_unimplemented_saying_why(toy_profile: Pro
             client(server).get_cuda_shared_memory_status()
         assert err.value.status() == "StatusCode.UNIMPLEMENTED"
         assert "CudaSharedMemoryStatus is not implemented" in str(err.value.message())
+        assert "repository" not in str(err.value.message())  # the repository RPCs are served

@@ -8,8 +8,13 @@ module only translates messages and errors.
 
 Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer, ModelStreamInfer
 (each request answered as it finishes; a refused one by ``error_message``, as Triton does), ModelConfig,
-ModelStatistics and RepositoryIndex (the one served cascade, READY). The other RPCs answer UNIMPLEMENTED, saying
-why. With ``--auth-token``, every RPC but the health probes needs metadata ``authorization: Bearer <token>``.
+ModelStatistics, RepositoryIndex (every cascade served, with its state), RepositoryModelLoad and
+RepositoryModelUnload (admin token; PERMISSION_DENIED where the server's cascades are fixed). The other RPCs
+(shared memory, trace and log settings) answer UNIMPLEMENTED, saying why. With ``--auth-token``, every RPC but the
+health probes needs metadata ``authorization: Bearer <token>``. Requests pass the HTTP front end's gate
+(:mod:`cascadeserve.http.limits`): the message size (``max_body_bytes``), the ``BYTES`` element count, the bounds on
+an LLM item's prompt, options and tokens; a model's exception text stays in the server log (INTERNAL names the
+model and a request id).
 
 Errors carry the HTTP front end's message (it names the field, input or model) under the gRPC code of its status:
 400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND, 413 RESOURCE_EXHAUSTED (a
@@ -37,6 +42,7 @@ from cascadeserve.grpc.tensors import decode_inputs, decode_parameters, encode_r
 from cascadeserve.http.app import ServerOptions
 from cascadeserve.http.clipper import context_of
 from cascadeserve.http.control import AuthError
+from cascadeserve.http.failures import public_error
 from cascadeserve.http.infer import InferCore, InferError, ServedModel, model_config
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.repository import RepositoryError
@@ -118,8 +124,8 @@ def _rpc(*, auth: bool = True) -> Callable[[_Rpc], _Rpc]:
                         _message(e),
                         trailing_metadata=(("retry-after", _retry_after(retry_s)),),
                     )
-            except Exception as e:  # a bug of ours: INTERNAL naming it, as HTTP's 500 does (gRPC would say UNKNOWN)
-                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+            except Exception as e:  # a bug of ours: INTERNAL with a request id, as HTTP's 500 (gRPC would say UNKNOWN)
+                await context.abort(grpc.StatusCode.INTERNAL, public_error(e)[0])
 
         return cast(_Rpc, handler)
 
@@ -138,7 +144,7 @@ def _message(e: ProtocolError) -> str:
 
 
 def _unimplemented(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
-    why = _WHY_NOT.get(name, "cascadeserve serves one cascade, without a model repository, shared memory or settings")
+    why = _WHY_NOT.get(name, "cascadeserve serves no shared memory, trace settings or log settings")
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented: {why}")

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from cascadeserve.http.jsonshape import MAX_ELEMENTS, shape_error
+
 __all__ = [
     "DTYPES",
     "HEADER_LENGTH",
@@ -121,6 +123,9 @@ def _json_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any]
         head, rest = body[:n], body[n:]
     else:
         head, rest = body, b""
+    problem = shape_error(head, max_depth=None)  # the elements only: the depth is the RecursionError's, below
+    if problem is not None:
+        raise ProtocolError(f"body: {problem}")
     try:
         # a body that opens with '{' and no NUL byte is UTF-8 to json.loads(bytes) too (its detect_encoding): decoded
         # here as it decodes it, without the detection per request
@@ -200,7 +205,10 @@ def tensor_header(where: str, datatype: Any, shape: Any) -> tuple[str, list[int]
         raise ProtocolError(f"{where}: datatype {datatype!r} is not one of {', '.join(DTYPES)}")
     if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
         raise ProtocolError(f"{where}: shape must be a list of non-negative integers")
-    return datatype, shape, math.prod(shape)
+    count = math.prod(shape)
+    if datatype == "BYTES" and count > MAX_ELEMENTS:  # each one a Python string: bounded as JSON's elements are
+        raise ProtocolError(f"{where}: {count} BYTES elements, over this server's limit of {MAX_ELEMENTS}")
+    return datatype, shape, count
 
 
 def binary_tensor(
