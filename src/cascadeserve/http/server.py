@@ -31,6 +31,7 @@ from starlette.types import ASGIApp
 
 from cascadeserve.http.app import FrontEnd, ServedModel, ServerOptions, create_app
 from cascadeserve.http.clipper import ClipperOptions
+from cascadeserve.http.connections import ConnectionLimits, protocol_class
 from cascadeserve.http.control import check_plan
 from cascadeserve.http.costs import CostCollector
 from cascadeserve.http.metrics import PrometheusObserver
@@ -283,7 +284,9 @@ DEFAULT_KEEP_ALIVE_S = 75.0
 
 
 class Server:
-    """Runs an :class:`App` on uvicorn, in the foreground (:meth:`run`) or on a thread (:meth:`start`)."""
+    """Runs an :class:`App` on uvicorn, in the foreground (:meth:`run`) or on a thread (:meth:`start`), with
+    ``limits`` on every connection (default :class:`~cascadeserve.http.connections.ConnectionLimits`: a head within
+    10 s, no 30 s pause in a body, at most 1000 connections)."""
 
     def __init__(
         self,
@@ -295,7 +298,9 @@ class Server:
         keep_alive_s: float = DEFAULT_KEEP_ALIVE_S,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
+        bounds = limits or ConnectionLimits()  # head and body deadlines, connection cap (http/connections.py)
         config = uvicorn.Config(
             app.asgi,
             host=host,
@@ -307,6 +312,9 @@ class Server:
             timeout_keep_alive=max(1, math.ceil(keep_alive_s)),
             ssl_certfile=ssl_certfile,
             ssl_keyfile=ssl_keyfile,
+            http=protocol_class(bounds),
+            # past the watch's own bound (the head's bytes, counted a read at a time): it refuses first, with 431
+            h11_max_incomplete_event_size=2 * bounds.max_head_bytes + (512 << 10),
         )
         self.tls = ssl_certfile is not None
         self.app = app
