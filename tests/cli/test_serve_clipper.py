@@ -39,6 +39,9 @@ def test_bad_clipper_options_exit_2(
         (["--alternative", "noequals"], "--alternative: 'noequals' is not NAME=PLAN.json"),
         (["--slo-p95-ms", "0"], "--slo-p95-ms: 0.0 must be a positive number"),
         (["--keep-alive-s", "0"], "--keep-alive-s: 0.0 must be a positive number of seconds"),
+        (["--header-timeout-s", "0"], "'--header-timeout-s': Input should be greater than or equal to 0.1"),
+        (["--body-timeout-s", "inf"], "'--body-timeout-s': Input should be less than or equal to 3600"),
+        (["--max-connections", "0"], "'--max-connections': Input should be greater than or equal to 1"),
     ],
 )
 def test_bad_selection_options_exit_2(

@@ -103,3 +103,30 @@ def test_non_loopback_without_token_warns_and_banner_waits_for_the_bind(toy_prof
         [*cmd, "--ssl-certfile", str(tmp_path / "nope.pem")], capture_output=True, text=True, timeout=60
     )
     assert tls.returncode == 2 and "--ssl-keyfile" in tls.stderr and time.monotonic() - t0 < 60
+
+
+def test_connection_limits_are_serve_options(toy_profile: Profile, tmp_path: Path) -> None:
+    """--header-timeout-s closes a connection that sends nothing; --max-connections refuses one past the cap."""
+    prof_dir = save_profile(toy_profile, tmp_path / "toy")
+    plan_path = fixed_plan(toy_profile, Cascade(("m0",), ()), (Device(name="d0", memory_mb=1000),)).save(
+        tmp_path / "plan.json"
+    )
+    cmd = [*CLI, "serve", "--plan", str(plan_path), "--profile", str(prof_dir), "--emulate", "--port", "0"]
+    cmd += ["--no-measure-overhead", "--header-timeout-s", "0.5", "--max-connections", "2"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    try:
+        line = proc.stderr.readline()
+        m = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
+        assert m, line
+        port = int(m.group(1))
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as first:
+            t0 = time.monotonic()
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as second:
+                with socket.create_connection(("127.0.0.1", port), timeout=20) as third:  # past the cap
+                    assert third.recv(4096).startswith(b"HTTP/1.1 503 ")
+                assert second.recv(4096).startswith(b"HTTP/1.1 408 ")
+            assert first.recv(4096).startswith(b"HTTP/1.1 408 ") and time.monotonic() - t0 < 15
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)

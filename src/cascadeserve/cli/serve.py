@@ -76,6 +76,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.app import FrontEnd
 from cascadeserve.http.clipper import ClipperOptions
+from cascadeserve.http.connections import ConnectionLimits
 from cascadeserve.http.server import DEFAULT_KEEP_ALIVE_S, cascade_builder, with_repository
 from cascadeserve.plan import GearPlan, load_plan, plan_profile
 from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
@@ -146,6 +147,9 @@ def serve(
     keep_alive_s: Annotated[
         float, typer.Option(help="Idle HTTP connections stay open this long (above your load balancer's timeout).")
     ] = DEFAULT_KEEP_ALIVE_S,
+    header_timeout_s: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds a head may take (408).")] = 10.0,
+    body_timeout_s: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds a body may pause (408).")] = 30.0,
+    max_connections: Annotated[int, typer.Option(min=1, help="Open connections at most (503 past it).")] = 1000,
     admin_token: Annotated[
         str | None,
         typer.Option(
@@ -310,15 +314,12 @@ def serve(
     # on Ray a loaded cascade would need a fleet of its own beside the first's: not built yet, so its set is fixed
     loader = None if backend == "ray" else (lambda name, params: build(name, workload_files(params)))
     built = with_repository(built, served, loader)
+    limits = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)  # slow and idle clients
     server = Server(
-        built,
-        host,
-        port,
-        grace_s=grace_s,
-        keep_alive_s=keep_alive_s,
+        built, host, port, grace_s=grace_s, keep_alive_s=keep_alive_s, limits=limits,
         ssl_certfile=None if ssl_certfile is None else str(ssl_certfile),
         ssl_keyfile=None if ssl_keyfile is None else str(ssl_keyfile),
-    )
+    )  # fmt: skip
     if not loopback(host) and auth_token is None:
         err_console.print(
             f"warning: binding {host}, which is not a loopback address, without --auth-token: anyone who reaches "
