@@ -43,7 +43,8 @@ class Call(Generic[T]):
         self.done = threading.Lock()  # held until the call has finished: the in-place wait acquires it
         self.done.acquire()
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Run the call on the calling thread (the worker's) and wake whoever waits for it."""
         try:
             self._result = self._fn()
         except BaseException as e:  # handed back to the caller, raised there
@@ -102,7 +103,7 @@ class Worker:
             call = self._calls.popleft()
             if call is None:
                 return
-            call._run()
+            call.run()
 
     def submit(self, fn: Callable[[], T]) -> Call[T]:
         if self._closed:
