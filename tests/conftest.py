@@ -31,6 +31,13 @@ def make_toy_profile(n: int = 2000, seed: int = 0, n_models: int = 3) -> Profile
     return Profile.from_scores("toy", models, labels, scores, device="synthetic", source="tests/conftest.py")
 
 
+@pytest.fixture(autouse=True)
+def _server_state_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``serve`` a test runs (in process or as a child) keeps its state in a folder of its own, never in the
+    checkout, so no test restores what another recorded."""
+    monkeypatch.setenv("CASCADESERVE_STATE_DIR", str(tmp_path_factory.mktemp("server-state")))
+
+
 @pytest.fixture(scope="session")
 def toy_profile() -> Profile:
     return make_toy_profile()

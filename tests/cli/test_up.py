@@ -72,18 +72,16 @@ def test_init_then_up_serves_the_example_and_a_second_up_skips_both(
     assert load_plan(state.plan).notes["costs"] == costs_note(served)
     assert [m.name for m in served.models] == [m.name for m in measured.models]
 
-    # the planned workload is what a repository entry holds: serve's load resolves it to up's files
-    from cascadeserve.cli.serve_checks import workload_files
+    # a planned workload is what a model repository's folder may hold: a load by its folder's name serves up's files
     from cascadeserve.http.repository import LoadError
+    from cascadeserve.workload.repository import ModelRepository
 
-    wl = str(load_workload(d).path)
-    files = {"plan": str(state.plan), "profile": str(state.profile), "emulate": False}
-    assert workload_files({"workload": wl}) == {**files, "models": str(state.models_config())}
-    assert workload_files({"workload": wl, "emulate": True}) == {**files, "emulate": True}
-    assert workload_files({"plan": "p.json"}) == {"plan": "p.json"}  # no workload: as given
-    with pytest.raises(LoadError, match=r"parameters\.workload: give it alone"):
-        workload_files({"workload": wl, "plan": "p.json"})
+    repo = ModelRepository(d.parent)
+    files = repo.files(d.name, emulate=False)
+    assert (files.plan, files.profile) == (state.plan.resolve(), state.profile.resolve())
+    assert files.models is not None and files.models.resolve() == state.models_config().resolve()
+    assert repo.files(d.name, emulate=True).models is None
     fresh = tmp_path / "fresh"
     assert run(["init", str(fresh)]) == 0
     with pytest.raises(LoadError, match="is not planned yet"):
-        workload_files({"workload": str(fresh)})
+        repo.files("fresh", emulate=False)

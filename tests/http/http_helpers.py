@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.app import FrontEnd
 from cascadeserve.plan import Device, GearPlan, fixed_plan
-from cascadeserve.profile import Profile
+from cascadeserve.profile import Profile, save_profile
 from cascadeserve.runtime import Backend, ModelConfig, RuntimeOptions
 
 ADMIN_TOKEN = "test-admin-token"
@@ -24,6 +25,14 @@ def toy_plan(profile: Profile, *, min_queue: int = 1, max_wait_ms: float | None 
         min_queue=min_queue,
         max_wait_ms=max_wait_ms,
     )
+
+
+def emulated_folder(repository: Path, name: str, profile: Profile) -> Path:
+    """A model repository's folder ``name`` that serves ``profile`` emulated: its ``plan.json`` and ``profile/``."""
+    folder = repository / name
+    save_profile(profile, folder / "profile")
+    toy_plan(profile).save(folder / "plan.json")
+    return folder
 
 
 @contextmanager

@@ -26,23 +26,25 @@ from tests.http.http_helpers import ADMIN, ADMIN_TOKEN, serving, toy_plan
 from cascadeserve.cascade import Cascade
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.limits import MAX_OPTIONS, MAX_TOKENS
-from cascadeserve.http.server import cascade_builder, with_repository
+from cascadeserve.http.server import with_repository
 from cascadeserve.models.base import Generated, TextOutput
 from cascadeserve.plan import SLO, Device, fixed_plan
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve
 from cascadeserve.runtime import InputSpec, ModelConfig, RuntimeOptions
+from cascadeserve.workload.repository import ModelRepository, repository_builder
 
 LIMIT = 8 << 20  # serve's default --max-body-bytes
 SECRET = "secret-4711"
 
 
 @pytest.fixture(scope="module")
-def toy() -> Iterator[Server]:
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     prof = make_toy_profile()
     opts = ServerOptions(max_body_bytes=LIMIT, stop_grace_s=2.0, admin_token=ADMIN_TOKEN)
     runtime = RuntimeOptions(max_in_flight=4096)
     app = build_app(prof, toy_plan(prof), emulate=True, name="toy", runtime_options=runtime, server_options=opts)
-    app = with_repository(app, opts, cascade_builder(runtime_options=runtime, server_options=opts))
+    repo = ModelRepository(tmp_path_factory.mktemp("repository"))
+    app = with_repository(app, opts, repository_builder(repo, runtime_options=runtime, server_options=opts))
     server = Server(app, "127.0.0.1", 0, grace_s=2.0).start()
     try:
         yield server

@@ -10,13 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.conftest import make_toy_profile
-from tests.http.http_helpers import ADMIN, ADMIN_TOKEN, serving, toy_plan
+from tests.http.http_helpers import ADMIN, ADMIN_TOKEN, emulated_folder, serving, toy_plan
 
 from cascadeserve import __version__
 from cascadeserve.http import Server, ServerOptions, build_app
-from cascadeserve.http.server import cascade_builder, with_repository
-from cascadeserve.profile import Profile, save_profile
+from cascadeserve.http.server import with_repository
+from cascadeserve.profile import Profile
 from cascadeserve.runtime import RuntimeOptions
+from cascadeserve.workload.repository import ModelRepository, repository_builder
 
 LINKS = {
     "live": "/v2/health/live",
@@ -85,17 +86,16 @@ def test_the_inference_token_guards_it_as_it_guards_v2(toy_profile: Profile) -> 
 
 
 def test_a_repository_lists_every_cascade_it_serves(tmp_path: Path) -> None:
-    second = make_toy_profile(n=300, seed=7)
-    save_profile(second, tmp_path / "profile")
-    toy_plan(second).save(tmp_path / "plan.json")
+    emulated_folder(tmp_path, "b", make_toy_profile(n=300, seed=7))
     prof = make_toy_profile()
     opts = ServerOptions(stop_grace_s=2.0, admin_token=ADMIN_TOKEN)
     runtime = RuntimeOptions(max_in_flight=4096)
     app = build_app(prof, toy_plan(prof), emulate=True, name="a", runtime_options=runtime, server_options=opts)
-    app = with_repository(app, opts, cascade_builder(runtime_options=runtime, server_options=opts))
+    build = repository_builder(ModelRepository(tmp_path), runtime_options=runtime, server_options=opts)
+    app = with_repository(app, opts, build)
     with Server(app, "127.0.0.1", 0, grace_s=2.0) as s:
         assert httpx.get(f"{s.url}/").json()["cascades"] == [_cascade("a")]
-        params = {"plan": str(tmp_path / "plan.json"), "profile": str(tmp_path / "profile"), "emulate": True}
+        params = {"emulate": True}
         repo = f"{s.url}/v2/repository/models/b"
         load = httpx.post(f"{repo}/load", json={"parameters": params}, headers=ADMIN, timeout=60)
         assert load.status_code == 200, load.text

@@ -42,6 +42,7 @@ def workload_values(state: StateDir) -> dict[str, Any]:
         "profile": str(state.profile),
         "measured_profile": str(state.measured),  # what profile measure writes (and calibrate reads)
         "plan": str(state.plan),
+        "state_dir": str(state.root / "server"),  # serve's: what the server keeps across restarts
         "models": str(state.models_config()),
         "validation": w.validation(),
         "name": spec.name,

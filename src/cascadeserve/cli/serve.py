@@ -43,7 +43,7 @@ import contextlib
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -58,7 +58,6 @@ from cascadeserve.cli.common import (
     TuneBudgetOpt,
     TuneReferenceOpt,
     TuneTargetOpt,
-    drift_settings_from,
 )
 from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, err_console
@@ -70,22 +69,26 @@ from cascadeserve.cli.serve_checks import (
     measure_costs,
     slowdowns,
     thread_note,
-    workload_files,
+)
+from cascadeserve.cli.serve_options import (
+    clipper_options,
+    headroom_note,
+    layer_options,
+    replan_options,
+    tuning_options,
+    with_batch_target,
 )
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.app import FrontEnd
-from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.http.connections import ConnectionLimits
-from cascadeserve.http.server import DEFAULT_KEEP_ALIVE_S, cascade_builder, with_repository
-from cascadeserve.plan import GearPlan, load_plan, plan_profile
-from cascadeserve.policy import DEFAULT_SLO_MS, PlanTables
-from cascadeserve.policy.adaptive import BATCHING, batch_limit_for, batch_target_s
-from cascadeserve.policy.tuning import OnlineTuning
-from cascadeserve.profile import Profile, load_profile
+from cascadeserve.http.persist import ServerState, plan_base
+from cascadeserve.http.server import DEFAULT_KEEP_ALIVE_S, with_repository
+from cascadeserve.plan import load_plan, plan_profile
+from cascadeserve.policy import DEFAULT_SLO_MS
+from cascadeserve.profile import load_profile
 from cascadeserve.runtime import Backend, LocalBackend, RuntimeOptions, load_model_config
-from cascadeserve.runtime.replanner import ReplanOptions
-from cascadeserve.runtime.tuning import TuningFactory
+from cascadeserve.workload.repository import ModelRepository, repository_builder
 
 __all__ = ["ON_LISTENING", "serve"]
 
@@ -246,10 +249,29 @@ def serve(
             "hop) recorded, for plan and simulate (the --profile folder itself is never rewritten unless named here)."
         ),
     ] = None,
+    model_repository: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of cascades (one folder each) that POST /v2/repository/models/NAME/load serves by name, with "
+            "--admin-token; nothing outside it is read. Off without it. Its models configs run code."
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Path,
+        typer.Option(
+            envvar="CASCADESERVE_STATE_DIR",
+            help="Where hot-swapped, re-planned and tuned plans and loaded cascades are kept across restarts.",
+        ),
+    ] = Path("cascadeserve-state"),
+    restore: Annotated[
+        bool,
+        typer.Option("--restore/--no-restore", help="Restore what --state-dir recorded (--no-restore: start fresh)."),
+    ] = True,
     workload: WorkloadOpt = None,
 ) -> None:
     """Serve the plan until SIGINT/SIGTERM; then answer what is in flight (for --grace-s) and fail the rest. With
-    --admin-token, POST /v2/repository/models/NAME/load serves more cascades beside it (docs/serving.md)."""
+    --model-repository and --admin-token, POST /v2/repository/models/NAME/load serves more cascades beside it
+    (docs/serving.md)."""
     check_options(
         max_in_flight, max_wait_slos, capacity_qps, slo_p95_ms, timeout_ms, max_body_bytes, grace_s, keep_alive_s
     )
@@ -264,16 +286,20 @@ def serve(
     prof = plan_profile(prof, gear_plan)
     engine = _backend(backend, address, None if emulate else models)
     planned = gear_plan  # as loaded: what the start-up measurement checks for recorded costs
+    repository = _repository(model_repository, backend)
+    state = ServerState(state_dir, restore=restore, log=lambda line: err_console.print(line, highlight=False))
+    served_name, base = name or prof.name, plan_base(plan)
+    gear_plan = state.restored(served_name, base, gear_plan, prof.model_names)[0]  # what served before a restart
 
     # every option is checked before anything runs: a bad one fails at once, not after the measurement below
-    gear_plan = _with_batch_target(gear_plan, batching, slo_p95_ms)
-    clipper = _clipper_options(cache_size, batching, gear_plan)
-    tuning = _tuning_options(tune, tune_target, tune_budget, audit_fraction, tune_reference, gear_plan, prof)
-    layer = _layer_options(alternative or [], selection, selection_store, slo_p95_ms, default_output, prof)
+    gear_plan = with_batch_target(gear_plan, batching, slo_p95_ms)
+    clipper = clipper_options(cache_size, batching, gear_plan)
+    tuning = tuning_options(tune, tune_target, tune_budget, audit_fraction, tune_reference, gear_plan, prof)
+    layer = layer_options(alternative or [], selection, selection_store, slo_p95_ms, default_output, prof)
     if not emulate and models is None:
         raise CascadeServeError("give --models config.yaml, or --emulate to answer from the profile's records")
     labels = class_names(models, prof)  # with --emulate too: the models file then only names the classes
-    replan_options = _replan_options(
+    replanning = replan_options(
         replan,
         qps_scaling,
         gear_plan,
@@ -305,15 +331,20 @@ def serve(
     served = ServerOptions(
         max_body_bytes=max_body_bytes, stop_grace_s=grace_s, admin_token=admin_token, auth_token=auth_token
     )
+    watcher = state.watch(served_name, base)  # records each swap and threshold change
     built = build_app(
         prof, gear_plan, models=config, emulate=emulate, name=name, runtime_options=options, server_options=served,
-        backend=engine, clipper=layer, replan=replan_options, costs=costs, front_ends=front_ends, labels=labels,
+        backend=engine, clipper=layer, replan=replanning, costs=costs, front_ends=front_ends, labels=labels,
+        observer=watcher,
     )  # fmt: skip
-    # more cascades beside it: POST /v2/repository/models/<name>/load (admin token), each from its own files
-    build = cascade_builder(runtime_options=options, server_options=served, backend=engine, costs=costs)
-    # on Ray a loaded cascade would need a fleet of its own beside the first's: not built yet, so its set is fixed
-    loader = None if backend == "ray" else (lambda name, params: build(name, workload_files(params)))
-    built = with_repository(built, served, loader)
+    watcher.runtime = built.runtime
+    # more cascades beside it: POST /v2/repository/models/<name>/load (admin token), each a repository folder
+    loader = None
+    if repository is not None:
+        loader = repository_builder(
+            repository, runtime_options=options, server_options=served, backend=engine, costs=costs, state=state
+        )
+    built = with_repository(built, served, loader, state=state)
     limits = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)  # slow and idle clients
     server = Server(
         built, host, port, grace_s=grace_s, keep_alive_s=keep_alive_s, limits=limits,
@@ -326,7 +357,7 @@ def serve(
             "the port can run inference",
             highlight=False,
         )
-    notes = [_headroom_note(gear_plan, emulate=emulate, replan=replan)]  # after every option is checked
+    notes = [headroom_note(gear_plan, emulate=emulate, replan=replan)]  # after every option is checked
     if models is not None and not emulate and backend == "local":
         notes.append(thread_note(models, sum(d.upstream is None for d in gear_plan.devices)))  # ours only
     for note in notes:
@@ -353,119 +384,13 @@ def serve(
     # SystemExit where Ray's driver installed its handler (--backend ray). Either way the drain is done.
     with contextlib.suppress(KeyboardInterrupt, SystemExit):
         server.run()
+    if not state.flush():
+        err_console.print(f"warning: {state_dir} is still being written; its last records may be lost")
     if not server.server.started:
         # uvicorn logs a bind error and exits through SystemExit before it ever listens: that is a failure.
         where = f"{host}:{port}" + ("" if grpc_port is None else f" (gRPC: {_address(host, grpc_port)})")
         raise CascadeServeError(f"could not listen on {where} (is the port in use?)")
     err_console.print("stopped")
-
-
-def _clipper_options(cache_size: int, batching: str | None, plan: GearPlan) -> dict[str, Any]:
-    """The Clipper serving-layer options as RuntimeOptions fields, checked up front (one line per bad option)."""
-    if cache_size < 0:
-        raise CascadeServeError(f"--cache-size: {cache_size} is negative (0 turns the cache off)")
-    out: dict[str, Any] = {"cache_size": cache_size or None}
-    if batching is not None:
-        if batching not in BATCHING:
-            raise CascadeServeError(f"--batching: {batching!r} is not one of {', '.join(BATCHING)}")
-        out["batching"] = batching
-    try:
-        batch_limit_for(plan, out.get("batching"))
-    except ValueError as e:
-        raise CascadeServeError(f"--batching: {e}") from None
-    return out
-
-
-def _with_batch_target(plan: GearPlan, batching: str | None, slo_ms: float | None) -> GearPlan:
-    """``plan`` with the adaptive batching target taken from the SLO the user gave (``--slo-p95-ms``), where the
-    plan sets none; the target itself is the policy's rule (:func:`~cascadeserve.policy.adaptive.batch_target_s`)."""
-    kind = batching or plan.batching
-    if kind not in ("aimd", "quantile") or plan.batch_target_ms is not None or slo_ms is None:
-        return plan
-    target_s = batch_target_s(plan, slo_ms=slo_ms)
-    return plan.model_copy(update={"batch_target_ms": target_s * 1000.0})
-
-
-def _tuning_options(
-    tune: bool, target: float | None, budget: float, audit: float | None, reference: str, plan: GearPlan, prof: Profile
-) -> TuningFactory | None:
-    """``serve --tune``: the factory of each served plan's online tuning, checked up front (one line per option)."""
-    if not tune:
-        for opt, v in (("--tune-target", target), ("--audit-fraction", audit)):
-            if v is not None:
-                raise CascadeServeError(f"{opt} needs --tune")
-        return None
-    if reference not in ("audit", "label"):
-        raise CascadeServeError(f"--tune-reference: {reference!r} is not one of audit, label")
-    fraction = audit if audit is not None else (plan.audit_fraction or 0.02)
-    if not fraction > 0:
-        raise CascadeServeError("--audit-fraction: must be above 0")
-
-    rows = {m: prof.index(m) for m in prof.model_names}
-
-    def make(tables: PlanTables) -> OnlineTuning:
-        # targets and stage costs come from the profile's rows (a real-model runtime numbers its models as its
-        # config does); the windows and decisions are per gear and stage, whatever the numbering
-        return OnlineTuning.for_plan(
-            PlanTables(tables.plan, rows), prof, target=target, budget=budget, audit_fraction=fraction,
-            reference=reference,
-        )  # fmt: skip
-
-    return make
-
-
-def _layer_options(
-    alternatives: list[str], selection: str, store: Path, slo_ms: float | None, default: int | None, prof: Profile
-) -> ClipperOptions:
-    if selection not in ("exp3", "exp4"):
-        raise CascadeServeError(f"--selection: {selection!r} is not one of exp3, exp4")
-    alts: list[tuple[str, GearPlan]] = []
-    for spec in alternatives:
-        alt_name, sep, path = spec.partition("=")
-        if not sep or not alt_name or not path:
-            raise CascadeServeError(f"--alternative: {spec!r} is not NAME=PLAN.json")
-        alts.append((alt_name, load_plan(Path(path), prof)))
-    return ClipperOptions(
-        alternatives=tuple(alts),
-        selection="exp4" if selection == "exp4" else "exp3",
-        store_path=store,
-        slo_ms=slo_ms,
-        default_output=default,
-    )
-
-
-def _headroom_note(plan: GearPlan, *, emulate: bool, replan: str) -> str | None:
-    """A hint when re-planning on emulated devices from a plan with no device headroom: such a runtime's per-batch
-    cost grows with load, and a re-plan made to sit near saturation then misses the SLO
-    (RESULTS.md, "Device headroom closes load drift's p95 on the runtime")."""
-    if not emulate or replan == "off" or plan.max_busy < 1:
-        return None
-    return (
-        "note: the plan keeps no device headroom, and re-plans inherit that; emulated devices spend about 0.5-1 ms "
-        "per batch beyond the profile, so a re-plan that keeps a device nearly always busy can miss the SLO here. "
-        "Plan with --max-busy 0.75 (docs/tuning-and-replanning.md: device headroom)."
-    )
-
-
-def _replan_options(
-    mode: str,
-    scaling: str,
-    plan: GearPlan,
-    profile: Path,
-    *,
-    threshold: float,
-    window_s: float,
-    min_s: float,
-    cooldown_s: float,
-    timeout_s: float,
-) -> ReplanOptions | None:
-    """``--replan`` and ``--qps-scaling`` as the runtime's options (``None``: neither is on), checked up front."""
-    if not (timeout_s > 0 and timeout_s < float("inf")):
-        raise CascadeServeError(f"--replan-timeout-s: {timeout_s} must be a positive number")
-    settings = drift_settings_from(
-        mode, scaling, plan, threshold=threshold, window_s=window_s, min_s=min_s, cooldown_s=cooldown_s
-    )
-    return None if settings is None else ReplanOptions(settings, profile, timeout_s)
 
 
 def _address(host: str, port: int) -> str:
@@ -482,6 +407,15 @@ def _grpc_front_end(host: str, port: int | None, certfile: Path | None, keyfile:
 
     tls = None if certfile is None or keyfile is None else (keyfile.read_bytes(), certfile.read_bytes())
     return [GrpcFrontEnd(host, port, tls=tls)]
+
+
+def _repository(folder: Path | None, backend: str) -> ModelRepository | None:
+    """``--model-repository``: the folder the load API serves cascades from (``None``: the load API is off)."""
+    if folder is None:
+        return None
+    if backend == "ray":  # a loaded cascade would need a fleet of its own beside the first's: not built yet
+        raise CascadeServeError("--model-repository: not with --backend ray (its cascades are fixed at start-up)")
+    return ModelRepository(folder)
 
 
 def _backend(name: str, address: str | None, models: Path | None) -> Backend:

@@ -9,13 +9,10 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from cascadeserve.cli.root import err_console
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.http.repository import LoadError
 from cascadeserve.http.server import check_labels
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.costs import CostSettings
@@ -32,7 +29,6 @@ __all__ = [
     "record_costs_in",
     "slowdowns",
     "thread_note",
-    "workload_files",
 ]
 
 
@@ -162,22 +158,3 @@ def measure_costs(
         highlight=False,
     )
     return costs
-
-
-def workload_files(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The repository API's load ``parameters`` with a ``workload`` (a workload file ``cascadeserve up`` has
-    profiled and planned) as the files ``up`` made for it: its profile, plan and models (or ``emulate``); other
-    parameters as they are."""
-    if "workload" not in params:
-        return dict(params)
-    from cascadeserve.workload import StateDir, load_workload  # deferred: serve rarely loads a workload
-
-    if set(params) - {"workload", "emulate"}:
-        raise LoadError("parameters.workload: give it alone (its files are the profile, plan and models up made)")
-    if not isinstance(params["workload"], str):
-        raise LoadError("parameters.workload: a workload file's path on the server is required")
-    state = StateDir.of(load_workload(params["workload"]))
-    if not state.plan.is_file():
-        raise LoadError(f"parameters.workload: {params['workload']} is not planned yet (run cascadeserve up on it)")
-    files = {"plan": str(state.plan), "profile": str(state.profile), "emulate": params.get("emulate", False)}
-    return files if files["emulate"] is True else {**files, "models": str(state.models_config())}

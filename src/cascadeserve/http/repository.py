@@ -13,11 +13,12 @@ request to the cascade it names:
 * ``GET /``: the first cascade's app answers it, listing every cascade served (:mod:`cascadeserve.http.root`);
 * ``POST /v2/repository/index``: each cascade with its state (``READY``, or ``UNAVAILABLE`` with a reason while it
   unloads);
-* ``POST /v2/repository/models/<name>/load`` (admin token): builds the cascade from its files, given as
-  ``{"parameters": {"plan": PATH, "profile": PATH, "models": PATH}}`` (or ``"emulate": true`` instead of
-  ``models``; tritonclient's ``load_model(name, config=...)`` sends the same object as the JSON string
-  ``parameters.config``), starts it and serves it under ``<name>``; the cascades already served keep serving
-  meanwhile (the models load on a worker thread);
+* ``POST /v2/repository/models/<name>/load`` (admin token): builds the cascade ``<name>`` with the repository's
+  builder (``serve --model-repository DIR``: the folder ``DIR/<name>``, :mod:`cascadeserve.workload.repository`;
+  without a builder the load API is off, 403), starts it and serves it under ``<name>``; tritonclient's
+  ``load_model(name, config=...)`` sends its parameters as the JSON string ``parameters.config``. The cascades
+  already served keep serving meanwhile (the models load on a worker thread). With a state folder the loaded
+  cascades are recorded and loaded again on the next start, before the server is ready;
 * ``POST /v2/repository/models/<name>/unload`` (admin token): stops admitting to it (its readiness turns false),
   lets what it admitted finish within the server's grace period, stops it and forgets it;
 * anything else (the plan and cost endpoints, Clipper's REST, the OpenAPI document) to the first cascade, or to
@@ -52,6 +53,7 @@ from cascadeserve.http.v2 import ProtocolError
 if TYPE_CHECKING:
     from cascadeserve.http.infer import ServedModel
     from cascadeserve.http.metrics import PrometheusObserver
+    from cascadeserve.http.persist import ServerState
     from cascadeserve.runtime import Runtime
 
 
@@ -69,6 +71,7 @@ class App(Protocol):
 
     @property
     def model(self) -> ServedModel: ...
+
 
 __all__ = ["Builder", "LoadError", "Repository", "RepositoryError"]
 
@@ -139,8 +142,10 @@ class Repository:
     first: App
     options: ServerOptions = field(default_factory=ServerOptions)
     build: Builder | None = None
+    state: ServerState | None = None  # records the loaded cascades; they load again on start
     _entries: dict[str, _Entry] = field(init=False, default_factory=dict)
     _busy: set[str] = field(init=False, default_factory=set)  # names being loaded or unloaded
+    _params: dict[str, dict[str, Any]] = field(init=False, default_factory=dict)  # each loaded one's parameters
 
     def __post_init__(self) -> None:
         self._entries[self.first.model.name] = _Entry(self.first)
@@ -300,11 +305,16 @@ class Repository:
             return _error(e.message, e.status)
         return JSONResponse({"loaded": name, "models": list(app.runtime.plan.models())})
 
-    async def load(self, name: str, params: Any) -> App:
+    async def load(self, name: str, params: Any, *, restoring: bool = False) -> App:
         """Build the cascade ``name`` from the load ``params`` (module docstring), start it and serve it; raise
-        :class:`RepositoryError` naming what is wrong. The other cascades keep serving meanwhile."""
+        :class:`RepositoryError` naming what is wrong. The other cascades keep serving meanwhile. A load reads the
+        folder's files afresh (a plan recorded for the name is forgotten) unless ``restoring`` it on start."""
         if self.build is None:
-            raise RepositoryError("this server's cascades are fixed at start-up", 403)
+            raise RepositoryError(
+                "the load API is off: this server's cascades are fixed at start-up (serve --model-repository DIR "
+                "serves its folders by name)",
+                403,
+            )
         if name in self._busy:
             raise RepositoryError(f"model {name!r} is being loaded or unloaded; try again once that is done", 409)
         if name in self._entries:
@@ -317,10 +327,10 @@ class Repository:
             except (TypeError, ValueError, ProtocolError):
                 params = None
             if not isinstance(params, dict):
-                raise RepositoryError(
-                    "parameters.config: expected a JSON object (plan, profile, models or emulate)", 400
-                )
+                raise RepositoryError('parameters.config: expected a JSON object (such as {"emulate": true})', 400)
         self._busy.add(name)
+        if self.state is not None and not restoring:
+            self.state.forget(name)
         try:  # reading files and loading models blocks: a worker thread, so the other cascades keep serving
             app = await asyncio.to_thread(self.build, name, params)
             lifespan = _Lifespan(app.asgi)
@@ -332,7 +342,28 @@ class Repository:
         finally:
             self._busy.discard(name)
         self._entries[name] = _Entry(app, lifespan)
+        self._params[name] = dict(params)
+        self._record()
         return app
+
+    def _record(self) -> None:
+        if self.state is not None:
+            self.state.save_loaded(list(self._params.items()))
+
+    async def restore(self) -> None:
+        """Load again the cascades the state folder records as loaded (on start); one that fails is logged and
+        forgotten, and the others load."""
+        if self.state is None or self.build is None:
+            return
+        for name, params in self.state.loaded():
+            if name in self._entries:
+                continue
+            try:
+                await self.load(name, params, restoring=True)
+                self.state.log(f"restored model {name!r} from the model repository (loaded before the restart)")
+            except RepositoryError as e:
+                self.state.log(f"not restored: {e.message}")
+        self._record()
 
     async def unload(self, name: str) -> None:
         """Stop admitting to the cascade ``name``, let what it admitted finish (the grace period), stop it and
@@ -350,11 +381,17 @@ class Repository:
             entry.app.runtime.begin_shutdown()
             await entry.lifespan.stop()
             del self._entries[name]
+            self._params.pop(name, None)
+            if self.state is not None:
+                self.state.forget(name)
+            self._record()
         finally:
             self._busy.discard(name)
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def on_send(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":  # what was loaded before a restart, before ready
+                await self.restore()
             if message["type"] == "lifespan.shutdown.complete":  # the loaded cascades stop before the first
                 for entry in list(self._entries.values()):
                     if entry.lifespan is not None:

@@ -8,8 +8,8 @@ readiness turns false at once; uvicorn then finishes the requests in flight for 
 lifespan fails whatever is left with 503. The server binds to loopback unless told otherwise; TLS is uvicorn's
 (``ssl_certfile``/``ssl_keyfile``). Other front ends (``build_app(front_ends=...)``: the gRPC one) run in the same
 lifespan; :attr:`Server.grpc_port` is the gRPC one's port once started. :func:`with_repository` puts an app behind
-a :class:`~cascadeserve.http.repository.Repository`, so more cascades load beside it (:func:`cascade_builder` builds
-them from their files), and the shutdown drains them all.
+a :class:`~cascadeserve.http.repository.Repository`, so more cascades load beside it (from a model repository's
+folders: :mod:`cascadeserve.workload.repository`), and the shutdown drains them all.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from cascadeserve.http.connections import ConnectionLimits, protocol_class
 from cascadeserve.http.control import check_plan
 from cascadeserve.http.costs import CostCollector
 from cascadeserve.http.metrics import PrometheusObserver
+from cascadeserve.http.persist import ServerState
 from cascadeserve.http.replan import ReplanCollector
-from cascadeserve.http.repository import Builder, LoadError, Repository
+from cascadeserve.http.repository import Builder, Repository
 from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.costs import CostSettings
@@ -55,7 +56,7 @@ from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.observer import Fanout
 from cascadeserve.runtime.replanner import Replanner, ReplanOptions
 
-__all__ = ["App", "Server", "build_app", "cascade_builder", "check_labels", "with_repository"]
+__all__ = ["App", "Server", "build_app", "check_labels", "with_repository"]
 
 
 @dataclass
@@ -84,56 +85,14 @@ class App:
             self.runtime.begin_shutdown()
 
 
-_LOAD_KEYS = ("plan", "profile", "models", "emulate")
-
-
-def cascade_builder(
-    *,
-    runtime_options: RuntimeOptions | None = None,
-    server_options: ServerOptions | None = None,
-    backend: Backend | None = None,
-    costs: CostSettings | None = None,
-) -> Builder:
-    """How the repository API builds a cascade to load: from the load request's ``parameters`` (``plan``,
-    ``profile`` and ``models`` paths on this machine, or ``emulate: true`` instead of ``models``), served with these
-    options; its latency objective and default deadline come from its own plan (ten SLOs, as ``serve``'s).
-    (``serve`` also takes ``workload``: :func:`cascadeserve.cli.serve_checks.workload_files`.)"""
-    from cascadeserve.plan import load_plan, plan_profile  # deferred: the repository API is rarely used
-    from cascadeserve.policy import DEFAULT_SLO_MS
-    from cascadeserve.profile import load_profile
-    from cascadeserve.runtime import load_model_config
-
-    base = runtime_options or RuntimeOptions()
-
-    def build(name: str, params: Mapping[str, Any]) -> App:
-        unknown = sorted(set(params) - set(_LOAD_KEYS))
-        if unknown:
-            raise LoadError(f"parameters.{unknown[0]}: unknown (give {', '.join(_LOAD_KEYS)})")
-        emulate = params.get("emulate", False)
-        if not isinstance(emulate, bool):
-            raise LoadError("parameters.emulate: true or false")
-        for key in ("plan", "profile") if emulate else ("plan", "profile", "models"):
-            if not isinstance(params.get(key), str):
-                raise LoadError(f"parameters.{key}: a path on the server is required")
-        profile = load_profile(params["profile"])
-        plan = load_plan(params["plan"], profile)
-        slo = plan.slo.value if plan.slo is not None and plan.slo.kind == "p95_ms" else DEFAULT_SLO_MS
-        options = dataclasses.replace(
-            base, slo_ms=slo, default_timeout_s=10 * slo / 1000.0, capacity_qps=None, tuning=None, slowdowns=None
-        )
-        models = None if emulate else load_model_config(params["models"])
-        return build_app(
-            plan_profile(profile, plan), plan, models=models, emulate=emulate, name=name, runtime_options=options,
-            server_options=server_options, backend=backend, costs=costs,
-        )  # fmt: skip
-
-    return build
-
-
-def with_repository(app: App, options: ServerOptions | None = None, build: Builder | None = None) -> App:
+def with_repository(
+    app: App, options: ServerOptions | None = None, build: Builder | None = None, *, state: ServerState | None = None
+) -> App:
     """``app`` as the first cascade of a :class:`~cascadeserve.http.repository.Repository`: the repository API
-    loads and unloads others beside it (``build`` makes them; ``None``: the set is fixed)."""
-    repo = Repository(app, options or ServerOptions(), build)
+    loads and unloads others beside it (``build`` makes them, e.g.
+    :func:`cascadeserve.workload.repository.repository_builder`; ``None``: the load API is off). With ``state``,
+    the loaded cascades are recorded and loaded again on the next start (:mod:`cascadeserve.http.persist`)."""
+    repo = Repository(app, options or ServerOptions(), build, state=state)
     for front in app.front_ends:  # the gRPC front end finds every cascade by name, and loads and unloads them
         if hasattr(front, "directory"):
             front.directory = repo
