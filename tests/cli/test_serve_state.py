@@ -84,7 +84,8 @@ def test_a_hot_swapped_plan_and_a_loaded_cascade_survive_a_restart(toy_profile: 
 
     with _serving([*args, "--no-restore"], log) as url:  # fresh: the plan file, and only the first cascade
         assert _thresholds(url) == [[0.5]]
-        assert [m["name"] for m in httpx.post(f"{url}/v2/repository/index", timeout=60).json()] == ["toy"]
+        index = httpx.post(f"{url}/v2/repository/index", timeout=60).json()
+        assert [(m["name"], m.get("state")) for m in index] == [("toy", "READY"), ("b", None)]  # b: not loaded
     assert "restored" not in "".join(log)
 
     # --no-restore recorded what it served from then on (nothing loaded); the swap's record stays until replaced

@@ -106,7 +106,13 @@ def test_load_serve_and_unload_a_second_cascade_while_the_first_serves(
         client.unload_model("b", headers=ADMIN)
         r = _infer(url, "b", 5)
         assert r.status_code == 404 and "unknown model 'b'; this server serves 'a'" in r.json()["error"]
-        assert [m["name"] for m in client.get_model_repository_index()] == ["a"]
+        index = client.get_model_repository_index()  # Triton keeps an unloaded model, UNAVAILABLE
+        assert [(m["name"], m.get("state"), m.get("reason")) for m in index] == [
+            ("a", "READY", None),
+            ("b", "UNAVAILABLE", "unloaded"),
+        ]
+        ready = httpx.post(f"{url}/v2/repository/index", json={"ready": True}, timeout=60).json()
+        assert [m["name"] for m in ready] == ["a"]
     finally:
         stop.set()
         load.join(60)
@@ -136,7 +142,7 @@ def test_bad_load_and_unload_requests_name_what_is_wrong(server: Server, files: 
     r = load("..", good)
     assert r.status_code in (400, 404) and "passwd" not in r.text
     r = load("a", good)
-    assert r.status_code == 409 and "model 'a' is already served" in r.json()["error"]
+    assert r.status_code == 409 and "model 'a' is the server's first cascade" in r.json()["error"]
     r = httpx.post(f"{url}/v2/repository/models/a/unload", headers=ADMIN, timeout=60)
     assert r.status_code == 409 and "the server's first cascade" in r.json()["error"]
     r = httpx.post(f"{url}/v2/repository/models/zz/unload", headers=ADMIN, timeout=60)

@@ -82,6 +82,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.http import Server, ServerOptions, build_app
 from cascadeserve.http.app import FrontEnd
 from cascadeserve.http.connections import ConnectionLimits
+from cascadeserve.http.model_control import ModelControl
 from cascadeserve.http.persist import ServerState, plan_base
 from cascadeserve.http.server import DEFAULT_KEEP_ALIVE_S, with_repository
 from cascadeserve.plan import load_plan, plan_profile
@@ -256,6 +257,16 @@ def serve(
             "--admin-token; nothing outside it is read. Off without it. Its models configs run code."
         ),
     ] = None,
+    model_control_mode: Annotated[
+        str,
+        typer.Option(
+            help="explicit (the load API decides), none (all folders at start, API off) or poll (and rescan)."
+        ),
+    ] = "explicit",
+    load_model: Annotated[
+        list[str] | None, typer.Option(help="Load this repository folder at start (repeatable; '*': all).")
+    ] = None,
+    repository_poll_s: Annotated[float, typer.Option(help="With poll: seconds between repository scans.")] = 15.0,
     state_dir: Annotated[
         Path,
         typer.Option(
@@ -287,6 +298,7 @@ def serve(
     engine = _backend(backend, address, None if emulate else models)
     planned = gear_plan  # as loaded: what the start-up measurement checks for recorded costs
     repository = _repository(model_repository, backend)
+    control = model_control(repository, model_control_mode, load_model or [], repository_poll_s, emulate)
     state = ServerState(state_dir, restore=restore, log=lambda line: err_console.print(line, highlight=False))
     served_name, base = name or prof.name, plan_base(plan)
     gear_plan = state.restored(served_name, base, gear_plan, prof.model_names)[0]  # what served before a restart
@@ -344,7 +356,8 @@ def serve(
         loader = repository_builder(
             repository, runtime_options=options, server_options=served, backend=engine, costs=costs, state=state
         )
-    built = with_repository(built, served, loader, state=state)
+    listing = None if repository is None else repository.names
+    built = with_repository(built, served, loader, state=state, available=listing, control=control)
     limits = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)  # slow and idle clients
     server = Server(
         built, host, port, grace_s=grace_s, keep_alive_s=keep_alive_s, limits=limits,
@@ -407,6 +420,22 @@ def _grpc_front_end(host: str, port: int | None, certfile: Path | None, keyfile:
 
     tls = None if certfile is None or keyfile is None else (keyfile.read_bytes(), certfile.read_bytes())
     return [GrpcFrontEnd(host, port, tls=tls)]
+
+
+def model_control(
+    repository: ModelRepository | None, mode: str, load: list[str], poll_s: float, emulate: bool
+) -> ModelControl | None:
+    """``--model-control-mode``, ``--load-model`` and ``--repository-poll-s`` (only with ``--model-repository``);
+    with ``--emulate`` the folders it loads are emulated too."""
+    if repository is None:
+        if mode != "explicit" or load:
+            raise CascadeServeError("--model-control-mode and --load-model need --model-repository")
+        return None
+    try:
+        params = {"emulate": True} if emulate else {}
+        return ModelControl(mode, repository.names, repository.signature, load, poll_s, params)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise CascadeServeError(str(e)) from None
 
 
 def _repository(folder: Path | None, backend: str) -> ModelRepository | None:

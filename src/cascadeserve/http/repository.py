@@ -32,18 +32,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from cascadeserve.http.app import ServerOptions
+from cascadeserve.http.asgi import Labelled, Lifespan, replaying
 from cascadeserve.http.control import AuthError, check_bearer
 from cascadeserve.http.limits import loads, read_body
 from cascadeserve.http.metrics import CONTENT_TYPE
@@ -55,6 +54,16 @@ if TYPE_CHECKING:
     from cascadeserve.http.metrics import PrometheusObserver
     from cascadeserve.http.persist import ServerState
     from cascadeserve.runtime import Runtime
+
+
+class Control(Protocol):
+    """What the repository needs of its model control (:class:`~cascadeserve.http.model_control.ModelControl`)."""
+
+    def check_api(self, action: str) -> None: ...
+
+    async def start(self, repo: Repository) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class App(Protocol):
@@ -73,7 +82,7 @@ class App(Protocol):
     def model(self) -> ServedModel: ...
 
 
-__all__ = ["Builder", "LoadError", "Repository", "RepositoryError"]
+__all__ = ["Builder", "Control", "LoadError", "Repository", "RepositoryError"]
 
 Builder = Callable[[str, Mapping[str, Any]], App]
 """Builds a cascade named by its first argument from the load request's ``parameters`` (raises :class:`LoadError`
@@ -100,36 +109,10 @@ def _error(message: str, status: int) -> Response:
     return JSONResponse({"error": message}, status_code=status)
 
 
-class _Lifespan:
-    """Drives one cascade's ASGI lifespan (its runtime and front ends start and stop with it) from the outside."""
-
-    def __init__(self, asgi: Any) -> None:
-        self.asgi = asgi
-        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
-        self._outbox: asyncio.Queue[Message] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-
-    async def _step(self, kind: str) -> None:
-        await self._inbox.put({"type": f"lifespan.{kind}"})
-        reply = await self._outbox.get()
-        if reply["type"].endswith(".failed"):
-            raise RuntimeError(reply.get("message") or f"the cascade's {kind} failed")
-
-    async def start(self) -> None:
-        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
-        self._task = asyncio.create_task(self.asgi(scope, self._inbox.get, self._outbox.put))
-        await self._step("startup")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            await self._step("shutdown")
-            await self._task
-
-
 @dataclass
 class _Entry:
     app: App
-    lifespan: _Lifespan | None = None  # None: the first cascade, whose lifespan is the server's own
+    lifespan: Lifespan | None = None  # None: the first cascade, whose lifespan is the server's own
     unloading: bool = False
 
 
@@ -143,9 +126,12 @@ class Repository:
     options: ServerOptions = field(default_factory=ServerOptions)
     build: Builder | None = None
     state: ServerState | None = None  # records the loaded cascades; they load again on start
+    available: Callable[[], list[str]] | None = None  # the repository's folders, loaded or not (the index lists them)
+    control: Control | None = None  # how cascades load besides the API: at start, by polling (model_control.py)
     _entries: dict[str, _Entry] = field(init=False, default_factory=dict)
     _busy: set[str] = field(init=False, default_factory=set)  # names being loaded or unloaded
     _params: dict[str, dict[str, Any]] = field(init=False, default_factory=dict)  # each loaded one's parameters
+    _unloaded: set[str] = field(init=False, default_factory=set)  # unloaded since start: UNAVAILABLE in the index
 
     def __post_init__(self) -> None:
         self._entries[self.first.model.name] = _Entry(self.first)
@@ -198,7 +184,7 @@ class Repository:
         if method == "GET" and path == "/v2/health/ready":
             return None, self._ready()
         if method in ("GET", "POST") and path == "/v2/repository/index":
-            return None, self._auth(scope) or self._index()
+            return None, self._auth(scope) or await self._index(receive)
         if method == "POST" and (m := _CONTROL.match(path)):
             return None, self._admin(scope) or await self._control(m.group(1), m.group(2), receive)
         if path == "/v2/models/stats":  # Triton's statistics of every model (not a model named "stats")
@@ -243,8 +229,10 @@ class Repository:
     def _admin(self, scope: Scope) -> Response | None:
         return _refused(lambda: self.check_admin(_authorization(scope)))
 
-    def index(self) -> list[dict[str, Any]]:
-        """Each cascade with its state: ``READY``, or ``UNAVAILABLE`` (with a reason) while it stops."""
+    def index(self, *, ready: bool = False) -> list[dict[str, Any]]:
+        """Each cascade with its state, as Triton's index: ``READY``; ``UNAVAILABLE`` with a reason while it stops
+        (``unloading``) and once unloaded (``unloaded``); a repository folder never loaded with its name only.
+        ``ready``: the ``READY`` ones only."""
         rows = []
         for name, entry in self._entries.items():
             state = "UNAVAILABLE" if entry.unloading or not entry.app.runtime.accepting else "READY"
@@ -252,10 +240,20 @@ class Repository:
             if entry.unloading:
                 row["reason"] = "unloading"
             rows.append(row)
-        return rows
+        for name in sorted(set(self.available() if self.available is not None else ()) | self._unloaded):
+            if name not in self._entries:
+                reason = {"state": "UNAVAILABLE", "reason": "unloaded"} if name in self._unloaded else {}
+                rows.append({"name": name, **({"version": "1"} if reason else {}), **reason})
+        return [r for r in rows if r.get("state") == "READY"] if ready else rows
 
-    def _index(self) -> Response:
-        return JSONResponse(self.index())
+    async def _index(self, receive: Receive) -> Response:
+        try:
+            body = loads(await _read(receive, self.options.max_body_bytes) or b"{}")
+        except (ValueError, ProtocolError):
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("ready", False), bool):
+            return _error("body: expected a JSON object, optionally with 'ready': true or false", 400)
+        return JSONResponse(self.index(ready=body.get("ready", False)))
 
     def check_admin(self, authorization: str | None) -> None:
         """Pass when ``authorization`` carries the admin token; raise AuthError (401/403) otherwise, or 403 when
@@ -288,7 +286,7 @@ class Repository:
         if (bad := self._auth(scope)) is not None:
             return bad
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Labelled({n: e.app for n, e in self._entries.items()}))
+        registry.register(Labelled({n: e.app.metrics.registry for n, e in self._entries.items()}))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE)
 
     async def _control(self, name: str, action: str, receive: Receive) -> Response:
@@ -305,20 +303,30 @@ class Repository:
             return _error(e.message, e.status)
         return JSONResponse({"loaded": name, "models": list(app.runtime.plan.models())})
 
-    async def load(self, name: str, params: Any, *, restoring: bool = False) -> App:
+    async def load(self, name: str, params: Any, *, restoring: bool = False, internal: bool = False) -> App:
         """Build the cascade ``name`` from the load ``params`` (module docstring), start it and serve it; raise
         :class:`RepositoryError` naming what is wrong. The other cascades keep serving meanwhile. A load reads the
-        folder's files afresh (a plan recorded for the name is forgotten) unless ``restoring`` it on start."""
+        folder's files afresh (a plan recorded for the name is forgotten) unless ``restoring`` it on start.
+
+        A load of a name already served is Triton's reload: the new cascade is built and started beside the old,
+        takes every request that arrives from then on, and the old one finishes what it admitted and stops; no
+        request is lost, and a reload that fails leaves the old one serving. ``internal``: the server's own load
+        (at start, or polling), which the model control mode allows even where it refuses the API's."""
         if self.build is None:
             raise RepositoryError(
                 "the load API is off: this server's cascades are fixed at start-up (serve --model-repository DIR "
                 "serves its folders by name)",
                 403,
             )
+        if self.control is not None and not internal:
+            self.control.check_api("load")
         if name in self._busy:
             raise RepositoryError(f"model {name!r} is being loaded or unloaded; try again once that is done", 409)
-        if name in self._entries:
-            raise RepositoryError(f"model {name!r} is already served; unload it first", 409)
+        old = self._entries.get(name)
+        if old is not None and old.lifespan is None:
+            raise RepositoryError(
+                f"model {name!r} is the server's first cascade: swap its plan with PUT /v2/cascade/plan", 409
+            )
         if not isinstance(params, dict):
             raise RepositoryError("parameters: expected an object", 400)
         if "config" in params:  # tritonclient's load_model(name, config=JSON): the same parameters, as one string
@@ -333,18 +341,30 @@ class Repository:
             self.state.forget(name)
         try:  # reading files and loading models blocks: a worker thread, so the other cascades keep serving
             app = await asyncio.to_thread(self.build, name, params)
-            lifespan = _Lifespan(app.asgi)
+            lifespan = Lifespan(app.asgi)
             await lifespan.start()
         except LoadError as e:
+            self._busy.discard(name)
             raise RepositoryError(f"model {name!r}: {e}", 400) from None
         except Exception as e:  # a bad file, a model that fails to load: the load fails, nothing else does
+            self._busy.discard(name)
             raise RepositoryError(f"model {name!r} did not load: {type(e).__name__}: {e}", 400) from None
+        try:
+            self._entries[name] = _Entry(app, lifespan)  # new requests go to the new cascade from here on
+            self._unloaded.discard(name)
+            self._params[name] = dict(params)
+            self._record()
+            if old is not None:  # a reload: the old cascade finishes what it admitted, then stops
+                await self._retire(old)
         finally:
             self._busy.discard(name)
-        self._entries[name] = _Entry(app, lifespan)
-        self._params[name] = dict(params)
-        self._record()
         return app
+
+    async def _retire(self, entry: _Entry) -> None:
+        assert entry.lifespan is not None
+        entry.unloading = True
+        entry.app.runtime.begin_shutdown()
+        await entry.lifespan.stop()
 
     def _record(self) -> None:
         if self.state is not None:
@@ -365,9 +385,12 @@ class Repository:
                 self.state.log(f"not restored: {e.message}")
         self._record()
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, *, internal: bool = False) -> None:
         """Stop admitting to the cascade ``name``, let what it admitted finish (the grace period), stop it and
-        forget it; raise :class:`RepositoryError` for the first cascade, an unknown one or one already stopping."""
+        forget it (the index keeps it, ``UNAVAILABLE``); raise :class:`RepositoryError` for the first cascade, an
+        unknown one or one already stopping."""
+        if self.control is not None and not internal:
+            self.control.check_api("unload")
         entry = self._entries.get(name)
         if entry is None:
             raise RepositoryError(self._unknown_message(name), 404)
@@ -377,10 +400,9 @@ class Repository:
             raise RepositoryError(f"model {name!r} is being loaded or unloaded; try again once that is done", 409)
         self._busy.add(name)
         try:
-            entry.unloading = True  # new requests for it: 404; what it admitted finishes (runtime.stop's grace)
-            entry.app.runtime.begin_shutdown()
-            await entry.lifespan.stop()
+            await self._retire(entry)  # new requests for it: 404; what it admitted finishes (runtime.stop's grace)
             del self._entries[name]
+            self._unloaded.add(name)
             self._params.pop(name, None)
             if self.state is not None:
                 self.state.forget(name)
@@ -392,7 +414,11 @@ class Repository:
         async def on_send(message: Message) -> None:
             if message["type"] == "lifespan.startup.complete":  # what was loaded before a restart, before ready
                 await self.restore()
+                if self.control is not None:
+                    await self.control.start(self)
             if message["type"] == "lifespan.shutdown.complete":  # the loaded cascades stop before the first
+                if self.control is not None:
+                    await self.control.stop()
                 for entry in list(self._entries.values()):
                     if entry.lifespan is not None:
                         entry.app.runtime.begin_shutdown()
@@ -400,24 +426,6 @@ class Repository:
             await send(message)
 
         await self.first.asgi(scope, receive, on_send)
-
-
-class _Labelled(Collector):
-    """Every cascade's metric families merged by name, each sample labelled with its cascade."""
-
-    def __init__(self, apps: Mapping[str, App]) -> None:
-        self.apps = apps
-
-    def collect(self) -> Iterator[Metric]:
-        merged: dict[str, Metric] = {}
-        for name, app in self.apps.items():
-            for family in app.metrics.registry.collect():
-                out = merged.get(family.name)
-                if out is None:
-                    out = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
-                for s in family.samples:
-                    out.add_sample(s.name, {**s.labels, "cascade": name}, s.value, s.timestamp, s.exemplar)
-        yield from merged.values()
 
 
 def _authorization(scope: Scope) -> str | None:
@@ -448,17 +456,3 @@ def _body_model(body: bytes) -> str | None:
     except (ValueError, AttributeError, ProtocolError):
         return None
     return model if isinstance(model, str) else None
-
-
-def replaying(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
-    """A ``receive`` that gives ``body`` once (already read, to route the request), then what ``receive`` gives."""
-    sent = False
-
-    async def again() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return again

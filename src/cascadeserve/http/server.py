@@ -35,6 +35,7 @@ from cascadeserve.http.connections import ConnectionLimits, protocol_class
 from cascadeserve.http.control import check_plan
 from cascadeserve.http.costs import CostCollector
 from cascadeserve.http.metrics import PrometheusObserver
+from cascadeserve.http.model_control import ModelControl
 from cascadeserve.http.persist import ServerState
 from cascadeserve.http.replan import ReplanCollector
 from cascadeserve.http.repository import Builder, Repository
@@ -86,13 +87,21 @@ class App:
 
 
 def with_repository(
-    app: App, options: ServerOptions | None = None, build: Builder | None = None, *, state: ServerState | None = None
+    app: App,
+    options: ServerOptions | None = None,
+    build: Builder | None = None,
+    *,
+    state: ServerState | None = None,
+    available: Callable[[], list[str]] | None = None,
+    control: ModelControl | None = None,
 ) -> App:
     """``app`` as the first cascade of a :class:`~cascadeserve.http.repository.Repository`: the repository API
     loads and unloads others beside it (``build`` makes them, e.g.
     :func:`cascadeserve.workload.repository.repository_builder`; ``None``: the load API is off). With ``state``,
-    the loaded cascades are recorded and loaded again on the next start (:mod:`cascadeserve.http.persist`)."""
-    repo = Repository(app, options or ServerOptions(), build, state=state)
+    the loaded cascades are recorded and loaded again on the next start (:mod:`cascadeserve.http.persist`);
+    ``available`` lists the repository's folders for the index; ``control`` is the model control mode
+    (:mod:`cascadeserve.http.model_control`)."""
+    repo = Repository(app, options or ServerOptions(), build, state=state, available=available, control=control)
     for front in app.front_ends:  # the gRPC front end finds every cascade by name, and loads and unloads them
         if hasattr(front, "directory"):
             front.directory = repo

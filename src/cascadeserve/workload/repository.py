@@ -31,6 +31,7 @@ Whoever may write the repository may run code as the server.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import sys
@@ -122,6 +123,19 @@ class ModelRepository:
                 f"{what}: leads outside the model repository (every path must stay inside it; symlinks are followed)"
             )
         return resolved
+
+    def signature(self, name: str) -> str:
+        """A fingerprint of the folder ``name``: every file's path, size and modification time (polling reloads a
+        folder whose fingerprint changed). Symlinks are not followed; what they lead to is checked at load."""
+        folder = self.root / name
+        h = hashlib.sha256()
+        for here, dirs, files in os.walk(folder):
+            dirs.sort()
+            for f in sorted(files):
+                p = Path(here) / f
+                st = p.lstat()
+                h.update(f"{p.relative_to(folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()
 
     # -- one folder -------------------------------------------------------------------------------------------
     def files(self, name: str, *, emulate: bool) -> CascadeFiles:
