@@ -15,7 +15,30 @@ import pytest
 from cascadeserve.errors import CascadeServeError, InfeasibleError, PlanError, ProfileError, TraceError
 
 EXPECTED: dict[str, list[str]] = {
-    "cascadeserve": ["__version__"],
+    "cascadeserve": ["ServeConfig", "Server", "__version__"],
+    "cascadeserve.api": ["DEFAULTS", "ServeConfig", "Server", "Serving", "assemble", "serve"],
+    "cascadeserve.api.config": ["DEFAULTS", "ServeConfig"],
+    "cascadeserve.api.serving": ["Server", "Serving", "assemble", "serve"],
+    "cascadeserve.api.settings": [
+        "clipper_options",
+        "drift_settings_from",
+        "headroom_note",
+        "layer_options",
+        "replan_options",
+        "tuning_options",
+        "with_batch_target",
+    ],
+    "cascadeserve.api.checks": [
+        "check_options",
+        "class_names",
+        "cost_settings",
+        "loopback",
+        "measure_costs",
+        "record_costs_in",
+        "slowdowns",
+        "thread_note",
+    ],
+    "cascadeserve.workload.values": ["workload_values"],
     "cascadeserve.errors": [
         "CascadeServeError",
         "InfeasibleError",

@@ -21,7 +21,7 @@ from cascadeserve.simulate.hops import charge_hops, expected_hops
 
 pytest.importorskip("ray")
 from cascadeserve.backends.ray import RayBackend
-from cascadeserve.cli.serve_checks import measure_costs
+from cascadeserve.api.checks import measure_costs
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -79,7 +79,7 @@ def test_serve_on_a_port_in_use_fails_with_exit_2(toy_profile: Profile, tmp_path
 def test_the_thread_warning_names_the_models_file_and_a_count_that_fits(tmp_path: Path) -> None:
     import os
 
-    from cascadeserve.cli.serve_checks import thread_note
+    from cascadeserve.api.checks import thread_note
 
     shipped = Path(__file__).resolve().parents[2] / "examples" / "llm" / "models.yaml"
     assert thread_note(shipped, 1) is None  # one thread per device: fits any host

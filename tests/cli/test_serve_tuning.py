@@ -10,7 +10,7 @@ import pytest
 
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli import run
-from cascadeserve.cli.serve import _tuning_options
+from cascadeserve.api.settings import tuning_options
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.policy import PlanTables
 from cascadeserve.profile import Profile, save_profile
@@ -41,18 +41,18 @@ def test_the_audit_fraction_defaults_to_the_plans(toy_profile: Profile) -> None:
     rows = {m: toy_profile.index(m) for m in toy_profile.model_names}
     for recorded, given, want in ((0.0, None, 0.02), (0.1, None, 0.1), (0.1, 0.3, 0.3)):
         p = plan.model_copy(update={"audit_fraction": recorded})
-        make = _tuning_options(True, None, 0.01, given, "audit", p, toy_profile)
+        make = tuning_options(True, None, 0.01, given, "audit", p, toy_profile)
         assert make is not None and make(PlanTables(p, rows)).auditor.fraction == want
-    assert _tuning_options(False, None, 0.01, None, "audit", plan, toy_profile) is None
+    assert tuning_options(False, None, 0.01, None, "audit", plan, toy_profile) is None
 
 
 def test_replanning_emulated_devices_without_headroom_gets_a_hint(toy_profile: Profile) -> None:
-    from cascadeserve.cli.serve import _headroom_note
+    from cascadeserve.api.settings import headroom_note
 
     plan = fixed_plan(toy_profile, Cascade(("m0", "m1"), (0.2,)), (Device(name="d0", memory_mb=1000),))
     assert plan.max_busy == 1.0
-    note = _headroom_note(plan, emulate=True, replan="auto")
+    note = headroom_note(plan, emulate=True, replan="auto")
     assert note is not None and "--max-busy" in note
-    assert _headroom_note(plan, emulate=True, replan="off") is None
-    assert _headroom_note(plan, emulate=False, replan="auto") is None
-    assert _headroom_note(plan.model_copy(update={"max_busy": 0.75}), emulate=True, replan="notify") is None
+    assert headroom_note(plan, emulate=True, replan="off") is None
+    assert headroom_note(plan, emulate=False, replan="auto") is None
+    assert headroom_note(plan.model_copy(update={"max_busy": 0.75}), emulate=True, replan="notify") is None

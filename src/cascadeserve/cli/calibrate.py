@@ -180,7 +180,7 @@ def _measure_here(
     prof: Profile, models: Path, validation: str, devices: int, seconds: float, plan_path: Path | None,
     min_batches: int,
 ) -> tuple[MeasuredFactors, str]:
-    from cascadeserve.cli.serve_checks import thread_note
+    from cascadeserve.api.checks import thread_note
     from cascadeserve.eval.hostcost import measure_host_costs
     from cascadeserve.models import load_validation
     from cascadeserve.plan import load_plan

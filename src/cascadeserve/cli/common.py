@@ -9,8 +9,7 @@ from typing import Annotated
 import typer
 
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.plan import SLO, Device, GearPlan
-from cascadeserve.policy.replan import REPLAN_MODES, DriftSettings, scaling_applies
+from cascadeserve.plan import SLO, Device
 from cascadeserve.traces import TRACE_SPEC_HELP, Trace, build_trace
 
 __all__ = [
@@ -120,45 +119,6 @@ def slo_from(p95_ms: float | None, accuracy: float | None) -> SLO:
     if not 0 < accuracy <= 1:
         raise CascadeServeError("--slo-accuracy must lie in (0, 1]")
     return SLO(kind="accuracy", value=accuracy)
-
-
-def drift_settings_from(
-    mode: str,
-    scaling: str,
-    plan: GearPlan,
-    *,
-    threshold: float,
-    window_s: float,
-    min_s: float,
-    cooldown_s: float,
-) -> DriftSettings | None:
-    """``--replan``, ``--qps-scaling`` and the drift thresholds (``serve`` and ``simulate``), checked; ``None`` when
-    neither re-planning nor scaling is on for ``plan``."""
-    if mode not in REPLAN_MODES:
-        raise CascadeServeError(f"--replan: {mode!r} is not one of auto, notify, off")
-    if scaling not in ("auto", "on", "off"):
-        raise CascadeServeError(f"--qps-scaling: {scaling!r} is not one of auto, on, off")
-    if not 0 < threshold <= 1:
-        raise CascadeServeError(f"--replan-threshold: {threshold} must be in (0, 1]")
-    for opt, v in (("--replan-window-s", window_s), ("--replan-min-s", min_s)):
-        if not (v > 0 and v < float("inf")):
-            raise CascadeServeError(f"{opt}: {v} must be a positive number")
-    if not cooldown_s >= 0:
-        raise CascadeServeError(f"--replan-cooldown-s: {cooldown_s} must not be negative")
-    on = None if scaling == "auto" else scaling == "on"
-    if mode == "off" and not (scaling_applies(plan) if on is None else on):
-        return None
-    if mode != "off" and plan.slo is None:
-        raise CascadeServeError("--replan: the plan records no SLO, so it cannot be re-planned")
-    return DriftSettings.from_seconds(
-        mode,
-        tick_ms=plan.tick_ms,
-        window_s=window_s,
-        min_s=min_s,
-        threshold=threshold,
-        cooldown_s=cooldown_s,
-        scaling=on,
-    )
 
 
 ReplanOpt = Annotated[

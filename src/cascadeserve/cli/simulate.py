@@ -21,6 +21,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from cascadeserve.api.settings import drift_settings_from
 from cascadeserve.cli.common import (
     ArrivalOpt,
     AuditFractionOpt,
@@ -39,7 +40,6 @@ from cascadeserve.cli.common import (
     TuneReferenceOpt,
     TuneTargetOpt,
     WindowOpt,
-    drift_settings_from,
     trace_options,
 )
 from cascadeserve.cli.defaults import WorkloadOpt
@@ -245,9 +245,7 @@ def read_sample_order(path: Path, profile: Profile) -> np.ndarray:
         try:
             out.append(col[int(item)])
         except (ValueError, KeyError):
-            raise CascadeServeError(
-                f"{path}:{n}: {item!r} is not a sample id of profile {profile.name!r}"
-            ) from None
+            raise CascadeServeError(f"{path}:{n}: {item!r} is not a sample id of profile {profile.name!r}") from None
     if not out:
         raise CascadeServeError(f"--sample-order {path}: no sample ids")
     return np.asarray(out, dtype=np.int64)

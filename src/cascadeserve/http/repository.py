@@ -31,6 +31,7 @@ arrival, to a cascade that stays until what it admitted has been answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -114,6 +115,8 @@ class _Entry:
     app: App
     lifespan: Lifespan | None = None  # None: the first cascade, whose lifespan is the server's own
     unloading: bool = False
+    active: int = 0  # HTTP requests routed to it and not yet answered
+    drained: asyncio.Event | None = None  # set when ``active`` falls to 0 while it retires
 
 
 @dataclass
@@ -172,7 +175,18 @@ class Repository:
             return
         assert target is not None
         body = scope.pop("_body", None)  # read to route it by its model: given again to the cascade
-        await target(scope, receive if body is None else replaying(body, receive), send)
+        # counted from routing on: a cascade that retires (reload, unload) waits for what was routed to it, so a
+        # request routed just before still reaches its admission (nothing awaits between routing and here)
+        entry = next((e for e in self._entries.values() if e.app.asgi is target), None)
+        if entry is not None:
+            entry.active += 1
+        try:
+            await target(scope, receive if body is None else replaying(body, receive), send)
+        finally:
+            if entry is not None:
+                entry.active -= 1
+                if entry.active == 0 and entry.drained is not None:
+                    entry.drained.set()
 
     async def _route(self, scope: Scope, receive: Receive) -> tuple[Any, Response | None]:
         """The cascade a request goes to, or the repository's own answer. Only the methods the repository serves
@@ -361,8 +375,14 @@ class Repository:
         return app
 
     async def _retire(self, entry: _Entry) -> None:
+        """Route nothing more to ``entry``, let the requests routed to it finish (within the grace period), then
+        stop it."""
         assert entry.lifespan is not None
         entry.unloading = True
+        if entry.active:
+            entry.drained = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(entry.drained.wait(), self.options.stop_grace_s)
         entry.app.runtime.begin_shutdown()
         await entry.lifespan.stop()
 

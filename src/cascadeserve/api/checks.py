@@ -8,10 +8,11 @@ import ipaddress
 import math
 import os
 import shutil
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from cascadeserve.cli.root import err_console
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http.server import check_labels
 from cascadeserve.plan import GearPlan
@@ -30,6 +31,10 @@ __all__ = [
     "slowdowns",
     "thread_note",
 ]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def thread_note(models: Path, devices: int) -> str | None:
@@ -126,7 +131,12 @@ def record_costs_in(source: Path, out: Path, costs: dict[str, float]) -> Path:
 
 
 def measure_costs(
-    prof: Profile, plan: GearPlan, engine: Backend, source: Path | None = None, out: Path | None = None
+    prof: Profile,
+    plan: GearPlan,
+    engine: Backend,
+    source: Path | None = None,
+    out: Path | None = None,
+    say: Callable[[str], None] = _stderr,
 ) -> dict[str, float]:
     """Measure and print the serving costs that neither the profile nor the plan records: the runtime's per-batch
     overhead and, on Ray, the process hop (measured with Ray's own devices; see eval/overhead.py). They are written
@@ -136,10 +146,9 @@ def measure_costs(
     need_batch = not prof.batch_overhead_ms and not plan.batch_overhead_ms
     need_hop = ray and not prof.ray_hop_ms and not plan.hop_ms
     if ray and plan.backend != "ray":
-        err_console.print(
+        say(
             "note: this plan was made for the local backend, so simulate charges it no Ray process hops (make it "
-            "with plan --backend ray)",
-            highlight=False,
+            "with plan --backend ray)"
         )
     if not (need_batch or need_hop):
         return {}
@@ -153,8 +162,5 @@ def measure_costs(
     where = "not recorded; --out DIR records them in a copy of the profile"
     if out is not None:
         where = f"recorded in {record_costs_in(source or out, out, costs)}"
-    err_console.print(
-        f"runtime per-batch overhead {measured.median_ms:.3f} ms{hop} (median of {measured.samples}; {where})",
-        highlight=False,
-    )
+    say(f"runtime per-batch overhead {measured.median_ms:.3f} ms{hop} (median of {measured.samples}; {where})")
     return costs
