@@ -118,7 +118,7 @@ def test_serve_emulate_answers_the_class_names_of_the_models_file(tmp_path: Path
         root = httpx.get(f"{url}/").json()
         assert [c["name"] for c in root["cascades"]] == ["tweets-sklearn"]
         meta = httpx.get(f"{url}{root['cascades'][0]['metadata']}").json()
-        assert {"name": "class_name", "datatype": "BYTES", "shape": [-1]} in meta["outputs"]
+        assert {"name": "class_name", "datatype": "BYTES", "shape": [-1, 1]} in meta["outputs"]
         ids = prof.sample_ids[:12].tolist()
         body = {"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [len(ids)], "data": ids}]}
         out = httpx.post(f"{url}{root['cascades'][0]['infer']}", json=body, timeout=30).json()

@@ -37,7 +37,8 @@ def test_health_metadata_config_and_repository_index(toy_profile: Profile) -> No
         model = c.get_model_metadata("toy", as_json=True)
         http_model = httpx.get(f"{server.url}/v2/models/toy").json()
         assert model["platform"] == "cascadeserve" and model["versions"] == ["1"]
-        assert model["inputs"] == [{"name": "sample_id", "datatype": "INT64", "shape": ["-1"]}]  # int64 as JSON text
+        # Triton's [-1] + config dims [1]; int64 as JSON text
+        assert model["inputs"] == [{"name": "sample_id", "datatype": "INT64", "shape": ["-1", "1"]}]
         assert [(o["name"], o["datatype"]) for o in model["outputs"]] == [
             (o["name"], o["datatype"]) for o in http_model["outputs"]
         ]

@@ -76,7 +76,7 @@ def test_binary_and_grpc_answers_carry_it_too(server: Server) -> None:
 
 def test_metadata_and_config_list_the_output(server: Server) -> None:
     meta = httpx.get(f"{server.url}/v2/models/toy").json()
-    assert meta["outputs"][-1] == {"name": "class_name", "datatype": "BYTES", "shape": [-1]}
+    assert meta["outputs"][-1] == {"name": "class_name", "datatype": "BYTES", "shape": [-1, 1]}  # [-1] + dims
     assert [o["name"] for o in meta["outputs"]] == [*OUTPUTS, "class_name"]
     config = httpx.get(f"{server.url}/v2/models/toy/config").json()
     assert config["output"][-1] == {"name": "class_name", "data_type": "TYPE_STRING", "dims": [1], "reshape": {}}

@@ -39,9 +39,9 @@ def test_health_and_metadata(server: Server) -> None:
     assert client.is_server_live() and client.is_server_ready()
     assert client.is_model_ready("toy")
     meta = client.get_model_metadata("toy")
-    assert meta["inputs"] == [{"name": "sample_id", "datatype": "INT64", "shape": [-1]}]
+    assert meta["inputs"] == [{"name": "sample_id", "datatype": "INT64", "shape": [-1, 1]}]  # Triton's [-1] + dims
     assert meta["parameters"]["emulated"] is True
-    assert {o["name"] for o in meta["outputs"]} == {"label", "certainty", "model"}
+    assert [(o["name"], o["shape"]) for o in meta["outputs"]] == [(n, [-1, 1]) for n in ("label", "certainty", "model")]
     assert httpx.get(f"{server.url}/v2").json()["extensions"][0] == "binary_tensor_data"
 
 
@@ -83,7 +83,12 @@ def test_json_infer(server: Server, toy_profile: Profile) -> None:
         (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1], "data": [1]}]}', 400, "'sample_id' is missing"),
         (b'{"inputs": [{"name": "sample_id", "datatype": "FP32", "shape": [1], "data": [1]}]}', 400, "datatype FP32"),
         (b'{"inputs": [{"name": "sample_id", "datatype": "INT9", "shape": [1], "data": [1]}]}', 400, "INT9"),
-        (b'{"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1, 1], "data": [1]}]}', 400, "shape"),
+        (
+            b'{"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1, 2], "data": [1, 2]}]}',
+            400,
+            "shape [1, 2] does not match [-1, 1] (or [-1])",
+        ),
+        (b'{"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1, 1, 1], "data": [1]}]}', 400, "shape"),
         (b'{"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [2], "data": [1]}]}', 400, "elements"),
         (b'{"inputs": [{"name": "sample_id", "datatype": "INT64", "shape": [1], "data": [999999]}]}', 400, "999999"),
         (

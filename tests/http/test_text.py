@@ -16,10 +16,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as tg
 import tritonclient.http as triton
 from tests.http.http_helpers import serving
 
 from cascadeserve.cascade import Cascade
+from cascadeserve.grpc import GrpcFrontEnd
 from cascadeserve.http import Server
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.profile import Profile, load_profile
@@ -74,7 +76,7 @@ def server(config: ModelConfig, profile: Profile) -> Iterator[Server]:
         (Device(name="cpu0", memory_mb=500), Device(name="cpu1", memory_mb=500)),
         max_wait_ms=5.0,
     )
-    with serving(profile, plan, models=config, backend=LocalBackend()) as s:
+    with serving(profile, plan, models=config, backend=LocalBackend(), front_ends=[GrpcFrontEnd("127.0.0.1", 0)]) as s:
         s.text_config = config  # type: ignore[attr-defined]
         yield s
 
@@ -113,6 +115,30 @@ def test_raw_text_through_tritonclient_binary(server: Server, tweets: list[str],
     models = [m.decode() for m in res.as_numpy("model")]
     _check(server_config(server), [tweets[i] for i in ids], res.as_numpy("label").tolist(), models)
     assert "minilm-l3" in models  # some tweets needed the second stage
+
+
+def test_tritonclient_sends_text_as_the_metadata_says_or_as_before(server: Server, tweets: list[str]) -> None:
+    """The metadata gives ``text`` as Triton's ``[-1, 1]`` (config dims ``[1]``): tritonclient HTTP and gRPC send
+    ``[N, 1]`` and get ``[N, 1]`` outputs; ``[N]`` still works and gets ``[N]``; the same labels either way."""
+    texts = np.array([tweets[i].encode() for i in range(30, 38)], dtype=np.object_)
+    hc = triton.InferenceServerClient(server.url.removeprefix("http://"))
+    gc = tg.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    meta = hc.get_model_metadata("toy")
+    assert meta["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
+    assert [int(d) for d in gc.get_model_metadata("toy").inputs[0].shape] == [-1, 1]
+    assert hc.get_model_config("toy")["input"][0]["dims"] == [1]
+    answers = {}
+    for shape in ([len(texts), 1], [len(texts)]):
+        hin = triton.InferInput("text", shape, "BYTES")
+        hin.set_data_from_numpy(texts.reshape(shape))
+        gin = tg.InferInput("text", shape, "BYTES")
+        gin.set_data_from_numpy(texts.reshape(shape))
+        for proto, res in (("http", hc.infer("toy", [hin])), ("grpc", gc.infer("toy", [gin]))):
+            assert res.as_numpy("label").shape == tuple(shape) and res.as_numpy("model").shape == tuple(shape)
+            answers[proto, len(shape)] = res.as_numpy("label").reshape(-1).tolist()
+    assert len(set(map(tuple, answers.values()))) == 1, answers
+    models = [m.decode() for m in hc.infer("toy", [hin]).as_numpy("model")]
+    _check(server_config(server), [t.decode() for t in texts], answers["http", 1], models)
 
 
 def test_bad_text_inputs_are_refused(server: Server) -> None:

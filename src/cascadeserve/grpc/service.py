@@ -43,7 +43,14 @@ from cascadeserve.http.app import ServerOptions
 from cascadeserve.http.clipper import context_of
 from cascadeserve.http.control import AuthError
 from cascadeserve.http.failures import public_error
-from cascadeserve.http.infer import InferCore, InferError, ServedModel, model_config
+from cascadeserve.http.infer import (
+    OUTPUT_SHAPE,
+    InferCore,
+    InferError,
+    ServedModel,
+    metadata_shape,
+    model_config,
+)
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.repository import RepositoryError
 from cascadeserve.http.v2 import ProtocolError
@@ -205,8 +212,8 @@ class _Servicer:
             name=api.model.name,
             versions=["1"],
             platform="cascadeserve",
-            inputs=[tensor(name=i.name, datatype=i.datatype, shape=list(i.shape)) for i in api.model.inputs],
-            outputs=[tensor(name=n, datatype=dt, shape=[-1]) for n, dt in api.model.outputs],
+            inputs=[tensor(name=i.name, datatype=i.datatype, shape=metadata_shape(i.shape)) for i in api.model.inputs],
+            outputs=[tensor(name=n, datatype=dt, shape=list(OUTPUT_SHAPE)) for n, dt in api.model.outputs],
         )
 
     @_rpc()

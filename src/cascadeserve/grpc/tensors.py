@@ -119,6 +119,6 @@ def encode_response(
     for key, value in done.parameters.items():
         response.parameters[key].CopyFrom(_parameter(value))
     for o in outputs:
-        response.outputs.add(name=o.name, datatype=o.datatype, shape=[len(o.data)])
+        response.outputs.add(name=o.name, datatype=o.datatype, shape=o.wire_shape)
         response.raw_output_contents.append(tensor_bytes(o))
     return response

@@ -59,7 +59,14 @@ from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
 from cascadeserve.http.fastpath import InferAnswer, InferFastPath, answered_or_gone, server_error
-from cascadeserve.http.infer import InferCore, InferError, ServedModel, model_config
+from cascadeserve.http.infer import (
+    OUTPUT_SHAPE,
+    InferCore,
+    InferError,
+    ServedModel,
+    metadata_shape,
+    model_config,
+)
 from cascadeserve.http.limits import read_body
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
@@ -219,8 +226,11 @@ class _Api:
                 "name": self.model.name,
                 "versions": ["1"],
                 "platform": "cascadeserve",
-                "inputs": [{"name": i.name, "datatype": i.datatype, "shape": list(i.shape)} for i in self.model.inputs],
-                "outputs": [{"name": n, "datatype": dt, "shape": [-1]} for n, dt in self.model.outputs],
+                "inputs": [
+                    {"name": i.name, "datatype": i.datatype, "shape": metadata_shape(i.shape)}
+                    for i in self.model.inputs
+                ],
+                "outputs": [{"name": n, "datatype": dt, "shape": list(OUTPUT_SHAPE)} for n, dt in self.model.outputs],
                 "parameters": {
                     "emulated": self.model.emulated,
                     "models": ",".join(plan.models()),

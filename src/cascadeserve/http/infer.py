@@ -30,10 +30,21 @@ from cascadeserve.http.v2 import DTYPES, OutputTensor, ProtocolError
 from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
 
-__all__ = ["OUTPUTS", "InferCore", "InferError", "Inferred", "ServedModel", "model_config"]
+__all__ = [
+    "OUTPUTS",
+    "OUTPUT_SHAPE",
+    "InferCore",
+    "InferError",
+    "Inferred",
+    "ServedModel",
+    "metadata_shape",
+    "model_config",
+]
 
 # The outputs every served cascade has, in order (name, datatype): the metadata of both front ends lists them
 OUTPUTS: tuple[tuple[str, str], ...] = (("label", "INT64"), ("certainty", "FP32"), ("model", "BYTES"))
+# Every output holds one element per row: Triton's config dims [1], so its metadata shape is [-1, 1]
+OUTPUT_SHAPE: tuple[int, ...] = (-1, 1)
 CLASS_NAME = ("class_name", "BYTES")  # and, where the models config names the classes, each label's name
 
 Watch = Callable[[Sequence["asyncio.Future[Any]"]], Awaitable[bool]]
@@ -64,9 +75,16 @@ class ServedModel:
         return OUTPUTS if self.labels is None else (*OUTPUTS, CLASS_NAME)
 
 
+def metadata_shape(shape: Sequence[int]) -> list[int]:
+    """A tensor's shape as the model metadata gives it: Triton's ``[-1] + dims`` of its model config (where
+    ``max_batch_size > 0`` leaves the batch dimension out of ``dims``). A per-row scalar, ``(-1,)`` in an
+    :class:`~cascadeserve.runtime.InputSpec` (a sample id, a text, an LLM item), is dims ``[1]``: ``[-1, 1]``."""
+    return [*shape, 1] if len(shape) == 1 else list(shape)
+
+
 def _tensor(name: str, datatype: str, shape: Sequence[int]) -> dict[str, Any]:
-    """One tensor in Triton's model config: dims without the batch dimension; a ``[-1]`` tensor is dims ``[1]``
-    reshaped to ``[]`` (Triton's batching convention)."""
+    """One tensor in Triton's model config: dims without the batch dimension; a per-row scalar ``(-1,)`` is dims
+    ``[1]`` reshaped to ``[]`` (Triton's batching convention: clients send ``[N, 1]``, the model sees ``[N]``)."""
     out: dict[str, Any] = {"name": name, "data_type": "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"}
     if len(shape) > 1:
         out["dims"] = list(shape[1:])
@@ -109,7 +127,8 @@ class InferError(ProtocolError):
 
 @dataclass(frozen=True)
 class Inferred:
-    """The answer to one infer call: its output tensors (one element per row) and response parameters."""
+    """The answer to one infer call: its output tensors (one element per row, each ``[N]`` or, to a request that
+    sent a per-row scalar input in Triton's ``[N, 1]``, ``[N, 1]``) and response parameters."""
 
     outputs: list[OutputTensor]
     parameters: dict[str, Any]
@@ -177,6 +196,13 @@ class InferCore:
         ``datatypes``: each input's V2 datatype as the request named it (the decoders give it: the dtype alone does
         not tell UINT16 from BF16); without it the dtype decides, for a caller that built the array for this input.
         """
+        return self._payloads(inputs, datatypes)[0]
+
+    def _payloads(
+        self, inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str] | None
+    ) -> tuple[list[Any], bool]:
+        """:meth:`payloads`, and whether a per-row scalar input came in Triton's ``[N, 1]`` (the answer then takes
+        that form too)."""
         specs = self.model.inputs
         names = [s.name for s in specs]
         missing = [n for n in names if n not in inputs]
@@ -186,25 +212,35 @@ class InferCore:
             if other not in names:
                 takes = f"only {names[0]!r}" if len(names) == 1 else ", ".join(repr(n) for n in names)
                 raise ProtocolError(f"input {other!r} is unknown; this model takes {takes}")
-        arrays = [self._checked(spec, inputs[spec.name], datatypes) for spec in specs]
+        given = [inputs[spec.name] for spec in specs]
+        arrays = [self._checked(spec, arr, datatypes) for spec, arr in zip(specs, given, strict=True)]
+        column = any(a.ndim > len(s.shape) for s, a in zip(specs, given, strict=True))  # [N, 1] for a (-1,) input
         if len(arrays) == 1:
-            return self._lookup(arrays[0])
+            return self._lookup(arrays[0]), column
         rows = {len(a) for a in arrays}
         if len(rows) > 1:
             held = ", ".join(f"{n!r} {len(a)}" for n, a in zip(names, arrays, strict=True))
             raise ProtocolError(f"inputs hold different numbers of rows ({held}): one row per request in each")
-        return [dict(zip(names, row, strict=True)) for row in zip(*arrays, strict=True)]
+        return [dict(zip(names, row, strict=True)) for row in zip(*arrays, strict=True)], column
 
     def _checked(self, spec: InputSpec, arr: np.ndarray, datatypes: Mapping[str, str] | None) -> np.ndarray:
-        """``arr`` if it is what input ``spec`` takes (datatype, shape, rows, finite values); else 400 naming it."""
+        """``arr`` if it is what input ``spec`` takes (datatype, shape, rows, finite values); else 400 naming it.
+
+        Shape: Triton's ``[N] + dims`` (the metadata's :func:`metadata_shape`), and for a per-row scalar input also
+        ``[N]`` (what KServe's SDK, Clipper-era clients and this project's own load generators send); a per-row
+        scalar sent as ``[N, 1]`` comes back as ``[N]``, so a model sees the same rows either way."""
         got = datatypes.get(spec.name) if datatypes else None
         if got is None:
             want = DTYPES[spec.datatype]
             got = spec.datatype if arr.dtype == want else self._names.get(arr.dtype, str(arr.dtype))
         if got != spec.datatype:
             raise ProtocolError(f"input {spec.name!r}: datatype {got}, expected {spec.datatype}")
+        if len(spec.shape) == 1 and arr.ndim == 2 and arr.shape[1] == 1:  # Triton's form of a per-row scalar
+            arr = arr.reshape(len(arr))
         if arr.ndim != len(spec.shape) or any(s != -1 and s != a for s, a in zip(spec.shape, arr.shape, strict=True)):
-            raise ProtocolError(f"input {spec.name!r}: shape {list(arr.shape)} does not match {list(spec.shape)}")
+            forms = metadata_shape(spec.shape)
+            forms_text = f"{forms} (or {list(spec.shape)})" if len(spec.shape) == 1 else f"{forms}"
+            raise ProtocolError(f"input {spec.name!r}: shape {list(arr.shape)} does not match {forms_text}")
         if arr.shape[0] == 0:
             raise ProtocolError(f"input {spec.name!r}: the batch has no rows")
         if spec.datatype == "BYTES":  # text, and an LLM item within the gate's bounds (http/limits.py)
@@ -240,7 +276,7 @@ class InferCore:
         """Run every row of ``inputs`` through the cascade; ``watch`` tells a client that went away (HTTP), and a
         cancelled caller (a gRPC client that cancels) has its rows that have not started dropped too.
         ``datatypes``: each input's V2 datatype, as :meth:`payloads` takes it."""
-        payloads = self.payloads(inputs, datatypes)
+        payloads, column = self._payloads(inputs, datatypes)
         timeout = self.timeout_s(parameters)
         admitted = self.runtime.clock.now()
         try:
@@ -265,9 +301,9 @@ class InferCore:
             raise InferError(*public_error(worst))  # a model's own text only in the log
         answers = [r for r in results if isinstance(r, Answer)]
         self.layer.answered(rid, reqs, answers, context)
-        return self._inferred(answers, admitted)
+        return self._inferred(answers, admitted, column)
 
-    def _inferred(self, answers: list[Answer], admitted: float) -> Inferred:
+    def _inferred(self, answers: list[Answer], admitted: float, column: bool = False) -> Inferred:
         first = answers[0]
         if len(answers) == 1:  # the common call: one row, its own figures (the same values, without the generators)
             finished, fallback, cached = first.finished, first.fallback, first.cached
@@ -301,4 +337,7 @@ class InferCore:
             outputs.append(OutputTensor(*CLASS_NAME, [names.get(a.label, "") for a in answers]))
         if any(a.output is not None for a in answers):  # a generative cascade: its answers as text
             outputs.append(OutputTensor("text", "BYTES", [a.output.text if a.output else "" for a in answers]))
+        if column:  # the request's per-row scalars came as [N, 1]: the answer's are [N, 1] too (metadata [-1, 1])
+            shape = (len(answers), 1)
+            outputs = [OutputTensor(o.name, o.datatype, o.data, o.parameters, shape) for o in outputs]
         return Inferred(outputs, params)

@@ -106,10 +106,18 @@ class DecodedRequest:
 
 @dataclass(frozen=True)
 class OutputTensor:
+    """One output: ``data`` flat, one element per row; ``shape`` the one to send (``None``: ``[len(data)]``)."""
+
     name: str
     datatype: str
     data: np.ndarray | Sequence[str]
     parameters: dict[str, Any] = field(default_factory=dict)
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def wire_shape(self) -> list[int]:
+        """The shape the response gives: ``shape``, or ``[len(data)]``."""
+        return [len(self.data)] if self.shape is None else list(self.shape)
 
 
 def _json_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
@@ -372,7 +380,7 @@ def encode_infer_response(
         if binary is None:
             continue
         data = o.data
-        entry: dict[str, Any] = {"name": o.name, "datatype": o.datatype, "shape": [len(data)]}
+        entry: dict[str, Any] = {"name": o.name, "datatype": o.datatype, "shape": o.wire_shape}
         if o.parameters:
             entry["parameters"] = dict(o.parameters)
         if binary:
