@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from cascadeserve.api.settings import tuning_options
 from cascadeserve.cascade import Cascade
 from cascadeserve.cli import run
-from cascadeserve.api.settings import tuning_options
 from cascadeserve.plan import Device, fixed_plan
 from cascadeserve.policy import PlanTables
 from cascadeserve.profile import Profile, save_profile
