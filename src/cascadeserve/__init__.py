@@ -10,13 +10,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cascadeserve.api import ServeConfig, Server
+    from cascadeserve.api import ServeConfig, Server, plan, profile, simulate
+    from cascadeserve.workload import LoadedWorkload as Workload
 
 __version__ = "0.1.0"
 
-__all__ = ["ServeConfig", "Server", "__version__"]
+__all__ = ["ServeConfig", "Server", "Workload", "__version__", "plan", "profile", "simulate"]
 
-_LAZY = {"ServeConfig": "cascadeserve.api.config", "Server": "cascadeserve.api.serving"}
+_LAZY = {
+    "ServeConfig": "cascadeserve.api.config",
+    "Server": "cascadeserve.api.serving",
+    "Workload": "cascadeserve.workload",
+    "plan": "cascadeserve.api.steps",
+    "profile": "cascadeserve.api.steps",
+    "simulate": "cascadeserve.api.steps",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -24,5 +32,5 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(importlib.import_module(_LAZY[name]), "LoadedWorkload" if name == "Workload" else name)
     raise AttributeError(f"module 'cascadeserve' has no attribute {name!r}")

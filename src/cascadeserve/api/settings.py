@@ -8,7 +8,7 @@ from typing import Any
 
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.http.clipper import ClipperOptions
-from cascadeserve.plan import GearPlan, load_plan
+from cascadeserve.plan import SLO, Device, GearPlan, load_plan
 from cascadeserve.policy import PlanTables
 from cascadeserve.policy.adaptive import BATCHING, batch_limit_for, batch_target_s
 from cascadeserve.policy.replan import REPLAN_MODES, DriftSettings, scaling_applies
@@ -18,11 +18,14 @@ from cascadeserve.runtime.replanner import ReplanOptions
 from cascadeserve.runtime.tuning import TuningFactory
 
 __all__ = [
+    "batch_sizes",
     "clipper_options",
+    "devices_from",
     "drift_settings_from",
     "headroom_note",
     "layer_options",
     "replan_options",
+    "slo_from",
     "tuning_options",
     "with_batch_target",
 ]
@@ -173,3 +176,47 @@ def drift_settings_from(
         cooldown_s=cooldown_s,
         scaling=on,
     )
+
+
+def devices_from(count: int, memory_mb: float, kind: str = "cpu") -> tuple[Device, ...]:
+    if count < 1:
+        raise CascadeServeError("--devices must be at least 1")
+    if memory_mb <= 0:
+        raise CascadeServeError("--device-memory-mb must be positive")
+    return tuple(Device(name=f"dev{i}", memory_mb=memory_mb, kind=kind) for i in range(count))
+
+
+def slo_from(p95_ms: float | None, accuracy: float | None) -> SLO:
+    """Exactly one of ``--slo-p95-ms`` and ``--slo-accuracy``."""
+    if (p95_ms is None) == (accuracy is None):
+        raise CascadeServeError("give exactly one SLO: --slo-p95-ms L or --slo-accuracy A")
+    if p95_ms is not None:
+        if p95_ms <= 0:
+            raise CascadeServeError("--slo-p95-ms must be positive")
+        return SLO(kind="p95_ms", value=p95_ms)
+    assert accuracy is not None
+    if not 0 < accuracy <= 1:
+        raise CascadeServeError("--slo-accuracy must lie in (0, 1]")
+    return SLO(kind="accuracy", value=accuracy)
+
+
+def batch_sizes(value: str) -> tuple[int, ...]:
+    """``"1,2,4,...,256"`` (a literal ``...`` doubles up to the last) or ``"1,8,64"``."""
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    try:
+        if "..." in parts:
+            i = parts.index("...")
+            head = [int(p) for p in parts[:i]]
+            last = int(parts[-1])
+            sizes = list(head)
+            while sizes and sizes[-1] * 2 <= last:
+                sizes.append(sizes[-1] * 2)
+            if not sizes or sizes[-1] != last:
+                sizes.append(last)
+        else:
+            sizes = [int(p) for p in parts]
+    except (ValueError, IndexError):
+        raise CascadeServeError(f"--batch-sizes: {value!r} must be integers such as 1,2,4,...,256") from None
+    if not sizes or any(b < 1 for b in sizes) or sizes != sorted(set(sizes)):
+        raise CascadeServeError(f"--batch-sizes: {value!r} must be positive and strictly increasing")
+    return tuple(sizes)

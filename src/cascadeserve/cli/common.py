@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
+from cascadeserve.api.settings import devices_from, slo_from
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.plan import SLO, Device
 from cascadeserve.traces import TRACE_SPEC_HELP, Trace, build_trace
 
 __all__ = [
@@ -97,28 +97,6 @@ def parse_floats(value: str, what: str) -> tuple[float, ...]:
         except ValueError:
             raise CascadeServeError(f"{what}: {part.strip()!r} is not a number") from None
     return tuple(out)
-
-
-def devices_from(count: int, memory_mb: float, kind: str = "cpu") -> tuple[Device, ...]:
-    if count < 1:
-        raise CascadeServeError("--devices must be at least 1")
-    if memory_mb <= 0:
-        raise CascadeServeError("--device-memory-mb must be positive")
-    return tuple(Device(name=f"dev{i}", memory_mb=memory_mb, kind=kind) for i in range(count))
-
-
-def slo_from(p95_ms: float | None, accuracy: float | None) -> SLO:
-    """Exactly one of ``--slo-p95-ms`` and ``--slo-accuracy``."""
-    if (p95_ms is None) == (accuracy is None):
-        raise CascadeServeError("give exactly one SLO: --slo-p95-ms L or --slo-accuracy A")
-    if p95_ms is not None:
-        if p95_ms <= 0:
-            raise CascadeServeError("--slo-p95-ms must be positive")
-        return SLO(kind="p95_ms", value=p95_ms)
-    assert accuracy is not None
-    if not 0 < accuracy <= 1:
-        raise CascadeServeError("--slo-accuracy must lie in (0, 1]")
-    return SLO(kind="accuracy", value=accuracy)
 
 
 ReplanOpt = Annotated[

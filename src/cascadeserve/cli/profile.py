@@ -16,11 +16,13 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from cascadeserve.api.settings import batch_sizes as batch_sizes_of
+from cascadeserve.api.steps import measure_family
 from cascadeserve.cascade import enumerate_frontier
 from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.profile import load_profile, record_batch_overhead
+from cascadeserve.profile import load_profile
 
 __all__ = ["frontier", "measure_cmd", "profile_app", "show", "signals"]
 
@@ -138,28 +140,6 @@ def signals(profile: ProfileDir, as_json: AsJson = False, workload: WorkloadOpt 
         )
 
 
-def _batch_sizes(value: str) -> tuple[int, ...]:
-    """``"1,2,4,...,256"`` (a literal ``...`` doubles up to the last) or ``"1,8,64"``."""
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    try:
-        if "..." in parts:
-            i = parts.index("...")
-            head = [int(p) for p in parts[:i]]
-            last = int(parts[-1])
-            sizes = list(head)
-            while sizes and sizes[-1] * 2 <= last:
-                sizes.append(sizes[-1] * 2)
-            if not sizes or sizes[-1] != last:
-                sizes.append(last)
-        else:
-            sizes = [int(p) for p in parts]
-    except (ValueError, IndexError):
-        raise CascadeServeError(f"--batch-sizes: {value!r} must be integers such as 1,2,4,...,256") from None
-    if not sizes or any(b < 1 for b in sizes) or sizes != sorted(set(sizes)):
-        raise CascadeServeError(f"--batch-sizes: {value!r} must be positive and strictly increasing")
-    return tuple(sizes)
-
-
 @profile_app.command("measure")
 def measure_cmd(
     models: Annotated[Path, typer.Option("--models", help="Models config YAML (name, adapter, ref, ...).")],
@@ -194,13 +174,7 @@ def measure_cmd(
     """Measure a model family: runtime per batch size, memory, predictions and certainty; write a profile."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
-
-    cfg = load_models_config(models)
-    data = load_validation(validation, limit=limit)
-    opts = MeasureOptions(
-        batch_sizes=_batch_sizes(batch_sizes), repeats=repeats, warmup=warmup, threads=threads, pause_ms=pause_ms
-    )
+    sizes = batch_sizes_of(batch_sizes)
     with Progress(
         TextColumn("{task.description:<14}"),
         BarColumn(),
@@ -217,21 +191,17 @@ def measure_cmd(
                 tasks[model] = bar.add_task(model, total=total, step="")
             label = {"skip": "already measured", "done": "done", "load": "loading", "predict": "predicting"}.get(step)
             if label is None:  # not built eagerly: with one batch size, "load" (done 0) has no batch to name
-                label = f"timing batch {opts.batch_sizes[min(max(done - 2, 0), len(opts.batch_sizes) - 1)]}"
+                label = f"timing batch {sizes[min(max(done - 2, 0), len(sizes) - 1)]}"
             bar.update(tasks[model], completed=done, total=total, step=label)
 
-        prof, records = measure(cfg, data, out, name=name, options=opts, progress=progress, resume=not fresh)
-    # The runtime's own cost per batch on this machine, recorded with the profile so plans and simulations
-    # include it by default (cascadeserve.eval.overhead).
-    from cascadeserve.eval.overhead import measure_batch_overhead
-
-    overhead = measure_batch_overhead(prof)
-    record_batch_overhead(out, overhead.median_ms)
-    prof = load_profile(out)
+        prof, measured = measure_family(
+            models, validation, out, batch_sizes=sizes, repeats=repeats, warmup=warmup, threads=threads,
+            pause_ms=pause_ms, name=name, resume=not fresh, limit=limit, progress=progress,
+        )  # fmt: skip
     if as_json:
         print_json({"out": str(out), "name": prof.name, "device": prof.device, "models": prof.summary()})
         return
     console.print(
-        f"wrote {out} ({len(records)} models, {prof.n_samples} samples; {prof.device})", highlight=False, soft_wrap=True
+        f"wrote {out} ({measured} models, {prof.n_samples} samples; {prof.device})", highlight=False, soft_wrap=True
     )
     show(out)

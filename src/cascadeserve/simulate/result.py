@@ -78,6 +78,11 @@ class SimResult:
         return float(np.percentile(lat, q) * 1000.0) if len(lat) else 0.0
 
     @property
+    def p95_ms(self) -> float:
+        """The latency SLO's percentile (:meth:`percentile_ms` of 95)."""
+        return self.percentile_ms(95)
+
+    @property
     def accuracy(self) -> float:
         return float(self.correct.mean()) if len(self.correct) else 0.0
 

@@ -33,6 +33,11 @@ class LoadedWorkload:
     spec: Workload
     raw: dict[str, Any]  # the parsed YAML (the inline models config is written out from it)
 
+    @classmethod
+    def from_file(cls, path: str | Path) -> LoadedWorkload:
+        """Read and validate the workload file at ``path`` (or the folder holding ``cascadeserve.yaml``)."""
+        return load_workload(path)
+
     @property
     def base_dir(self) -> Path:
         return self.path.parent
