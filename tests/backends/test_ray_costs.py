@@ -20,8 +20,8 @@ from cascadeserve.simulate import simulate
 from cascadeserve.simulate.hops import charge_hops, expected_hops
 
 pytest.importorskip("ray")
-from cascadeserve.backends.ray import RayBackend
 from cascadeserve.api.checks import measure_costs
+from cascadeserve.backends.ray import RayBackend
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
