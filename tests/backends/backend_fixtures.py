@@ -4,7 +4,7 @@ Ray takes ~10 s to start on a 2-core machine, so it starts once, the first time 
 when the last folder's session fixture is torn down (the fixture is registered by several conftest files, so
 each holds a reference). Settings that keep it small enough for CI containers: 2 CPUs, no dashboard, an 80 MB
 object store (the default takes 30% of RAM and fails where /dev/shm is small), and a short temp dir (Ray's
-socket paths must stay under 107 bytes).
+socket paths must stay under 107 bytes). Like the backend's own instance, it listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ _state: dict[str, Any] = {"refs": 0, "tmp": None}
 def start_ray() -> None:
     import ray
 
+    from cascadeserve.backends.ray.loopback import start_local
+
     if ray.is_initialized():
         return
     tmp = tempfile.mkdtemp(prefix="csray", dir="/tmp")
     _state["tmp"] = tmp
-    ray.init(
+    start_local(  # on 127.0.0.1, as the backend's own: a test run opens no port to the network
         num_cpus=2,
         include_dashboard=False,
         object_store_memory=80 << 20,

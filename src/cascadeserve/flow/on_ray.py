@@ -30,6 +30,7 @@ from typing import Any
 
 import ray
 
+from cascadeserve.backends.ray.loopback import start_local
 from cascadeserve.flow.batching import Batcher, Call, run_batched
 from cascadeserve.flow.executor import Executor, check_input
 from cascadeserve.flow.graph import Graph, Node
@@ -84,8 +85,8 @@ class RayExecutor(Executor):
         driver_threads: int = 64,
     ) -> None:
         super().__init__(graph)
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if not ray.is_initialized():  # a new local instance, on 127.0.0.1 only (ray.init() in the caller joins one)
+            start_local(include_dashboard=False, log_to_driver=False, configure_logging=False)
         cpu = [
             _RemoteWorker.options(num_cpus=0, max_concurrency=threads).remote(graph, store, cache_bytes)
             for _ in range(max(1, workers))

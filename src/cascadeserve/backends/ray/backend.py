@@ -4,7 +4,8 @@ servers where to import their models from.
 :class:`RayBackend` implements the runtime's :class:`~cascadeserve.runtime.Backend` protocol, as
 :class:`~cascadeserve.runtime.LocalBackend` does, so ``cascadeserve serve --backend ray`` and the HTTP front end
 need no Ray-specific code. It connects to Ray on first use (joining ``RayOptions.address``, or starting a local
-instance), and refuses a fake clock: its servers live in other processes, on real time.
+instance that listens on 127.0.0.1 only: :mod:`~cascadeserve.backends.ray.loopback`), and refuses a fake clock: its
+servers live in other processes, on real time.
 
 A models config in the ``module:factory`` form lets each server import only the models placed on its device
 (:func:`model_sources`); an adapter config's models are built by the front end and shipped to the servers pickled.
@@ -19,6 +20,7 @@ from typing import Any
 import ray
 
 from cascadeserve.backends.ray.frontend import RayRuntime
+from cascadeserve.backends.ray.loopback import is_loopback_address, start_local, use_loopback
 from cascadeserve.backends.ray.options import ModelSource, RayOptions
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import GearPlan
@@ -39,13 +41,18 @@ class RayBackend:
         self.model_sources = model_sources  # module:factory refs the servers load themselves (see the CLI)
 
     def connect(self) -> None:
+        """Join ``options.address``, or start a new local instance that listens on 127.0.0.1 only (never one named
+        by ``RAY_ADDRESS`` or left by an earlier ``ray start``: joining a cluster is explicit)."""
         if ray.is_initialized():
             return
+        address = self.options.address
         kwargs: dict[str, Any] = {"namespace": self.options.namespace, "log_to_driver": False}
-        if self.options.address is None:
-            kwargs.update(include_dashboard=False)
-        kwargs.update(self.options.init_kwargs)
-        ray.init(address=self.options.address, **kwargs)
+        if address is None:
+            start_local(**{"include_dashboard": False, **kwargs, **self.options.init_kwargs})
+            return
+        if is_loopback_address(address):  # a cluster on this host's loopback is joined on loopback
+            use_loopback()
+        ray.init(address=address, **{**kwargs, **self.options.init_kwargs})
 
     def emulated_runtime(
         self,
