@@ -91,13 +91,16 @@ class ServeConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def for_workload(cls, workload: LoadedWorkload, **overrides: Any) -> ServeConfig:
+    def for_workload(
+        cls, workload: LoadedWorkload, *, workload_state_dir: Path | None = None, **overrides: Any
+    ) -> ServeConfig:
         """The settings ``cascadeserve up`` serves ``workload`` with (its serve block, its state folder's plan,
-        profile and models config), then ``overrides``."""
+        profile and models config), then ``overrides``. ``workload_state_dir``: the workload's state folder, as
+        ``up --state-dir`` gives it (default: ``.cascadeserve/`` beside the workload file)."""
         from cascadeserve.workload import StateDir
         from cascadeserve.workload.values import workload_values
 
-        values = workload_values(StateDir.of(workload))
+        values = workload_values(StateDir.of(workload, workload_state_dir))
         names = {f.name for f in dataclasses.fields(cls)}
         kw: dict[str, Any] = {k: v for k, v in values.items() if k in names}
         for key in ("plan", "profile", "models", "state_dir"):

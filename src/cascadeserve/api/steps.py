@@ -34,6 +34,8 @@ from cascadeserve.workload import LoadedWorkload, StateDir
 
 __all__ = [
     "Calibration",
+    "MeasureProgress",
+    "OnStep",
     "calibrate_here",
     "make_plan",
     "measure_family",
@@ -44,6 +46,9 @@ __all__ = [
 ]
 
 Say = Callable[[str], None]
+OnStep = Callable[[str, "str | None"], None]
+"""Told when a workload's step (``profile``, ``calibration``, ``plan``) starts, with what it does, or is skipped as up
+to date (``None``): ``cascadeserve up`` numbers its phases with it."""
 MeasureProgress = Callable[[str, str, int, int], None]  # (model, step, done, total), as profile measure draws it
 
 
@@ -214,15 +219,36 @@ def make_plan(
 
 
 # -- a workload's steps -------------------------------------------------------------------------------------------
-def profile(workload: LoadedWorkload, *, say: Say = _stderr, progress: MeasureProgress | None = None) -> Profile:
+def _announce(say: Say) -> OnStep:
+    """The default ``on_step``: a starting step's line through ``say``; a step up to date is silent."""
+
+    def on_step(_step: str, what: str | None) -> None:
+        if what is not None:
+            say(what)
+
+    return on_step
+
+
+def profile(
+    workload: LoadedWorkload,
+    *,
+    state_dir: Path | None = None,
+    say: Say = _stderr,
+    on_step: OnStep | None = None,
+    progress: MeasureProgress | None = None,
+) -> Profile:
     """The profile ``workload``'s plans are made from: its family measured (unless the measured profile is up to
     date with the models, the validation data and the options), then calibrated to this host by serving it (unless
-    the workload turns calibration off, or it is up to date)."""
-    state = StateDir.of(workload)
+    the workload turns calibration off, or it is up to date). ``state_dir``: where the profiles, plan and hashes live
+    (default: ``.cascadeserve/`` beside the workload file)."""
+    state = StateDir.of(workload, state_dir)
+    step = on_step or _announce(say)
     spec = workload.spec
     models = state.models_config()
-    if not state.up_to_date("profile"):
-        say(f"profiling {spec.name} into {state.measured}")
+    if state.up_to_date("profile"):
+        step("profile", None)
+    else:
+        step("profile", f"profiling {spec.name} into {state.measured}")
         shutil.rmtree(state.measured, ignore_errors=True)  # ours: a stale profile is measured again in full
         p = spec.profile
         measure_family(
@@ -230,9 +256,11 @@ def profile(workload: LoadedWorkload, *, say: Say = _stderr, progress: MeasurePr
             warmup=p.warmup, threads=p.threads, name=spec.name, resume=False, limit=p.limit, progress=progress,
         )  # fmt: skip
         state.record("profile")
-    if state.calibrating and not state.up_to_date("calibration"):
+    if state.calibrating and state.up_to_date("calibration"):
+        step("calibration", None)
+    elif state.calibrating:
         seconds, n = spec.profile.calibrate_s, spec.devices.count
-        say(f"calibrating to this host: the models served on {n} device(s) for {seconds:g} s")
+        step("calibration", f"calibrating to this host: the models served on {n} device(s) for {seconds:g} s")
         measured = load_profile(state.measured)
         shutil.rmtree(state.profile, ignore_errors=True)
         got = calibrate_here(measured, models, workload.validation(), devices=n, seconds=seconds, say=say)
@@ -242,11 +270,22 @@ def profile(workload: LoadedWorkload, *, say: Say = _stderr, progress: MeasurePr
     return load_profile(state.profile)
 
 
-def plan(workload: LoadedWorkload, prof: Profile | None = None, *, say: Say = _stderr) -> GearPlan:
+def plan(
+    workload: LoadedWorkload,
+    prof: Profile | None = None,
+    *,
+    state_dir: Path | None = None,
+    say: Say = _stderr,
+    on_step: OnStep | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> GearPlan:
     """The gear plan for ``workload``: made from ``prof`` (default: the workload's profile) for its SLO, devices
-    and load, unless the plan in its state folder is up to date with them; saved there."""
-    state = StateDir.of(workload)
+    and load, unless the plan in its state folder is up to date with them; saved there. ``progress(submodule,
+    calls)`` follows the planner's Algorithm 1."""
+    state = StateDir.of(workload, state_dir)
+    step = on_step or _announce(say)
     if state.up_to_date("plan"):
+        step("plan", None)
         return load_plan(state.plan)
     spec = workload.spec
     if prof is None:
@@ -254,13 +293,13 @@ def plan(workload: LoadedWorkload, prof: Profile | None = None, *, say: Say = _s
     from cascadeserve.workload.values import workload_values
 
     v = workload_values(state)
-    say(f"planning {spec.slo} on {spec.devices.count} device(s) into {state.plan}")
+    step("plan", f"planning {spec.slo} on {spec.devices.count} device(s) into {state.plan}")
     devices = devices_from(spec.devices.count, spec.devices.memory_mb, spec.devices.kind)
     qps_dist = v.get("qps_dist") or "zipf"
     p = spec.plan
     planner = make_plan(
         prof, devices, slo_from(spec.slo.p95_ms, spec.slo.accuracy), float(v["max_qps"]), ranges=p.ranges,
-        qps_dist=qps_dist, seed=p.seed, max_busy=p.max_busy, votes=p.votes,
+        qps_dist=qps_dist, seed=p.seed, max_busy=p.max_busy, votes=p.votes, progress=progress,
     )  # fmt: skip
     for warning in planner.report_.warnings:
         say(f"warning: {warning}")

@@ -10,7 +10,6 @@ concept has one spelling across commands (:mod:`cascadeserve.cli.spelling`), eac
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,10 +18,7 @@ import typer
 from cascadeserve.workload import StateDir, load_workload
 from cascadeserve.workload.values import workload_values
 
-__all__ = ["STATE_DIR", "WorkloadOpt", "from_workload", "workload_values"]
-
-# The state folder of the workload commands run with (``up --state-dir`` sets it for the commands it runs).
-STATE_DIR: ContextVar[Path | None] = ContextVar("state_dir", default=None)
+__all__ = ["WorkloadOpt", "from_workload", "workload_values"]
 
 # commands that write the workload's own state with --workload (the rest write only where --out says)
 _OUT = {"profile measure": "measured_profile", "profile calibrate": "profile", "plan": "plan"}
@@ -47,7 +43,7 @@ def _apply(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -
         return value
     workload = load_workload(value)
     workload.add_pythonpath()
-    state = StateDir.of(workload, STATE_DIR.get())
+    state = StateDir.of(workload)
     values = workload_values(state)
     name = _command_path(ctx)
     values.pop("out", None)

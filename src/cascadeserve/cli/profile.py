@@ -8,6 +8,8 @@ overhead on this machine (:mod:`cascadeserve.eval.overhead`, about a second) and
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,14 +19,14 @@ import typer
 from rich.table import Table
 
 from cascadeserve.api.settings import batch_sizes as batch_sizes_of
-from cascadeserve.api.steps import measure_family
+from cascadeserve.api.steps import MeasureProgress, measure_family
 from cascadeserve.cascade import enumerate_frontier
 from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import load_profile
 
-__all__ = ["frontier", "measure_cmd", "profile_app", "show", "signals"]
+__all__ = ["frontier", "measure_cmd", "measure_progress", "profile_app", "show", "signals"]
 
 profile_app = typer.Typer(help="Inspect or measure model-family profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")
@@ -140,6 +142,33 @@ def signals(profile: ProfileDir, as_json: AsJson = False, workload: WorkloadOpt 
         )
 
 
+@contextlib.contextmanager
+def measure_progress(sizes: tuple[int, ...], *, transient: bool = False) -> Iterator[MeasureProgress]:
+    """A bar per model on stderr while a family is measured (``profile measure``, ``up``): the callback to pass."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description:<14}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[step]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=transient,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(model: str, step: str, done: int, total: int) -> None:
+            if model not in tasks:
+                tasks[model] = bar.add_task(model, total=total, step="")
+            label = {"skip": "already measured", "done": "done", "load": "loading", "predict": "predicting"}.get(step)
+            if label is None:  # not built eagerly: with one batch size, "load" (done 0) has no batch to name
+                label = f"timing batch {sizes[min(max(done - 2, 0), len(sizes) - 1)]}"
+            bar.update(tasks[model], completed=done, total=total, step=label)
+
+        yield progress
+
+
 @profile_app.command("measure")
 def measure_cmd(
     models: Annotated[Path, typer.Option("--models", help="Models config YAML (name, adapter, ref, ...).")],
@@ -172,28 +201,8 @@ def measure_cmd(
     workload: WorkloadOpt = None,
 ) -> None:
     """Measure a model family: runtime per batch size, memory, predictions and certainty; write a profile."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     sizes = batch_sizes_of(batch_sizes)
-    with Progress(
-        TextColumn("{task.description:<14}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[step]}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=as_json,
-    ) as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(model: str, step: str, done: int, total: int) -> None:
-            if model not in tasks:
-                tasks[model] = bar.add_task(model, total=total, step="")
-            label = {"skip": "already measured", "done": "done", "load": "loading", "predict": "predicting"}.get(step)
-            if label is None:  # not built eagerly: with one batch size, "load" (done 0) has no batch to name
-                label = f"timing batch {sizes[min(max(done - 2, 0), len(sizes) - 1)]}"
-            bar.update(tasks[model], completed=done, total=total, step=label)
-
+    with measure_progress(sizes, transient=as_json) as progress:
         prof, measured = measure_family(
             models, validation, out, batch_sizes=sizes, repeats=repeats, warmup=warmup, threads=threads,
             pause_ms=pause_ms, name=name, resume=not fresh, limit=limit, progress=progress,

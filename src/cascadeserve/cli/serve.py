@@ -39,8 +39,6 @@ devices a plan without device headroom (``plan --max-busy``) gets a one-line hin
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated
 
@@ -64,10 +62,7 @@ from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, err_console
 from cascadeserve.policy import DEFAULT_SLO_MS
 
-__all__ = ["ON_LISTENING", "serve"]
-
-# Called with the server's URL once it listens (``cascadeserve up`` prints its curl line there).
-ON_LISTENING: ContextVar[Callable[[str], None] | None] = ContextVar("on_listening", default=None)
+__all__ = ["serve"]
 
 
 @app.command("serve")
@@ -275,7 +270,7 @@ def serve(
     settings = {k: v for k, v in locals().items() if k != "workload"}
     for key in ("alternative", "slowdown", "load_model"):  # repeatable options: tuples in the config
         settings[key] = tuple(settings[key] or ())
-    serve_config(ServeConfig(**settings), say=_say, on_listening=ON_LISTENING.get())
+    serve_config(ServeConfig(**settings), say=_say)
 
 
 def _say(line: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,13 +20,15 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from cascadeserve.cli import calibrate as _calibrate_cmd  # noqa: F401  (registers the commands up runs)
-from cascadeserve.cli import plan as _plan_cmd  # noqa: F401
-from cascadeserve.cli import profile as _profile_cmd  # noqa: F401
-from cascadeserve.cli import serve as serve_cmd
-from cascadeserve.cli.defaults import STATE_DIR
+from cascadeserve.api import steps
+from cascadeserve.api.config import ServeConfig
+from cascadeserve.api.serving import serve as serve_config
+from cascadeserve.api.settings import batch_sizes
+from cascadeserve.cli.plan import print_plan
+from cascadeserve.cli.profile import measure_progress
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
+from cascadeserve.planner import SUBMODULES
 from cascadeserve.workload import DEFAULT_FILE, LoadedWorkload, StateDir, load_workload, workload_json_schema
 from cascadeserve.workload.example import EXAMPLE
 from cascadeserve.workload.paths import check_workload_paths
@@ -58,69 +59,42 @@ def up(
     check_workload_paths(workload)  # a missing file or a GPU this host lacks: said now, not after a profile
     workload.add_pythonpath()
     state = StateDir.of(workload, state_dir)
-    base = ["--workload", str(workload.path)]
-    models = str(state.models_config())
-    reset = STATE_DIR.set(state.root)  # the commands run below take their defaults from this state folder
-    try:
-        _run_phases(workload, state, base, models, host, port, serve)
-    finally:
-        STATE_DIR.reset(reset)
-
-
-def _run_phases(
-    workload: LoadedWorkload, state: StateDir, base: list[str], models: str, host: str | None, port: int | None,
-    serve: bool,
-) -> None:
-    """Profile, calibrate and plan what is stale, then serve (``up``'s body)."""
-    skipped = []
     total = 4 if state.calibrating else 3  # the phases: profile, calibrate (unless off), plan, serve
-    if state.up_to_date("profile"):
-        skipped.append("profile up to date")
-    else:
-        _phase(1, total, f"profiling {workload.spec.name} into {state.measured}")
-        shutil.rmtree(state.measured, ignore_errors=True)  # ours: a stale profile is measured again in full
-        _invoke(["profile", "measure", *base, "--models", models, "--out", str(state.measured), "--fresh"])
-        state.record("profile")
-    if state.calibrating and state.up_to_date("calibration"):
-        skipped.append("calibration up to date")
-    elif state.calibrating:
-        seconds, n = workload.spec.profile.calibrate_s, workload.spec.devices.count
-        _phase(2, total, f"calibrating to this host: the models served on {n} device(s) for {seconds:g} s")
-        shutil.rmtree(state.profile, ignore_errors=True)
-        cal = ["profile", "calibrate", *base, "--profile", str(state.measured), "--models", models]
-        _invoke([*cal, "--out", str(state.profile), "--duration-s", str(seconds)])
-        state.record("calibration")
-    if state.up_to_date("plan"):
-        skipped.append("plan up to date")
-    else:
-        where = f"{workload.spec.slo} on {workload.spec.devices.count} device(s) into {state.plan}"
-        _phase(total - 1, total, f"planning {where}")
-        _invoke(["plan", *base, "--profile", str(state.profile), "--out", str(state.plan)])
-        state.record("plan")
+    order = ("profile", "calibration", "plan") if state.calibrating else ("profile", "plan")
+    skipped: list[str] = []
+
+    def on_step(step: str, what: str | None) -> None:
+        if what is None:
+            skipped.append(f"{step} up to date")
+        else:
+            _phase(order.index(step) + 1, total, what)
+
+    with measure_progress(batch_sizes(workload.spec.profile.batch_sizes)) as progress:
+        prof = steps.profile(workload, state_dir=state.root, say=_say, on_step=on_step, progress=progress)
+    with console.status("planning") as status:
+
+        def planning(submodule: int, calls: int) -> None:
+            status.update(f"planning · Algorithm 1 call {calls}: {SUBMODULES[submodule]}")
+
+        gear_plan = steps.plan(workload, prof, state_dir=state.root, say=_say, on_step=on_step, progress=planning)
+    if "plan up to date" not in skipped:
+        print_plan(gear_plan)
     if skipped:
         console.print(", ".join(skipped), highlight=False)
     if not serve:
         return
     _phase(total, total, "serving (Ctrl-C stops)")
-    args = ["serve", *base, "--profile", str(state.profile), "--plan", str(state.plan), "--models", models]
-    args += [*(["--host", host] if host else []), *(["--port", str(port)] if port is not None else [])]
-    token = serve_cmd.ON_LISTENING.set(lambda url: _print_endpoint(workload, state, url))
-    try:
-        _invoke(args)
-    finally:
-        serve_cmd.ON_LISTENING.reset(token)
+    overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    config = ServeConfig.for_workload(workload, workload_state_dir=state.root, **overrides)
+    serve_config(config, say=_say, on_listening=lambda url: _print_endpoint(workload, state, url))
 
 
 def _phase(n: int, total: int, what: str) -> None:
     console.print(f"[bold]\\[{n}/{total}][/] {what}", highlight=False, soft_wrap=True)
 
 
-def _invoke(args: list[str]) -> None:
-    """Run one cascadeserve command in this process, as if typed (its errors propagate as they are)."""
-    command = typer.main.get_command(app)
-    rv = command.main(args=args, prog_name="cascadeserve", standalone_mode=False)
-    if isinstance(rv, int) and rv != 0:
-        raise typer.Exit(rv)
+def _say(line: str) -> None:
+    err_console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _print_endpoint(workload: LoadedWorkload, state: StateDir, url: str) -> None:
