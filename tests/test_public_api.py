@@ -29,6 +29,8 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "cascadeserve.api.steps": [
         "Calibration",
+        "MeasureProgress",
+        "OnStep",
         "calibrate_here",
         "make_plan",
         "measure_family",
@@ -38,6 +40,7 @@ EXPECTED: dict[str, list[str]] = {
         "write_calibrated",
     ],
     "cascadeserve.api.config": ["DEFAULTS", "ServeConfig"],
+    "cascadeserve.steps_module": ["make_callable"],
     "cascadeserve.api.serving": ["Server", "Serving", "assemble", "serve"],
     "cascadeserve.api.settings": [
         "batch_sizes",

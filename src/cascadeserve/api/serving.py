@@ -232,13 +232,24 @@ class Server:
         with cascadeserve.Server(plan=plan, profile=prof, emulate=True, port=0) as srv:
             httpx.get(f"{srv.url}/v2/models/{srv.name}")
 
-    Keywords are :class:`ServeConfig`'s (or give ``config=``); ``workload=`` serves a planned workload as
-    ``cascadeserve up`` does (its plan, profile, models and serve block; the keywords override them). It listens
+        with cascadeserve.Server(workload, plan, prof, port=0) as srv:  # a workload, as `cascadeserve up` serves it
+            ...
+
+    Keywords are :class:`ServeConfig`'s (or give ``config=``); a ``workload`` is served as ``cascadeserve up`` does
+    (its plan, profile, models and serve block; ``plan``, ``profile`` and the keywords override them). It listens
     once the block starts and stops on exit, answering what is in flight first."""
 
     def __init__(
-        self, *, config: ServeConfig | None = None, workload: Any = None, say: Say = _stderr, **settings: Any
+        self,
+        workload: Any = None,
+        plan: Path | GearPlan | None = None,
+        profile: Path | Profile | None = None,
+        *,
+        config: ServeConfig | None = None,
+        say: Say = _stderr,
+        **settings: Any,
     ) -> None:
+        settings.update({k: v for k, v in (("plan", plan), ("profile", profile)) if v is not None})
         if config is None:
             config = ServeConfig.for_workload(workload, **settings) if workload is not None else ServeConfig(**settings)
         elif workload is not None or settings:

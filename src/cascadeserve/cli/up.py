@@ -27,10 +27,8 @@ from cascadeserve.api.settings import batch_sizes
 from cascadeserve.cli.plan import print_plan
 from cascadeserve.cli.profile import measure_progress
 from cascadeserve.cli.root import app, console, err_console, print_json
-from cascadeserve.errors import CascadeServeError
 from cascadeserve.planner import SUBMODULES
 from cascadeserve.workload import DEFAULT_FILE, LoadedWorkload, StateDir, load_workload, workload_json_schema
-from cascadeserve.workload.example import EXAMPLE
 from cascadeserve.workload.paths import check_workload_paths
 
 __all__ = ["init", "up", "workload_app"]
@@ -138,14 +136,7 @@ def init(
     force: Annotated[bool, typer.Option("--force", help=f"Overwrite an existing {DEFAULT_FILE}.")] = False,
 ) -> None:
     """Write a commented example workload (the digits family, trained on first use) and print the next steps."""
-    path = directory / DEFAULT_FILE
-    if path.exists() and not force:
-        raise CascadeServeError(f"{path} exists; --force overwrites it")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        path.write_text(EXAMPLE, encoding="utf-8")
-    except OSError as e:
-        raise CascadeServeError(f"{path}: cannot write it ({e.strerror or e})") from None
+    path = LoadedWorkload.example(directory, force=force).path
     target = "" if directory == Path(".") else f" {directory}"
     console.print(f"wrote {path}", highlight=False, soft_wrap=True)
     console.print(

@@ -35,8 +35,28 @@ class LoadedWorkload:
 
     @classmethod
     def from_file(cls, path: str | Path) -> LoadedWorkload:
-        """Read and validate the workload file at ``path`` (or the folder holding ``cascadeserve.yaml``)."""
-        return load_workload(path)
+        """Read and validate the workload file at ``path`` (or the folder holding ``cascadeserve.yaml``), and put its
+        ``pythonpath`` folders on the import path, where its models' module references are found."""
+        workload = load_workload(path)
+        workload.add_pythonpath()
+        return workload
+
+    @classmethod
+    def example(cls, directory: str | Path, *, force: bool = False) -> LoadedWorkload:
+        """Write the commented example workload (the digits family, trained on first use) into ``directory`` (what
+        ``cascadeserve init`` does) and read it; an existing file is overwritten only with ``force``."""
+        from cascadeserve.workload.example import EXAMPLE
+
+        folder = Path(directory)
+        path = folder / DEFAULT_FILE
+        if path.exists() and not force:
+            raise CascadeServeError(f"{path} exists; --force overwrites it")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(EXAMPLE, encoding="utf-8")
+        except OSError as e:
+            raise CascadeServeError(f"{path}: cannot write it ({e.strerror or e})") from None
+        return cls.from_file(path)
 
     @property
     def base_dir(self) -> Path:
