@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from cascadeserve.api import ServeConfig, Server, plan, profile, simulate
     from cascadeserve.workload import LoadedWorkload as Workload
 
-__version__ = "0.1.0"
+from cascadeserve.version import __version__
 
 __all__ = ["ServeConfig", "Server", "Workload", "__version__", "plan", "profile", "simulate"]
 

@@ -34,7 +34,6 @@ from typing import Any, Protocol, TypeVar, cast
 import grpc
 from google.protobuf import json_format
 
-from cascadeserve import __version__
 from cascadeserve.grpc.protos import grpc_service_pb2 as pb
 from cascadeserve.grpc.protos import grpc_service_pb2_grpc as pb_grpc
 from cascadeserve.grpc.protos import model_config_pb2 as mc
@@ -55,6 +54,7 @@ from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.repository import RepositoryError
 from cascadeserve.http.v2 import ProtocolError
 from cascadeserve.runtime import Runtime
+from cascadeserve.version import __version__
 
 __all__ = ["GrpcFrontEnd"]
 

@@ -54,7 +54,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import ASGIApp, Scope
 
-from cascadeserve import __version__
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
@@ -78,6 +77,7 @@ from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Runtime
 from cascadeserve.runtime.costs import CostMonitor
 from cascadeserve.runtime.replanner import Replanner
+from cascadeserve.version import __version__
 
 __all__ = [
     "ROUTERS",

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from cascadeserve import __version__
+from cascadeserve.version import __version__
 
 __all__ = ["InferRequest", "InferTensor", "RequestedOutput", "describe", "openapi_document"]
 

@@ -25,8 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from cascadeserve import __version__
 from cascadeserve.http.openapi import describe
+from cascadeserve.version import __version__
 
 if TYPE_CHECKING:
     from cascadeserve.http.infer import ServedModel
