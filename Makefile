@@ -8,7 +8,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # before it would pull the CUDA build (gigabytes) from the registry.
 TORCH := torch==2.13.0
 
-.PHONY: test demo lint typecheck contracts pytest pytest-loaded bench clean
+.PHONY: test demo lint typecheck contracts pytest pytest-loaded fuzz bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ pytest-loaded: $(DEV_STAMP)
 	$(PY) scripts/under_load.py --hogs 2 -- -q -p no:randomly -n 2 tests/http/test_faults.py tests/backends/test_ray.py
 
 test: lint typecheck contracts pytest pytest-loaded
+
+# Opt-in, not in CI: the parity property tests (compiled loop vs reference, runtime vs simulator, kernels' twins) on
+# fresh random examples instead of CI's fixed ones (tests/property.py). FRESH=N sets how many per test.
+FRESH ?= 1500
+fuzz: $(DEV_STAMP)
+	CASCADESERVE_FRESH_EXAMPLES=$(FRESH) $(VENV)/bin/pytest -q -p no:randomly -n auto --maxprocesses 4 \
+		tests/simulate/test_compiled.py tests/runtime/test_trajectory_property.py tests/policy/test_kernels.py
 
 # The end-to-end demo: train the digits family, profile it, plan, serve the real models on loopback, replay a trace.
 demo: $(DEMO_STAMP)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.property import property_settings
 
 from cascadeserve.policy import (
     BatchDecision,
@@ -148,7 +149,7 @@ def test_batch_members_takes_the_oldest_forwarded_first_on_a_tie() -> None:
     assert batch_members(2, fwd[:0], new) == BatchMembers(0, 2)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@property_settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.integers(0, 6), max_size=6).map(sorted),
     st.lists(st.integers(0, 6), max_size=6).map(sorted),

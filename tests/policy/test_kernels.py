@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from tests.property import property_settings
 
 from cascadeserve.policy import (
     AimdBatchLimit,
@@ -27,13 +28,13 @@ COUNTS = st.integers(-1, 12)
 TWINS = k.compiled()
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@property_settings(max_examples=200, deadline=None)
 @given(TIMES, TIMES, TIMES, st.sampled_from([0.0, 0.001, 0.1, math.inf]))
 def test_fire_time_twin_agrees(now: float, first: float, mth: float, wait: float) -> None:
     assert TWINS["fire_time"](now, first, mth, wait) == k.fire_time(now, first, mth, wait)
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@property_settings(max_examples=200, deadline=None)
 @given(st.integers(0, 20), COUNTS, COUNTS)
 def test_take_count_twin_agrees(present: int, max_batch: int, cap: int) -> None:
     assert TWINS["take_count"](present, max_batch, cap) == k.take_count(present, max_batch, cap)
@@ -41,7 +42,7 @@ def test_take_count_twin_agrees(present: int, max_batch: int, cap: int) -> None:
     assert batch_size(trig, present, None if cap < 0 else cap) == k.take_count(present, max_batch, cap)
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@property_settings(max_examples=200, deadline=None)
 @given(
     st.integers(1, 40), st.sampled_from([0.001, 0.004, 0.0041, 0.02]), st.integers(1, 4), st.sampled_from([0.5, 0.9])
 )
@@ -68,7 +69,7 @@ def test_capped_min_queue_twin_agrees() -> None:
 CANDS = st.tuples(TIMES, TIMES, st.integers(0, 2), st.integers(0, 4))
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@property_settings(max_examples=200, deadline=None)
 @given(st.lists(CANDS, min_size=1, max_size=6))
 def test_prefer_is_the_tie_break_of_next_batch(cands: list[tuple[float, float, int, int]]) -> None:
     best = cands[0]
@@ -80,7 +81,7 @@ def test_prefer_is_the_tie_break_of_next_batch(cands: list[tuple[float, float, i
     assert next_batch(cands) == (None if best[0] == math.inf else BatchDecision(*best))
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@property_settings(max_examples=200, deadline=None)
 @given(st.sampled_from([0.0, 0.3, 1.0, math.nan]), st.sampled_from([0.0, 0.3, 0.31, 1.0, k.LAST_STAGE]))
 def test_exit_rule_twin_agrees_nan_included(c: float, thr: float) -> None:
     expect = thr == k.LAST_STAGE or c >= thr
@@ -90,7 +91,7 @@ def test_exit_rule_twin_agrees_nan_included(c: float, thr: float) -> None:
     assert sure_mask(np.array([c, c]), thr).tolist() == [expect, expect]
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
+@property_settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.floats(0, 1000), min_size=1, max_size=6).map(sorted),
     st.floats(0, 2000),
@@ -118,8 +119,10 @@ def test_the_small_rules_twins_agree() -> None:
     for count, elapsed in ((0, 0.1), (7, 0.1), (7, 0.0)):
         assert TWINS["qps_rate"](count, elapsed) == k.qps_rate(count, elapsed)
     for n, in_flight, cap in ((5, 0, -1), (5, 3, 6), (5, 9, 6), (5, 0, 10)):
-        assert TWINS["admitted"](n, in_flight, cap) == k.admitted(n, in_flight, cap) == max(
-            0, min(n, n if cap < 0 else cap - in_flight)
+        assert (
+            TWINS["admitted"](n, in_flight, cap)
+            == k.admitted(n, in_flight, cap)
+            == max(0, min(n, n if cap < 0 else cap - in_flight))
         )
 
 
@@ -130,7 +133,7 @@ def test_compiling_without_a_cache_location_falls_back() -> None:
     assert k._njit(scope["twice"])(21) == 42  # type: ignore[arg-type]
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@property_settings(max_examples=200, deadline=None)
 @given(st.booleans(), st.booleans(), TIMES, TIMES)
 def test_batch_membership_twin_agrees(has_f: bool, has_a: bool, tf: float, ta: float) -> None:
     want = has_f and (not has_a or tf <= ta)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.property import property_settings
 
 from cascadeserve.plan import DEFAULT_MAX_WAIT_MS, Device, Gear, GearPlan, GearReplica, Replica
 from cascadeserve.policy import (
@@ -233,7 +234,7 @@ def test_a_replica_cap_bounds_its_trigger_and_its_drain_below_the_plan_wide_one(
     assert batch_size(t.triggers[0][0], 100) == 4 and batch_size(t.triggers[0][0], 100, 2) == 2
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
+@property_settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 1), min_size=1, max_size=40))
 def test_forward_split_routes_each_sample_by_its_gear_as_one_by_one_forwarding_does(gears: list[int]) -> None:
     t = PlanTables(three_stage_plan(), ROWS)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from tests.property import property_settings
 
 from cascadeserve.profile.host import (
     busy_at,
@@ -48,7 +49,7 @@ def test_an_upstream_stages_device_is_a_host_of_its_own() -> None:
     assert [busy_at(1.0, busy, starts, ends, d, group) for d in range(4)] == [1, 0, 1, 0]
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@property_settings(max_examples=40, deadline=None)
 @given(st.floats(0.5, 3.0), st.floats(1.0, 3.0), st.integers(0, 2**16))
 def test_the_fit_recovers_the_factors_from_batches_at_several_loads(alone: float, busy: float, seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -68,7 +69,7 @@ def test_no_fit_without_a_spread_of_loads_or_enough_batches() -> None:
     assert fit is not None and (fit.alone, fit.busy_factor) == (1.5, 1.0)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@property_settings(max_examples=40, deadline=None)
 @given(st.floats(0.5, 2.0), st.floats(1.0, 2.0), st.floats(1.0, 1.6), st.integers(0, 2**16))
 def test_the_fit_by_size_keeps_the_sizes_cost_apart_from_the_hosts_load(
     alone: float, busy: float, big: float, seed: int

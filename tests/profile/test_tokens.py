@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from tests.conftest import make_toy_profile, with_token_costs
+from tests.property import property_settings
 
 from cascadeserve.errors import ProfileError
 from cascadeserve.profile import calibrate, load_profile, save_profile
@@ -37,7 +38,7 @@ def test_expected_max_is_the_exact_mean_over_every_batch() -> None:
         assert expected_max(values, np.array([b]))[0] == pytest.approx(np.mean(every), rel=1e-12)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@property_settings(max_examples=40, deadline=None)
 @given(
     st.lists(st.integers(0, 90), min_size=1, max_size=5),
     st.lists(st.integers(0, 30), min_size=5, max_size=5),

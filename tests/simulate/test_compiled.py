@@ -17,9 +17,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from tests.conftest import make_toy_profile, with_token_costs
+from tests.property import property_settings
 from tests.runtime.test_trajectory_property import plans
 from tests.simulate.sim_helpers import assert_same_result
 
@@ -127,7 +128,7 @@ def _with_limit(hooks: dict[str, object], plan: GearPlan) -> tuple[dict[str, obj
     return out, limit
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@property_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
 def test_the_compiled_engine_and_the_reference_agree_on_random_runs(
     run: tuple[GearPlan, np.ndarray, dict[str, object]],
@@ -145,7 +146,7 @@ def test_the_compiled_engine_and_the_reference_agree_on_random_runs(
         assert fast_limit.caps(n_reps).tolist() == ref_limit.caps(n_reps).tolist()
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@property_settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.lists(st.sampled_from([0.25, 0.5, 1.0, 2.0, 4.0]), min_size=1, max_size=20))
 def test_per_tick_qps_scales_agree(run: tuple[GearPlan, np.ndarray, dict[str, object]], scales: list[float]) -> None:
     """Re-planning's per-tick QPS factors (appendix C.2 online; the last one holds past its end) move the selector
