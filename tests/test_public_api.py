@@ -310,6 +310,7 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.grpc.tensors": ["decode_inputs", "decode_parameters", "encode_response"],
     "cascadeserve.http.openapi": ["InferRequest", "InferTensor", "RequestedOutput", "describe", "openapi_document"],
     "cascadeserve.http.stats": ["InferenceStats"],
+    "cascadeserve.http.triton_metrics": ["REASONS", "TRITON_METRICS", "RequestCounts", "TritonCollector", "exposition"],
     "cascadeserve.http.metrics": ["CONTENT_TYPE", "PrometheusObserver"],
     "cascadeserve.http.server": ["App", "Server", "build_app", "check_labels", "with_repository"],
     "cascadeserve.http.root": ["CASCADES", "root_document", "root_routes"],

@@ -11,7 +11,7 @@ Routes::
     GET  /v2/models/{name}[/versions/{v}]/config Triton's model config (inputs, outputs, max batch, the plan)
     POST /v2/repository/index   .../models/{name}/load   .../unload   the model repository (http/repository.py)
     GET  /v2/models/stats                        the same, for every model
-    GET  /metrics                                Prometheus text format
+    GET  /metrics                                Prometheus text format (with Triton's nv_inference_* counters)
     GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one (admin token)
     GET  /v2/cascade/costs                          batch costs measured while serving, against the plan's
                              (with serve --tune: the thresholds in force, and a "tuning" report of recent changes)
@@ -71,6 +71,7 @@ from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
 from cascadeserve.http.root import root_routes
+from cascadeserve.http.triton_metrics import TritonCollector, exposition
 from cascadeserve.http.tuning import tuned_plan_json
 from cascadeserve.http.v2 import HEADER_LENGTH, ProtocolError, decode_infer_request, encode_infer_response
 from cascadeserve.plan import GearPlan
@@ -331,7 +332,7 @@ class _Api:
         """Prometheus metrics."""
         if (bad := self._auth(request)) is not None:
             return bad
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(exposition(self.metrics.registry), media_type=CONTENT_TYPE)
 
     @describe(responses=(401, 403), secured=True)
     async def get_plan(self, request: Request) -> Response:
@@ -467,6 +468,7 @@ def create_app(
     obs = metrics or PrometheusObserver()
     obs.attach(runtime)
     api = _Api(runtime, model, obs, opts, clipper)
+    obs.registry.register(TritonCollector(model.name, api.core.counts, obs.stats))  # nv_inference_*
     api.replanner = replanner
     api.costs = costs
 

@@ -13,6 +13,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from starlette.types import Message, Receive
 
+from cascadeserve.http.triton_metrics import TRITON_METRICS
+
 __all__ = ["Labelled", "Lifespan", "replaying"]
 
 
@@ -43,7 +45,8 @@ class Lifespan:
 
 
 class Labelled(Collector):
-    """Every cascade's metric families merged by name, each sample labelled with its cascade."""
+    """Every cascade's metric families merged by name, each sample labelled with its cascade (but Triton's
+    ``nv_inference_*``, labelled ``model`` with the cascade's name already, as Triton labels them)."""
 
     def __init__(self, registries: Mapping[str, CollectorRegistry]) -> None:
         self.registries = registries
@@ -55,8 +58,10 @@ class Labelled(Collector):
                 out = merged.get(family.name)
                 if out is None:
                     out = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                triton = family.name in TRITON_METRICS
                 for s in family.samples:
-                    out.add_sample(s.name, {**s.labels, "cascade": name}, s.value, s.timestamp, s.exemplar)
+                    labels = s.labels if triton else {**s.labels, "cascade": name}
+                    out.add_sample(s.name, labels, s.value, s.timestamp, s.exemplar)
         yield from merged.values()
 
 

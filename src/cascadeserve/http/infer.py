@@ -26,6 +26,7 @@ from cascadeserve.http.clipper import ClipperLayer
 from cascadeserve.http.failures import public_error
 from cascadeserve.http.fastpath import outcome
 from cascadeserve.http.limits import check_text_rows
+from cascadeserve.http.triton_metrics import RequestCounts
 from cascadeserve.http.v2 import DTYPES, OutputTensor, ProtocolError
 from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
@@ -158,6 +159,7 @@ class InferCore:
         self.runtime = runtime
         self.model = model
         self.layer = layer
+        self.counts = RequestCounts()  # the V2 calls, for Triton's nv_inference_* metrics (http/triton_metrics.py)
         self._names = {d: k for k, d in reversed(DTYPES.items())}  # dtype -> datatype (np.uint16: UINT16, not BF16)
         self._lookup: Callable[[np.ndarray], list[Any]] = self._sample_rows if model.emulated else self._rows
 
@@ -173,6 +175,7 @@ class InferCore:
         refusal = self.runtime.shed_now()
         if refusal is not None:
             self.runtime.shed(1)
+            self.counts.failed(503)
             raise InferError(str(refusal), 503, refusal.retry_after_s)
 
     def _sample_rows(self, arr: np.ndarray) -> list[Any]:
@@ -275,7 +278,28 @@ class InferCore:
     ) -> Inferred:
         """Run every row of ``inputs`` through the cascade; ``watch`` tells a client that went away (HTTP), and a
         cancelled caller (a gRPC client that cancels) has its rows that have not started dropped too.
-        ``datatypes``: each input's V2 datatype, as :meth:`payloads` takes it."""
+        ``datatypes``: each input's V2 datatype, as :meth:`payloads` takes it. Each call is counted once, answered
+        or failed (:attr:`counts`)."""
+        try:
+            done = await self._infer(inputs, parameters, context, rid, watch, datatypes)
+        except ProtocolError as e:
+            self.counts.failed(e.status)
+            raise
+        except asyncio.CancelledError:
+            self.counts.failed(499)
+            raise
+        self.counts.succeeded(done.parameters)
+        return done
+
+    async def _infer(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        parameters: Mapping[str, Any],
+        context: str,
+        rid: str | None,
+        watch: Watch | None,
+        datatypes: Mapping[str, str] | None,
+    ) -> Inferred:
         payloads, column = self._payloads(inputs, datatypes)
         timeout = self.timeout_s(parameters)
         admitted = self.runtime.clock.now()

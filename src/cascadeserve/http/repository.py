@@ -7,7 +7,8 @@ request to the cascade it names:
 * ``/v2/models/<name>/...`` (infer, metadata, ready, stats) to that cascade; an unknown name is a 404 listing the
   served ones;
 * ``POST /v1/completions`` and ``/v1/chat/completions`` by the body's ``model``; ``GET /v1/models`` lists them all;
-* ``GET /metrics``: every cascade's metrics, each sample labelled ``cascade="<name>"``;
+* ``GET /metrics``: every cascade's metrics, each sample labelled ``cascade="<name>"`` (Triton's
+  ``nv_inference_*`` are labelled ``model="<name>"`` instead, as Triton labels them);
 * ``/v2/health/ready``: ready while every cascade is (Triton's rule); live while the process is;
 * ``GET /v2/models/stats``: Triton's statistics of every cascade;
 * ``GET /``: the first cascade's app answers it, listing every cascade served (:mod:`cascadeserve.http.root`);
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
@@ -48,6 +49,7 @@ from cascadeserve.http.control import AuthError, check_bearer
 from cascadeserve.http.limits import loads, read_body
 from cascadeserve.http.metrics import CONTENT_TYPE
 from cascadeserve.http.root import CASCADES
+from cascadeserve.http.triton_metrics import exposition
 from cascadeserve.http.v2 import ProtocolError
 
 if TYPE_CHECKING:
@@ -301,7 +303,7 @@ class Repository:
             return bad
         registry = CollectorRegistry(auto_describe=False)
         registry.register(Labelled({n: e.app.metrics.registry for n, e in self._entries.items()}))
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+        return Response(exposition(registry), media_type=CONTENT_TYPE)
 
     async def _control(self, name: str, action: str, receive: Receive) -> Response:
         try:

@@ -32,6 +32,7 @@ class InferenceStats:
         self.fail_s = 0.0
         self.queue_s = 0.0
         self.compute_s = 0.0
+        self.inferences = 0  # rows answered by running the cascade (not from the prediction cache)
         self.executions = 0
         self.last_ms = 0
         self.batches: dict[int, list[float]] = {}  # size -> [count, seconds]
@@ -45,6 +46,8 @@ class InferenceStats:
             self.success_s += took
             self.queue_s += answer.queue_s
             self.compute_s += answer.compute_s
+            if not answer.cached:
+                self.inferences += 1
         else:
             self.fail += 1
             self.fail_s += took
