@@ -69,6 +69,9 @@ CONTRACT: dict[str, dict[str, frozenset[str]]] = {
             {"CostDrift", "CostSettings", "CostWatch", "mean_and_p95", "trimmed_mean"}
         ),
         "cascadeserve.policy.drift": frozenset({"DriftDecision"}),
+        "cascadeserve.policy.episodes": frozenset(
+            {"EpisodeSettings", "ShedEpisode", "ShedWatch", "SloEpisode", "SloWatch"}
+        ),
         "cascadeserve.policy.failure": frozenset({"FailureKind", "StageFailureDecision", "on_stage_failure"}),
         "cascadeserve.policy.replan": frozenset({"DriftSettings", "LoadDrift", "ReplanVerdict", "planned_weights"}),
         "cascadeserve.policy.thresholds": frozenset({"ThresholdDecision"}),

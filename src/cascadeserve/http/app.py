@@ -77,6 +77,7 @@ from cascadeserve.http.v2 import HEADER_LENGTH, ProtocolError, decode_infer_requ
 from cascadeserve.plan import GearPlan
 from cascadeserve.runtime import Runtime
 from cascadeserve.runtime.costs import CostMonitor
+from cascadeserve.runtime.observer import SwapReason
 from cascadeserve.runtime.replanner import Replanner
 from cascadeserve.version import __version__
 
@@ -370,7 +371,7 @@ class _Api:
             return _error(e.message, e.status)
         except PlanRejected as e:
             return _error(str(e), 422)
-        generation = self.runtime.swap_plan(plan)
+        generation = self.runtime.swap_plan(plan, SwapReason("manual", "PUT /v2/cascade/plan"))
         return JSONResponse({"generation": generation, "gears": len(plan.gears)})
 
 

@@ -34,6 +34,7 @@ from cascadeserve.http.clipper import ClipperOptions
 from cascadeserve.http.connections import ConnectionLimits, protocol_class
 from cascadeserve.http.control import check_plan
 from cascadeserve.http.costs import CostCollector
+from cascadeserve.http.events import EventCollector
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.model_control import ModelControl
 from cascadeserve.http.persist import ServerState
@@ -42,6 +43,7 @@ from cascadeserve.http.repository import Builder, Repository
 from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.costs import CostSettings
+from cascadeserve.policy.episodes import EpisodeSettings
 from cascadeserve.profile import Profile
 from cascadeserve.runtime import (
     Backend,
@@ -54,6 +56,7 @@ from cascadeserve.runtime import (
     RuntimeOptions,
 )
 from cascadeserve.runtime.costs import CostMonitor
+from cascadeserve.runtime.events import ServingEvents
 from cascadeserve.runtime.observer import Fanout
 from cascadeserve.runtime.replanner import Replanner, ReplanOptions
 
@@ -72,6 +75,7 @@ class App:
     costs: CostMonitor | None = None
     front_ends: tuple[FrontEnd, ...] = ()
     repository: Repository | None = None  # several cascades behind the app (with_repository)
+    events: ServingEvents | None = None  # what it says it is doing: shedding, cost drift, swaps, SLO (http/events.py)
 
     @property
     def accepting(self) -> bool:
@@ -139,11 +143,13 @@ def build_app(
     costs: CostSettings | None = None,
     front_ends: Sequence[FrontEnd] = (),
     labels: Mapping[int, str] | None = None,
+    episodes: EpisodeSettings | None = None,
 ) -> App:
     """A served cascade: emulated devices (answers from ``profile``) or ``models`` on the ``backend``'s devices
     (default: :class:`~cascadeserve.runtime.LocalBackend`, a worker thread per device in this process); with
     ``front_ends`` (e.g. :class:`cascadeserve.grpc.GrpcFrontEnd`) served beside HTTP. ``labels``: each class's name,
-    answered beside its label (default: the models config's; :func:`check_labels` checks them against ``profile``)."""
+    answered beside its label (default: the models config's; :func:`check_labels` checks them against ``profile``).
+    ``episodes``: how its event lines tell shedding and SLO episodes apart (:mod:`cascadeserve.runtime.events`)."""
     engine: Backend = backend or LocalBackend()
     plan.check_against(profile)
     if labels is None and models is not None:
@@ -156,7 +162,11 @@ def build_app(
         profile, costs, overhead_ms=plan.batch_overhead_ms, devices=len(plan.devices), backend=engine.name
     )
     metrics.registry.register(CostCollector(monitor))
-    obs: Observer = Fanout(metrics, monitor) if observer is None else Fanout(metrics, monitor, observer)
+    # one log line and a metric per change of state: shedding, cost drift, plan swaps, the SLO (runtime/events.py)
+    events = ServingEvents(name or profile.name, episodes)
+    metrics.registry.register(EventCollector(events))
+    more = () if observer is None else (observer,)
+    obs: Observer = Fanout(metrics, monitor, *more, events)
 
     def check(p: GearPlan) -> None:
         p.check_against(profile)
@@ -173,6 +183,7 @@ def build_app(
 
     runtime = make(plan)
     runtime.tick_listeners.append(monitor.on_tick)
+    events.attach(runtime, monitor)
     for m in models.models.values() if models is not None else ():
         if isinstance(m, UpstreamAdapter):  # its requests, errors and latency (cascadeserve_upstream_*)
             m.listeners.append(metrics.upstream_request)
@@ -212,7 +223,7 @@ def build_app(
         costs=monitor,
         front_ends=front_ends,
     )
-    return App(asgi, runtime, metrics, served, replanner, monitor, tuple(front_ends))
+    return App(asgi, runtime, metrics, served, replanner, monitor, tuple(front_ends), events=events)
 
 
 class _DrainingServer(uvicorn.Server):

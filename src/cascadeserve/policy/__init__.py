@@ -18,6 +18,9 @@ scheduler's shape: decide, then a separate step applies):
   back, is retried on another replica, or fails (the Ray backend applies it);
 * tuning: a :class:`~cascadeserve.policy.thresholds.ThresholdDecision` is applied with
   :meth:`PlanTables.apply_thresholds`, the only way thresholds change.
+* episodes: :class:`~cascadeserve.policy.episodes.ShedWatch` and :class:`~cascadeserve.policy.episodes.SloWatch`
+  say when shedding starts and stops and when the served p95 misses the SLO and meets it again (what the server's
+  event lines and gauges report: :mod:`cascadeserve.runtime.events`).
 
 Nothing here does I/O, reads a clock or imports asyncio, Ray or a web framework (an import-linter contract
 enforces it), and no engine compares a certainty with a threshold, picks a replica, sizes a batch or picks a gear

@@ -2,9 +2,9 @@
 
 :class:`CostMonitor` is an observer (only :meth:`batch` does anything) and a producer tick listener. It feeds each
 batch to the policy's :class:`~cascadeserve.policy.costs.CostWatch` and, on every tick, applies the watch's
-decision: a :class:`~cascadeserve.policy.costs.CostDrift` is logged on ``cascadeserve.costs`` (at info level;
-``serve --replan notify|auto`` warns), counted, and handed to the listeners (``serve --replan auto`` re-plans with the
-measured costs: :mod:`cascadeserve.runtime.replanner`).
+decision: a :class:`~cascadeserve.policy.costs.CostDrift` is counted and handed to the listeners (the server's events
+line, :mod:`cascadeserve.runtime.events`; ``serve --replan auto`` re-plans with the measured costs:
+:mod:`cascadeserve.runtime.replanner`).
 
 The costs "in force" are those of the profile the plan in force was made with (the served profile, or after a
 re-plan with measured costs the recalibrated one: :meth:`calibrated`, :meth:`recalibrated`), slowed by the host's
@@ -27,7 +27,6 @@ second, the cheapest model, no HTTP, a Ray instance still warming up) is one sam
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from collections import deque
 from collections.abc import Callable
@@ -44,8 +43,6 @@ from cascadeserve.runtime.observer import BatchEvent, NullObserver
 from cascadeserve.runtime.request import Answer, Request, ServingError
 
 __all__ = ["CostMonitor"]
-
-log = logging.getLogger("cascadeserve.costs")
 
 
 class CostMonitor(NullObserver):
@@ -115,9 +112,7 @@ class CostMonitor(NullObserver):
             return
         self.drifts += 1
         self.last = decision
-        # info, not a warning: with --replan notify/auto the re-planner warns (naming the models); without it the
-        # metric is the signal, and a log line per cooldown on a server nobody asked to watch costs is noise
-        log.info("cost drift: %s", decision.describe())
+        # no line of its own: the server's events (runtime/events.py, a listener) say each drift once
         for listen in self.listeners:
             listen(decision)
 

@@ -30,7 +30,7 @@ from cascadeserve.policy.adaptive import BatchLimit, batch_limit_for
 from cascadeserve.policy.cache import PredictionCache
 from cascadeserve.policy.tuning import ThresholdDecision
 from cascadeserve.runtime.clock import Clock
-from cascadeserve.runtime.observer import Observer
+from cascadeserve.runtime.observer import Observer, SwapReason
 from cascadeserve.runtime.queue import Admission
 from cascadeserve.runtime.request import Answer, Request, ServingError
 from cascadeserve.runtime.transport import LocalTransport, Transport
@@ -85,6 +85,7 @@ class Generation:
         self.live: set[Request] = set()  # admitted and not yet answered (failed on a hard stop)
         self.draining = False
         self.on_drained: Callable[[Generation], None] | None = None
+        self.reason: SwapReason | None = None  # why it was swapped in (None: the plan the runtime started with)
 
     # -- gear --------------------------------------------------------------------------------------------------
     def set_gear(self, gear: int) -> None:

@@ -1,7 +1,8 @@
 """Observers: how the runtime reports what it did, without metrics code inside the decisions.
 
 The runtime calls an :class:`Observer` at a handful of points (admitted, shed, answered, batch finished,
-producer tick, plan swapped, thresholds re-tuned). :class:`NullObserver` ignores everything; :class:`Recorder`
+producer tick, plan swapped, thresholds re-tuned). Why a plan was swapped in is its generation's
+:class:`SwapReason` (``Runtime.swap_plan(plan, reason)``). :class:`NullObserver` ignores everything; :class:`Recorder`
 keeps plain records for tests and replay; the HTTP layer's Prometheus observer turns the same calls into metrics.
 Several observers combine with :class:`Fanout`.
 """
@@ -15,7 +16,7 @@ from cascadeserve.policy import GearDecision
 from cascadeserve.policy.tuning import ThresholdDecision
 from cascadeserve.runtime.request import Answer, Request, ServingError
 
-__all__ = ["BatchEvent", "Fanout", "NullObserver", "Observer", "Recorder", "TickEvent"]
+__all__ = ["BatchEvent", "Fanout", "NullObserver", "Observer", "Recorder", "SwapReason", "TickEvent"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +46,16 @@ class TickEvent:
     decision: GearDecision
     switched: bool
     generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class SwapReason:
+    """Why a plan was swapped in: ``kind`` is ``manual`` (``PUT /v2/cascade/plan``, or a call), ``load_drift`` (a
+    re-plan for the measured QPS distribution) or ``cost_drift`` (a re-plan with the measured batch costs);
+    ``detail`` is one line that says more."""
+
+    kind: str
+    detail: str = ""
 
 
 class Observer(Protocol):

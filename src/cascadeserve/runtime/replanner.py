@@ -23,7 +23,9 @@ calibrate --url`` applies (:meth:`~cascadeserve.runtime.costs.CostMonitor.calibr
 host's load where the batches show them), for the plan's own QPS distribution, and swaps it in: the old plan's
 predictions are known to be wrong, so there is nothing to judge. Later re-plans start from the calibrated profile.
 
-Every step is logged on the ``cascadeserve.replan`` logger (warnings, so they show without logging set up).
+Every step is logged on the ``cascadeserve.replan`` logger (warnings, so they show without logging set up), except
+what the server's events line already says (:mod:`cascadeserve.runtime.events`: a cost drift, a plan swapped in),
+which is logged here at info level.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from cascadeserve.policy.drift import DriftDecision
 from cascadeserve.policy.replan import DriftSettings, LoadDrift, ReplanVerdict, planned_weights
 from cascadeserve.profile import Profile, save_profile
 from cascadeserve.runtime.costs import CostMonitor
+from cascadeserve.runtime.observer import SwapReason
 from cascadeserve.runtime.server import Runtime
 
 __all__ = ["REPLAN_COMMAND", "ReplanOptions", "ReplanStats", "Replanner"]
@@ -153,7 +156,7 @@ class Replanner:
         assert drift is not None
         current = self.runtime.plan
         verdict = drift.judge(current, new)
-        self._apply(verdict, new)
+        self._apply(verdict, new, f"KS distance {decision.distance:.3f} over {self.options.settings.threshold:.3f}")
 
     async def _planned(
         self, plan: GearPlan, weights: str, what: str, profile: Callable[[], Path] | None = None
@@ -224,7 +227,8 @@ class Replanner:
         else:
             return
         s.history.append(s.last)
-        log.warning("%s", s.last)
+        # notify: the drift's own line is the events line (runtime/events.py); what notify adds is in the plan's notes
+        (log.info if mode == "notify" else log.warning)("%s", s.last)
 
     async def _replan_costs(self, decision: CostDrift, plan: GearPlan) -> None:
         s = self.stats
@@ -232,7 +236,8 @@ class Replanner:
         s.running = True
         monitor = self.costs
         assert monitor is not None
-        log.warning("%s; re-planning with the measured costs in a child process", decision.describe())
+        models = ", ".join(c.model for c in decision.departed)
+        log.warning("re-planning with the measured costs of %s in a child process (cost drift)", models)
         where = f"this server at t={decision.time:.1f} s (cost drift)"
         cal_dir = Path(self._dir.name) / f"calibrated-{s.started}"
         made: list[Profile] = []
@@ -247,18 +252,19 @@ class Replanner:
             return
         s.finished += 1
         self.profile_dir = cal_dir
-        gen = self.runtime.swap_plan(new)
+        factors = ", ".join(f"{c.model} x{c.factor:.2f}" for c in decision.departed)
+        gen = self.runtime.swap_plan(new, SwapReason("cost_drift", factors))
         monitor.recalibrated(made[0], self.runtime.clock.now())
         s.swapped += 1
         s.proposed = None
         s.last = f"swapped in a plan made with the measured costs (generation {gen}): {decision.describe()}"
         s.history.append(s.last)
-        log.warning("%s", s.last)
+        log.info("%s", s.last)  # the swap's own line is the events line (runtime/events.py)
 
-    def _apply(self, verdict: ReplanVerdict, new: GearPlan) -> None:
+    def _apply(self, verdict: ReplanVerdict, new: GearPlan, drift: str) -> None:
         s = self.stats
         if verdict.action == "swap":
-            gen = self.runtime.swap_plan(new)
+            gen = self.runtime.swap_plan(new, SwapReason("load_drift", f"{drift}; {verdict.reason}"))
             s.swapped += 1
             s.proposed = None
             s.last = f"swapped in the re-planned plan (generation {gen}): {verdict.reason}"
@@ -269,7 +275,8 @@ class Replanner:
         else:
             s.last = f"kept the current plan: the re-planned one is {verdict.reason}"
         s.history.append(s.last)
-        log.warning("%s", s.last)
+        # a swap's own line is the events line (runtime/events.py); notify and keep are said here
+        (log.info if verdict.action == "swap" else log.warning)("%s", s.last)
 
     def notes(self) -> dict[str, str]:
         """What ``GET /v2/cascade/plan`` adds to the plan's notes."""

@@ -70,7 +70,7 @@ from cascadeserve.runtime.clock import Clock, MonotonicClock, call_later
 from cascadeserve.runtime.device import Device
 from cascadeserve.runtime.generation import Generation
 from cascadeserve.runtime.lag import LoopLag
-from cascadeserve.runtime.observer import NullObserver, Observer
+from cascadeserve.runtime.observer import NullObserver, Observer, SwapReason
 from cascadeserve.runtime.placement import LocalPlacement, Placement
 from cascadeserve.runtime.producer import Producer
 from cascadeserve.runtime.queue import Admission
@@ -166,6 +166,7 @@ class Runtime:
         self._producer_task: asyncio.Task[None] | None = None
         self.accepting = False
         self.tick_listeners: list[Callable[[float, float], None]] = []  # (t, qps) after every producer tick
+        self.shed_total = 0  # rows refused with 503 for overload since the start (not those too large ever to admit)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -247,6 +248,14 @@ class Runtime:
         return self.current.tuning
 
     @property
+    def slo_ms(self) -> float | None:
+        """The latency objective in force (p95, ms): the options', else the plan's p95 SLO, else ``None``."""
+        if self.options.slo_ms is not None:
+            return self.options.slo_ms
+        slo = (self._initial_plan if self._producer is None else self.plan).slo
+        return slo.value if slo is not None and slo.kind == "p95_ms" else None
+
+    @property
     def in_flight(self) -> int:
         return self.admission.in_flight
 
@@ -320,6 +329,7 @@ class Runtime:
         """Count ``n`` refused rows: in the metrics, and in the QPS meter, whose gear follows the *offered* load (an
         overload that admission sheds must still read as an overload, or the costlier gear stays and sheds more)."""
         self.observer.shed(n)
+        self.shed_total += n
         if self._producer is not None:
             self._producer.meter.record(n)
 
@@ -368,10 +378,10 @@ class Runtime:
         return await req.future
 
     # -- plans -------------------------------------------------------------------------------------------------
-    def swap_plan(self, plan: GearPlan) -> int:
+    def swap_plan(self, plan: GearPlan, reason: SwapReason | None = None) -> int:
         """Serve new requests with ``plan``; requests in flight finish under the plan that admitted them (each request
         holds its generation from admission on: :func:`~cascadeserve.policy.replan.plan_in_force`'s rule, which the
-        simulator applies by time)."""
+        simulator applies by time). ``reason`` (default: manual) says why; the new generation keeps it."""
         if self.options.gear_schedule is not None:
             raise ValueError(
                 "this runtime has a gear schedule, whose gear indices are those of its initial plan: it cannot "
@@ -382,6 +392,7 @@ class Runtime:
             self.cache.on_swap(old.plan, plan)
         self.admission_policy = self.admission_for(plan)
         gen = self._new_generation(plan, self.producer.last_qps)
+        gen.reason = reason or SwapReason("manual")
         self.producer.gen = gen
         old.on_drained = self._retire
         old.drain()
