@@ -37,7 +37,7 @@ from google.protobuf import json_format
 from cascadeserve.grpc.protos import grpc_service_pb2 as pb
 from cascadeserve.grpc.protos import grpc_service_pb2_grpc as pb_grpc
 from cascadeserve.grpc.protos import model_config_pb2 as mc
-from cascadeserve.grpc.tensors import decode_inputs, decode_parameters, encode_response
+from cascadeserve.grpc.tensors import decode_classes, decode_inputs, decode_parameters, encode_response
 from cascadeserve.http.app import ServerOptions
 from cascadeserve.http.clipper import context_of
 from cascadeserve.http.control import AuthError
@@ -180,7 +180,6 @@ class _Servicer:
             raise AttributeError(name)
         return _unimplemented(name)
 
-
     @_rpc(auth=False)
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -270,8 +269,10 @@ class _Servicer:
         core.shed_early()
         inputs, datatypes = decode_inputs(request)
         params = decode_parameters(request.parameters)
+        classes = decode_classes(request)
         # a cancelled call (client gone, deadline passed) cancels this coroutine: the core drops its waiting rows
-        done = await core.infer(inputs, params, context_of(params, metadata), request.id or None, datatypes=datatypes)
+        context = context_of(params, metadata)
+        done = await core.infer(inputs, params, context, request.id or None, datatypes=datatypes, classes=classes)
         return encode_response(api.model.name, request.id, done, [o.name for o in request.outputs])
 
     @_rpc()

@@ -7,7 +7,8 @@ FP16 and BF16 have no typed field: they come in raw form only, BF16 as 16-bit bf
 ``np.uint16`` (see :mod:`cascadeserve.http.v2`). Both forms go through the HTTP decoder's checks
 (:mod:`cascadeserve.http.v2`: datatype, shape against the element count, integer ranges, BOOL as 0/1, UTF-8
 text), so a tensor is refused over gRPC exactly when it would be over HTTP, with the same message naming the
-input. Outputs go back in ``raw_output_contents``, as Triton sends them.
+input. Outputs go back in ``raw_output_contents``, as Triton sends them; a requested output's ``classification``
+parameter asks for Triton's classification of it (:mod:`cascadeserve.http.classification`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from cascadeserve.http.v2 import (
     ProtocolError,
     binary_tensor,
     check_requested,
+    class_count,
     listed_tensor,
     tensor_bytes,
     tensor_header,
 )
 
-__all__ = ["decode_inputs", "decode_parameters", "encode_response"]
+__all__ = ["decode_classes", "decode_inputs", "decode_parameters", "encode_response"]
 
 # The typed field of InferTensorContents that holds each datatype (FP16 has none: raw_input_contents only)
 _CONTENTS: dict[str, str] = {
@@ -95,6 +97,25 @@ def decode_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str, 
         kind = p.WhichOneof("parameter_choice")
         out[key] = None if kind is None else getattr(p, kind)
     return out
+
+
+def decode_classes(request: pb.ModelInferRequest) -> dict[str, int]:
+    """The requested outputs asked as Triton's classification (``parameters["classification"]``, an
+    ``int64_param`` as tritonclient's ``class_count`` sends it), and how many classes of each; 400 naming the
+    parameter otherwise."""
+    classes: dict[str, int] = {}
+    for j, o in enumerate(request.outputs):
+        if "classification" not in o.parameters:
+            continue
+        where = f"outputs[{j}].parameters.classification"
+        p = o.parameters["classification"]
+        kind = p.WhichOneof("parameter_choice")
+        if kind not in ("int64_param", "uint64_param"):
+            raise ProtocolError(f"{where}: expected an int64_param, got {kind or 'no value'}")
+        k = class_count(where, getattr(p, kind))
+        if k:
+            classes[o.name] = k
+    return classes
 
 
 def _parameter(value: Any) -> pb.InferParameter:

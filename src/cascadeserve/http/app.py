@@ -321,6 +321,7 @@ class _Api:
                 dec.id,
                 lambda futures: answered_or_gone(futures, request.receive),
                 dec.datatypes,
+                dec.classes,
             )
             body, headers = encode_infer_response(self.model.name, dec, done.outputs, done.parameters)
         except ProtocolError as e:

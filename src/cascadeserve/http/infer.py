@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from cascadeserve.http.classification import check_classes, classified
 from cascadeserve.http.clipper import ClipperLayer
 from cascadeserve.http.failures import public_error
 from cascadeserve.http.fastpath import outcome
@@ -275,13 +276,15 @@ class InferCore:
         rid: str | None,
         watch: Watch | None = None,
         datatypes: Mapping[str, str] | None = None,
+        classes: Mapping[str, int] | None = None,
     ) -> Inferred:
         """Run every row of ``inputs`` through the cascade; ``watch`` tells a client that went away (HTTP), and a
         cancelled caller (a gRPC client that cancels) has its rows that have not started dropped too.
-        ``datatypes``: each input's V2 datatype, as :meth:`payloads` takes it. Each call is counted once, answered
-        or failed (:attr:`counts`)."""
+        ``datatypes``: each input's V2 datatype, as :meth:`payloads` takes it; ``classes``: the outputs to return
+        as Triton's classification, and how many classes of each (:mod:`cascadeserve.http.classification`).
+        Each call is counted once, answered or failed (:attr:`counts`)."""
         try:
-            done = await self._infer(inputs, parameters, context, rid, watch, datatypes)
+            done = await self._infer(inputs, parameters, context, rid, watch, datatypes, classes)
         except ProtocolError as e:
             self.counts.failed(e.status)
             raise
@@ -299,7 +302,10 @@ class InferCore:
         rid: str | None,
         watch: Watch | None,
         datatypes: Mapping[str, str] | None,
+        classes: Mapping[str, int] | None,
     ) -> Inferred:
+        if classes:
+            check_classes(classes)
         payloads, column = self._payloads(inputs, datatypes)
         timeout = self.timeout_s(parameters)
         admitted = self.runtime.clock.now()
@@ -325,7 +331,11 @@ class InferCore:
             raise InferError(*public_error(worst))  # a model's own text only in the log
         answers = [r for r in results if isinstance(r, Answer)]
         self.layer.answered(rid, reqs, answers, context)
-        return self._inferred(answers, admitted, column)
+        done = self._inferred(answers, admitted, column)
+        if classes:
+            labels = [a.label for a in answers]
+            return Inferred(classified(done.outputs, classes, self.model.labels, labels), done.parameters)
+        return done
 
     def _inferred(self, answers: list[Answer], admitted: float, column: bool = False) -> Inferred:
         first = answers[0]

@@ -49,6 +49,7 @@ __all__ = [
     "bf16_bits",
     "binary_tensor",
     "check_requested",
+    "class_count",
     "decode_infer_request",
     "encode_infer_response",
     "listed_tensor",
@@ -102,6 +103,8 @@ class DecodedRequest:
     binary_output: bool
     # each input's V2 datatype: the dtype alone does not tell UINT16 from BF16 (both np.uint16)
     datatypes: dict[str, str] = field(default_factory=dict)
+    # the outputs asked as Triton's classification, and how many classes of each (http/classification.py)
+    classes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,7 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
             f"to {offset})"
         )
     outputs: list[tuple[str, bool]] | None = None
+    classes: dict[str, int] = {}
     binary_all = bool(params.get("binary_data_output", False))
     raw_outputs = obj.get("outputs")
     if raw_outputs is not None:
@@ -203,8 +207,22 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
                 raise ProtocolError(f"outputs[{j}]: expected an object with a name")
             op = o.get("parameters") or {}
             outputs.append((o["name"], bool(op.get("binary_data", binary_all)) if isinstance(op, dict) else False))
+            if isinstance(op, dict) and "classification" in op:
+                k = class_count(f"outputs[{j}].parameters.classification", op["classification"])
+                if k:
+                    classes[o["name"]] = k
     rid = obj.get("id")
-    return DecodedRequest(str(rid) if rid is not None else None, inputs, params, outputs, binary_all, datatypes)
+    return DecodedRequest(
+        str(rid) if rid is not None else None, inputs, params, outputs, binary_all, datatypes, classes
+    )
+
+
+def class_count(where: str, value: Any) -> int:
+    """A requested output's ``classification`` parameter (Triton's classification extension): a non-negative
+    integer, 0 asking for the plain output; else 400 naming ``where``."""
+    if type(value) is not int or value < 0:
+        raise ProtocolError(f"{where}: expected a non-negative integer (how many classes to return), got {value!r}")
+    return value
 
 
 def tensor_header(where: str, datatype: Any, shape: Any) -> tuple[str, list[int], int]:
