@@ -199,9 +199,16 @@ def assemble(config: ServeConfig, *, say: Say = _stderr) -> Serving:
     return Serving(c, server, built, gear_plan, state, engine, kept)
 
 
-def serve(config: ServeConfig, *, say: Say = _stderr, on_listening: Callable[[str], None] | None = None) -> None:
+def serve(
+    config: ServeConfig,
+    *,
+    say: Say = _stderr,
+    on_listening: Callable[[str], None] | None = None,
+    on_serving: Callable[[Serving], None] | None = None,
+) -> None:
     """Serve ``config`` until SIGINT/SIGTERM; then answer what is in flight (for ``grace_s``) and fail the rest.
-    ``on_listening`` is called with the server's URL once it listens, after the banner."""
+    ``on_listening`` is called with the server's URL once it listens, after the banner; then ``on_serving`` with the
+    running server (its app's ``events.status()`` is what ``cascadeserve up``'s status line shows)."""
     s = assemble(config, say=say)
     for note in s.notes:
         say(note)
@@ -210,6 +217,8 @@ def serve(config: ServeConfig, *, say: Say = _stderr, on_listening: Callable[[st
         say(s.banner())
         if on_listening is not None:
             on_listening(s.server.url)
+        if on_serving is not None:
+            on_serving(s)
 
     s.server.server.on_listening = banner
     # uvicorn re-raises the signal it handled once it has shut down: SIGINT as KeyboardInterrupt, and SIGTERM as

@@ -5,33 +5,39 @@
 served on this host for ``profile.calibrate_s`` seconds, unless 0) when the measured profile changed, ``plan`` when
 the plan is stale, then ``serve``; the profiles, plan and hashes live in ``.cascadeserve/`` beside the file
 (``--state-dir``). Once the server listens it prints the endpoint and a ``curl`` line that sends the first validation
-input. ``init [DIR]`` writes a commented example workload; ``workload schema`` prints the JSON schema and
-``workload check`` validates a file.
+input; on a terminal, a status line below says the load, the gear, the served p95 over the SLO window against the SLO,
+and the requests shed, refreshed each second. ``init [DIR]`` writes a commented example workload; ``workload schema``
+prints the JSON schema and ``workload check`` validates a file.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
 import typer
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
 from cascadeserve.api import steps
 from cascadeserve.api.config import ServeConfig
+from cascadeserve.api.serving import Serving
 from cascadeserve.api.serving import serve as serve_config
 from cascadeserve.api.settings import batch_sizes
 from cascadeserve.cli.plan import print_plan
 from cascadeserve.cli.profile import measure_progress
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.planner import SUBMODULES
+from cascadeserve.runtime.events import ServingStatus
 from cascadeserve.workload import DEFAULT_FILE, LoadedWorkload, StateDir, load_workload, workload_json_schema
 from cascadeserve.workload.paths import check_workload_paths
 
-__all__ = ["init", "up", "workload_app"]
+__all__ = ["LiveStatus", "init", "serve_with_status", "status_line", "up", "workload_app"]
 
 workload_app = typer.Typer(help="The workload file: its JSON schema, or check a file.", no_args_is_help=True)
 app.add_typer(workload_app, name="workload")
@@ -84,7 +90,59 @@ def up(
     _phase(total, total, "serving (Ctrl-C stops)")
     overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     config = ServeConfig.for_workload(workload, workload_state_dir=state.root, **overrides)
-    serve_config(config, say=_say, on_listening=lambda url: _print_endpoint(workload, state, url))
+    serve_with_status(config, lambda url: _print_endpoint(workload, state, url))
+
+
+def serve_with_status(config: ServeConfig, on_listening: Callable[[str], None]) -> None:
+    """Serve ``config``; on a terminal, with a status line refreshed each second below what the server says (not when
+    stdout or stderr is a file or a pipe: logs stay clean). The line is drawn on stderr's console, where the server's
+    lines go, so that each of them prints above it."""
+    status = LiveStatus(err_console) if console.is_terminal and err_console.is_terminal else None
+    try:
+        serve_config(config, say=_say, on_listening=on_listening, on_serving=None if status is None else status.start)
+    finally:
+        if status is not None:
+            status.stop()
+
+
+def status_line(st: ServingStatus | None) -> Text:
+    """One line: the load, the gear, the served p95 over the window against the SLO, and the requests shed."""
+    if st is None:
+        return Text("starting", style="dim")
+    line = Text()
+    line.append("serving: ", style="bold")
+    line.append(f"{st.qps:.1f} QPS · gear {st.gear} of {st.gears} · ")
+    p95 = "p95 -" if st.p95_ms is None else f"p95 {st.p95_ms:.1f} ms"
+    slo = "" if st.slo_ms is None else f" (SLO {st.slo_ms:g} ms)"
+    line.append(f"{p95} over {st.window_s:g} s{slo}", style="bold red" if st.slo_missed else "")
+    line.append(" · ")
+    line.append(f"shed {st.shed}" + (" (shedding)" if st.shedding else ""), style="bold red" if st.shedding else "")
+    return line
+
+
+class LiveStatus:
+    """:func:`status_line` of a running server, refreshed each second at the bottom of ``out`` (a terminal)."""
+
+    def __init__(self, out: Console) -> None:
+        self.out = out
+        self.live: Live | None = None
+
+    def start(self, serving: Serving) -> None:
+        events = serving.app.events
+        if events is None or self.live is not None:
+            return
+        self.live = Live(
+            get_renderable=lambda: status_line(events.status()),
+            console=self.out,
+            refresh_per_second=1,
+            transient=True,
+        )
+        self.live.start()
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
 
 
 def _phase(n: int, total: int, what: str) -> None:

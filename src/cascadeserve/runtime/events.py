@@ -48,7 +48,7 @@ SWAP_REASONS = ("manual", "load_drift", "cost_drift")
 class ServingStatus:
     """A snapshot of a serving cascade: the load, the gear, the served p95 against the SLO and the shedding."""
 
-    qps: float  # the load the gear was last chosen for
+    qps: float  # requests offered per second over the last second (shed ones too)
     gear: int
     gears: int
     p95_ms: float | None  # over the SLO window (None: no answer in it)
@@ -71,6 +71,8 @@ class ServingEvents(NullObserver):
         self.swaps = dict.fromkeys(SWAP_REASONS, 0)  # plans swapped in, by reason
         self.runtime: Runtime | None = None
         self._cost_window_s: float | None = None
+        self.qps = 0.0  # requests offered per second over the last second (for the status line)
+        self._offered = (-math.inf, 0)  # (time, arrivals counted) at the last QPS reading
 
     def attach(self, runtime: Runtime, costs: CostMonitor | None = None) -> None:
         """Read the shed count, the SLO and the plan's generations from ``runtime`` (the one this observes), and hear
@@ -89,6 +91,7 @@ class ServingEvents(NullObserver):
         if rt is None:
             return
         now = event.time
+        self._read_qps(now, rt.producer.meter.total)
         shed = self.sheds.check(now, rt.shed_total)
         if shed is not None:
             self._say("shedding_started" if shed.started else "shedding_stopped", self._shed_line(shed, rt))
@@ -119,6 +122,14 @@ class ServingEvents(NullObserver):
         ]
         self._say("cost_drift", "cost drift: " + "; ".join(parts))
 
+    def _read_qps(self, now: float, total: int) -> None:
+        """Offered QPS over the last second: the producer's one-tick reading is 0 or 10 at 10 QPS, steadier here."""
+        t0, n0 = self._offered
+        if now - t0 >= 1.0:
+            if t0 > -math.inf:
+                self.qps = (total - n0) / (now - t0)
+            self._offered = (now, total)
+
     # -- state -------------------------------------------------------------------------------------------------
     @property
     def shedding(self) -> bool:
@@ -135,11 +146,10 @@ class ServingEvents(NullObserver):
             return None
         try:
             gen = rt.current
-            qps = rt.producer.last_qps
         except RuntimeError:  # not started
             return None
         return ServingStatus(
-            qps=qps,
+            qps=self.qps,
             gear=gen.gear,
             gears=len(gen.plan.gears),
             p95_ms=self.slo.p95_ms,
