@@ -59,7 +59,7 @@ test: lint typecheck contracts pytest pytest-loaded
 # fresh random examples instead of CI's fixed ones (tests/property.py). FRESH=N sets how many per test.
 FRESH ?= 1500
 fuzz: $(DEV_STAMP)
-	CASCADESERVE_FRESH_EXAMPLES=$(FRESH) $(VENV)/bin/pytest -q -p no:randomly -n auto --maxprocesses 4 \
+	CASCADESERVE_FRESH_EXAMPLES=$(FRESH) $(VENV)/bin/pytest -q -p no:randomly --timeout 0 -n auto --maxprocesses 4 \
 		tests/simulate/test_compiled.py tests/runtime/test_trajectory_property.py tests/policy/test_kernels.py
 
 # The end-to-end demo: train the digits family, profile it, plan, serve the real models on loopback, replay a trace.
