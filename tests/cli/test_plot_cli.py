@@ -68,3 +68,41 @@ def test_bench_plot_draws_the_measured_timeline(
         assert out["sent"] == out["ok"] == 200 and out["plot"] == str(png)
     assert_png(png, 990, 880)  # four panels, accuracy among them (the profile's labels): 9 x 8 inches
     assert out["accuracy"] is not None
+
+
+def test_bench_counts_the_shed_requests_and_plots_them_against_the_servers_slo(
+    toy_profile: Profile, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    from cascadeserve.eval import run_figures
+    from cascadeserve.profile import save_profile
+    from cascadeserve.runtime import RuntimeOptions
+
+    drawn: list[dict[str, object]] = []
+    plot = run_figures.plot_timeline
+
+    def spy(run: run_figures.RequestLog, path: Path, **kw: object) -> Path:
+        drawn.append({"shed": int(run.shed.sum()), **kw})  # type: ignore[attr-defined]
+        return plot(run, path, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_figures, "plot_timeline", spy)
+    prof_dir = save_profile(toy_profile, tmp_path / "toy")
+    png = tmp_path / "timeline.png"
+    options = RuntimeOptions(max_in_flight=2, slo_ms=50.0)  # admits 2 at a time: 300 QPS sheds most
+    with serving(toy_profile, runtime_options=options) as server:
+        args = ["bench", "--url", server.url, "--model", "toy", "--trace", "synthetic:constant:qps=300,duration=1"]
+        args += ["--profile", str(prof_dir)]
+        assert run([*args, "--json", "--plot", str(png)]) == 0
+        out = stdout_json(capsys)
+        assert run(args) == 0
+        text = capsys.readouterr().out
+    assert out["shed"] > 0 and out["ok"] + out["shed"] == out["sent"] == 300
+    assert out["shed_pct"] == round(100.0 * out["shed"] / 300, 2)
+    assert list(out).index("shed_pct") == list(out).index("shed") + 1
+    (fig,) = drawn
+    assert fig["slo_ms"] == pytest.approx(50.0) and fig["shed"] == out["shed"]  # the server's SLO, read from /metrics
+    assert_png(png, 990, 880)
+    got = re.search(r"^\s+shed: (\d+) \(([\d.]+) % of 300 sent\)$", text, re.MULTILINE)
+    assert got is not None and float(got.group(2)) == round(100.0 * int(got.group(1)) / 300, 2), text
+    assert "shed_pct" not in text

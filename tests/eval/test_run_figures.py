@@ -74,3 +74,29 @@ def test_timeline_of_a_real_load_report_without_labels_has_no_accuracy_panel(
     assert len(qps) == 10 and sum(qps) * 0.15 == pytest.approx(120)  # every request counted once
     png = plot_timeline(log, tmp_path / "t.png", title="a run", slo_ms=50.0)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_timeline_of_an_overloaded_run_draws_the_shed_requests_and_the_slo(toy_profile: Profile) -> None:
+    arrivals = np.linspace(0, 1.0, 300, endpoint=False)  # 300 QPS against a server that admits 2 at a time
+    with serving(toy_profile, max_in_flight=2) as server:
+        report = asyncio.run(run_load(server.url, "toy", arrivals, sample_ids=toy_profile.sample_ids))
+    assert report.shed > 0 and report.ok + report.shed == 300
+    log = request_log(arrivals, report)
+    assert log.shed is not None and int(log.shed.sum()) == report.shed  # type: ignore[attr-defined]
+    fig = timeline_figure(log, title="overloaded", seconds=1.0, slo_ms=50.0)
+    qps, _, p95 = fig.axes
+    lines = {ln.get_label(): ln for ln in qps.get_lines()}
+    assert set(lines) == {"offered", "shed (503)"}
+    shed = np.asarray(lines["shed (503)"].get_ydata(), dtype=float)
+    assert np.nansum(shed) * 0.1 == pytest.approx(report.shed)  # 0.1 s bins: every shed request counted once
+    assert lines["shed (503)"].get_marker() == "x"
+    slo = [ln for ln in p95.get_lines() if ln.get_label() == "SLO p95 50 ms"]
+    assert len(slo) == 1 and list(slo[0].get_ydata()) == [50.0, 50.0]  # a horizontal line at the SLO
+
+
+def test_timeline_of_a_run_without_sheds_draws_no_shed_series(toy_profile: Profile) -> None:
+    arrivals = np.linspace(0, 0.5, 20, endpoint=False)
+    with serving(toy_profile) as server:
+        report = asyncio.run(run_load(server.url, "toy", arrivals, sample_ids=toy_profile.sample_ids))
+    fig = timeline_figure(request_log(arrivals, report), title="quiet", seconds=0.5)
+    assert [ln.get_label() for ln in fig.axes[0].get_lines()] == ["offered"]

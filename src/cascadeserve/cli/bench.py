@@ -1,11 +1,13 @@
-"""``cascadeserve bench``: open-loop load against a V2 server, with one JSON summary at the end and, with ``--plot``,
-the run's timeline (:mod:`cascadeserve.eval.run_figures`, imported only then: it brings matplotlib)."""
+"""``cascadeserve bench``: open-loop load against a V2 server, with one JSON summary at the end (the requests shed with
+503 as a count and a share of those sent) and, with ``--plot``, the run's timeline
+(:mod:`cascadeserve.eval.run_figures`, imported only then: it brings matplotlib), the shed requests as a series of
+their own and the SLO as a line (``--slo-p95-ms``, else the server's own, read from its ``/metrics``)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -27,7 +29,7 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.eval.loadgen import run_load
 from cascadeserve.profile import load_profile
 
-__all__ = ["bench"]
+__all__ = ["bench", "server_slo_ms"]
 
 
 @app.command("bench")
@@ -65,9 +67,14 @@ def bench(
         Path | None,
         typer.Option(
             "--plot",
-            help="Also draw the run's timeline into this PNG file: offered QPS, the gear that answered, p95 latency "
-            "and (with labels) accuracy over time, as measured (the demo's timeline.png).",
+            help="Also draw the run's timeline into this PNG file: offered QPS and the requests shed, the gear that "
+            "answered, p95 latency against the SLO and (with labels) accuracy over time, as measured (the demo's "
+            "timeline.png).",
         ),
+    ] = None,
+    slo_p95_ms: Annotated[
+        float | None,
+        typer.Option(help="The SLO line --plot draws (default: the server's, read from its /metrics when it says)."),
     ] = None,
     workload: WorkloadOpt = None,
 ) -> None:
@@ -125,16 +132,45 @@ def bench(
             )
         except (OSError, RuntimeError, ValueError) as e:
             raise CascadeServeError(f"bench against {url}: {e}") from None
-    out = {"trace": tr.source, **report.to_dict()}
+    out: dict[str, Any] = {}
+    for k, v in {"trace": tr.source, **report.to_dict()}.items():
+        out[k] = v
+        if k == "shed":  # the share of the requests sent that were refused with 503, beside the count
+            out["shed_pct"] = round(100.0 * report.shed / report.sent, 2) if report.sent else 0.0
     if plot is not None:
         from cascadeserve.eval.run_figures import plot_timeline, request_log  # matplotlib only for a figure
 
         title = f"bench against {model} at {url}\n{tr.source}"
         seconds = tr.duration_s if duration_s is None else min(duration_s, tr.duration_s)
-        plot_timeline(request_log(arrivals, report), plot, title=title, seconds=seconds)
+        slo = slo_p95_ms if slo_p95_ms is not None else server_slo_ms(url, model)
+        plot_timeline(request_log(arrivals, report), plot, title=title, seconds=seconds, slo_ms=slo)
         out["plot"] = str(plot)
     if as_json:
         print_json(out)
         return
     for k, v in out.items():
+        if k == "shed_pct":
+            continue
+        if k == "shed":
+            v = f"{v} ({out['shed_pct']:g} % of {report.sent} sent)"
         console.print(f"{k:>18}: {v}", highlight=False, soft_wrap=True)
+
+
+def server_slo_ms(url: str, model: str) -> float | None:
+    """The p95 SLO the server holds ``model`` to, in ms (its ``cascadeserve_slo_p95_seconds`` gauge, the sample of
+    that cascade where it serves several), or ``None`` where it does not say or cannot be read."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5.0) as r:  # the server the run was against
+            text = r.read().decode("utf-8", errors="replace")
+        for family in text_string_to_metric_families(text):
+            if family.name == "cascadeserve_slo_p95_seconds":
+                for sample in family.samples:
+                    if sample.labels.get("cascade", model) == model:
+                        return float(sample.value) * 1000.0
+    except (OSError, ValueError):
+        return None
+    return None

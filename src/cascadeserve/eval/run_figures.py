@@ -7,8 +7,10 @@ figure; each ``plot_*`` function draws it into a PNG file and returns the path. 
 figure, not with this module.
 
 A timeline takes any :class:`RequestLog`: per request in send order, its scheduled send time, latency, whether it was
-answered, the gear that answered and whether the answer was right. The demo's replay is one; :func:`request_log`
-makes one from what ``bench`` measured (a :class:`~cascadeserve.eval.loadgen.LoadReport` and the arrival times).
+answered, the gear that answered and whether the answer was right, and, where the log has it, whether it was shed
+(``shed``: refused with 503, drawn as a series of its own beside the offered load). The demo's replay is one;
+:func:`request_log` makes one from what ``bench`` measured (a :class:`~cascadeserve.eval.loadgen.LoadReport` and the
+arrival times).
 """
 
 from __future__ import annotations
@@ -176,6 +178,8 @@ class RequestLog(Protocol):
     @property
     def correct(self) -> np.ndarray | None: ...  # whether the answer was right; None: no labels to check against
 
+    # optional, read where present: ``shed``, per request whether it was refused with 503
+
 
 @dataclass(frozen=True, eq=False)
 class _Log:
@@ -184,6 +188,7 @@ class _Log:
     ok: np.ndarray
     gear: np.ndarray
     correct: np.ndarray | None
+    shed: np.ndarray | None = None  # refused with 503
 
 
 def request_log(arrivals: np.ndarray, report: LoadReport) -> RequestLog:
@@ -200,7 +205,9 @@ def request_log(arrivals: np.ndarray, report: LoadReport) -> RequestLog:
     if report.accuracy is not None:
         correct = np.zeros(n, dtype=bool)
         correct[report.ok_index] = report.correct
-    return _Log(np.asarray(arrivals, dtype=np.float64), latency, ok, gear, correct)
+    shed = np.zeros(n, dtype=bool)
+    shed[report.shed_index] = True
+    return _Log(np.asarray(arrivals, dtype=np.float64), latency, ok, gear, correct, shed)
 
 
 def _per_bin(r: RequestLog, seconds: float, width: float) -> dict[str, np.ndarray]:
@@ -208,6 +215,9 @@ def _per_bin(r: RequestLog, seconds: float, width: float) -> dict[str, np.ndarra
     edges = np.arange(nb + 1) * width
     b = np.clip(np.digitize(r.sent_s, edges) - 1, 0, nb - 1)  # a send after ``seconds`` counts in the last bin
     out = {"t": edges[:nb], "qps": np.bincount(b, minlength=nb) / width}
+    shed = getattr(r, "shed", None)  # optional in a RequestLog
+    if shed is not None:
+        out["shed"] = np.bincount(b[np.asarray(shed, dtype=bool)], minlength=nb) / width
     for key in ("p95", "acc", "gear"):
         out[key] = np.full(nb, np.nan)
     for i in range(nb):
@@ -231,9 +241,10 @@ def timeline_figure(
     label: str = "cascadeserve",
     baseline_label: str = "DynBa (top model, dynamic batching)",
 ) -> Figure:
-    """Offered QPS, the median gear, p95 latency (per ``bin_s``) and accuracy (per 5 ``bin_s``; left out when the
-    run has no labels) over the run's first ``seconds`` (default: up to its last send). ``baseline``: a second run
-    of the same load, drawn beside (the demo's DynBa). ``bin_s`` defaults to 1 s, or a tenth of a shorter run."""
+    """Offered QPS (and, where the run shed requests, the shed ones per second in red), the median gear, p95 latency
+    (per ``bin_s``, with ``slo_ms`` as a dashed line) and accuracy (per 5 ``bin_s``; left out when the run has no
+    labels) over the run's first ``seconds`` (default: up to its last send). ``baseline``: a second run of the same
+    load, drawn beside (the demo's DynBa). ``bin_s`` defaults to 1 s, or a tenth of a shorter run."""
     plt = _plt()
     if seconds is None:
         seconds = float(math.ceil(float(np.max(run.sent_s, initial=0.0)) + 1e-9)) or 1.0
@@ -242,7 +253,11 @@ def timeline_figure(
     fig: Figure
     fig, axes = plt.subplots(4 if with_acc else 3, 1, figsize=(9, 8 if with_acc else 6.5), sharex=True)
     fine, coarse = _per_bin(run, seconds, width), _per_bin(run, seconds, 5 * width)
-    axes[0].plot(fine["t"], fine["qps"], color="black")
+    axes[0].plot(fine["t"], fine["qps"], color="black", label="offered")
+    if "shed" in fine and fine["shed"].any():  # the requests refused with 503, as a series of their own
+        shed = np.where(fine["shed"] > 0, fine["shed"], np.nan)
+        axes[0].plot(fine["t"], shed, "x-", color="tab:red", ms=5, label="shed (503)")
+        axes[0].legend(fontsize=7, loc="upper left")
     axes[0].set_ylabel("offered QPS")
     axes[1].step(fine["t"], fine["gear"], where="post", color="tab:purple")
     axes[1].set_ylabel("gear")
