@@ -9,8 +9,9 @@ module only translates messages and errors.
 Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer, ModelStreamInfer
 (each request answered as it finishes; a refused one by ``error_message``, as Triton does), ModelConfig,
 ModelStatistics, RepositoryIndex (every cascade served, with its state), RepositoryModelLoad and
-RepositoryModelUnload (admin token; PERMISSION_DENIED where the server's cascades are fixed). The other RPCs
-(shared memory, trace and log settings) answer UNIMPLEMENTED, saying why. With ``--auth-token``, every RPC but the
+RepositoryModelUnload (admin token; PERMISSION_DENIED where the server's cascades are fixed), LogSettings and
+TraceSetting (:mod:`cascadeserve.http.settings`: reading as HTTP's GET, a change as its POST, with the admin token).
+The other RPCs (shared memory) answer UNIMPLEMENTED, saying why. With ``--auth-token``, every RPC but the
 health probes needs metadata ``authorization: Bearer <token>``. Requests pass the HTTP front end's gate
 (:mod:`cascadeserve.http.limits`): the message size (``max_body_bytes``), the ``BYTES`` element count, the bounds on
 an LLM item's prompt, options and tokens; a model's exception text stays in the server log (INTERNAL names the
@@ -50,8 +51,11 @@ from cascadeserve.http.infer import (
     metadata_shape,
     model_config,
 )
+from cascadeserve.http.logsettings import LOG
 from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.repository import RepositoryError
+from cascadeserve.http.settings import check_admin
+from cascadeserve.http.shared import EXTENSIONS, ServerShared
 from cascadeserve.http.v2 import ProtocolError
 from cascadeserve.runtime import Runtime
 from cascadeserve.version import __version__
@@ -72,7 +76,7 @@ _CODES: dict[int, grpc.StatusCode] = {
     503: grpc.StatusCode.UNAVAILABLE,  # stopping; a shed call (with a retry hint) is RESOURCE_EXHAUSTED
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
-# Why an RPC is not served, by name (the rest: shared memory, trace and log settings)
+# Why an RPC is not served, by name (the rest: shared memory)
 _WHY_NOT = {
     "RepositoryModelLoad": "this server's cascades are fixed at start-up (hot-swap a plan over HTTP instead)",
     "RepositoryModelUnload": "this server's cascades are fixed at start-up",
@@ -101,6 +105,7 @@ class _Api(Protocol):
     metrics: PrometheusObserver
     opts: ServerOptions
     core: InferCore
+    shared: ServerShared
 
     def check_token(self, authorization: str | None) -> None: ...
 
@@ -151,7 +156,7 @@ def _message(e: ProtocolError) -> str:
 
 
 def _unimplemented(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
-    why = _WHY_NOT.get(name, "cascadeserve serves no shared memory, trace settings or log settings")
+    why = _WHY_NOT.get(name, "cascadeserve serves no shared memory")
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented: {why}")
@@ -199,9 +204,7 @@ class _Servicer:
 
     @_rpc()
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(
-            name="cascadeserve", version=__version__, extensions=["cascade_plan", "statistics"]
-        )
+        return pb.ServerMetadataResponse(name="cascadeserve", version=__version__, extensions=list(EXTENSIONS))
 
     @_rpc()
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
@@ -256,6 +259,46 @@ class _Servicer:
         except RepositoryError as e:
             raise ProtocolError(e.message, e.status) from None
         return pb.RepositoryModelUnloadResponse()
+
+    @_rpc()
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        """The log settings; those the request sets are changed first (admin token), as ``POST /v2/logging``."""
+        settings = LOG.snapshot()
+        if request.settings:
+            check_admin(self.api.opts.admin_token, _authorization(context))
+            settings = LOG.update({k: _setting(v) for k, v in request.settings.items()})
+        response = pb.LogSettingsResponse()
+        for key, value in settings.items():
+            setting = response.settings[key]
+            if isinstance(value, bool):
+                setting.bool_param = value
+            elif isinstance(value, int):
+                setting.uint32_param = value
+            else:
+                setting.string_param = value
+        return response
+
+    @_rpc()
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        """The trace settings of the server (or of ``model_name``); those the request sets are changed first
+        (admin token; a setting with no values is cleared), as ``POST /v2/trace/setting``."""
+        model = request.model_name or None
+        trace = (self._for(model, "") if model is not None else self.api).shared.trace
+        if request.settings:
+            check_admin(self.api.opts.admin_token, _authorization(context))
+            values: dict[str, Any] = {}
+            for key, setting in request.settings.items():
+                given = list(setting.value)
+                if len(given) > 1 and key != "trace_level":
+                    raise ProtocolError(f"{key}: expected one value, got {len(given)}")
+                values[key] = None if not given else given if key == "trace_level" else given[0]
+            settings = trace.update(values, model)
+        else:
+            settings = trace.snapshot(model)
+        response = pb.TraceSettingResponse()
+        for key, value in settings.items():
+            response.settings[key].value.extend(value if isinstance(value, list) else [value])
+        return response
 
     def _repository(self, context: Any) -> Directory:
         if self.directory is None:
@@ -340,6 +383,18 @@ class GrpcFrontEnd:
         if self._server is not None:
             await self._server.stop(grace_s)  # refuse new calls; cancel those still running after the grace
             self._server = None
+
+
+def _authorization(context: Any) -> str | None:
+    """The call's ``authorization`` metadata, if any."""
+    value = dict(context.invocation_metadata() or ()).get("authorization")
+    return None if value is None else str(value)
+
+
+def _setting(p: Any) -> Any:
+    """A ``LogSettingsRequest.SettingValue``'s value (bool, uint32 or string; ``None`` when unset)."""
+    kind = p.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(p, kind)
 
 
 def _parameter(p: Any) -> Any:

@@ -12,6 +12,8 @@ Routes::
     POST /v2/repository/index   .../models/{name}/load   .../unload   the model repository (http/repository.py)
     GET  /v2/models/stats                        the same, for every model
     GET  /metrics                                Prometheus text format (with Triton's nv_inference_* counters)
+    GET/POST /v2/logging   /v2/trace/setting   /v2/models/{name}/trace/setting   log and trace settings
+                                                 (http/settings.py; a change needs the admin token)
     GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one (admin token)
     GET  /v2/cascade/costs                          batch costs measured while serving, against the plan's
                              (with serve --tune: the thresholds in force, and a "tuning" report of recent changes)
@@ -44,20 +46,20 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Match, Mount, Route
-from starlette.types import ASGIApp, Scope
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from cascadeserve.http.clipper import ClipperLayer, context_of
 from cascadeserve.http.control import AuthError, PlanRejected, check_bearer, check_plan, parse_plan
 from cascadeserve.http.costs import cost_routes
-from cascadeserve.http.fastpath import InferAnswer, InferFastPath, answered_or_gone, server_error
+from cascadeserve.http.fastpath import InferAnswer, InferFastPath, answered_or_gone, http_error, server_error
 from cascadeserve.http.infer import (
     OUTPUT_SHAPE,
     InferCore,
@@ -67,10 +69,13 @@ from cascadeserve.http.infer import (
     model_config,
 )
 from cascadeserve.http.limits import read_body
+from cascadeserve.http.logsettings import LOG
 from cascadeserve.http.metrics import CONTENT_TYPE, PrometheusObserver
 from cascadeserve.http.openai import openai_routes
 from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
 from cascadeserve.http.root import root_routes
+from cascadeserve.http.settings import settings_routes
+from cascadeserve.http.shared import EXTENSIONS, ServerShared
 from cascadeserve.http.triton_metrics import TritonCollector, exposition
 from cascadeserve.http.tuning import tuned_plan_json
 from cascadeserve.http.v2 import HEADER_LENGTH, ProtocolError, decode_infer_request, encode_infer_response
@@ -109,6 +114,8 @@ class ServerOptions:
     stop_grace_s: float = 5.0
     admin_token: str | None = None  # enables the mutating endpoints (plan hot-swap), behind this bearer token
     auth_token: str | None = None  # when set, inference and metadata need this bearer token (or the admin one)
+    # what the cascades of one server share (trace settings): one per options object (http/shared.py)
+    shared: ServerShared = field(default_factory=ServerShared, compare=False, repr=False)
 
 
 def _error(message: str, status: int, headers: Mapping[str, str] | None = None) -> Response:
@@ -150,6 +157,7 @@ class _Api:
         self.model = model
         self.metrics = metrics
         self.opts = opts
+        self.shared = opts.shared
         # selection, feedback, Clipper's REST (http/clipper.py); the core submits through it
         self.layer = layer or ClipperLayer(runtime, model.name)
         self.core = InferCore(runtime, model, self.layer)
@@ -204,7 +212,7 @@ class _Api:
             {
                 "name": "cascadeserve",
                 "version": __version__,
-                "extensions": ["binary_tensor_data", "cascade_plan", "statistics"],
+                "extensions": list(EXTENSIONS),
             }
         )
 
@@ -376,28 +384,6 @@ class _Api:
         return JSONResponse({"generation": generation, "gears": len(plan.gears)})
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    headers = dict(exc.headers or {})
-    if exc.status_code == 405:  # every method of the path: Starlette names only those of the first route matched
-        headers["Allow"] = ", ".join(_allowed_methods(request.app.routes, request.scope))
-    return _error(exc.detail or "error", exc.status_code, headers)
-
-
-def _allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
-    """The methods the routes serve at ``scope``'s path (HEAD with GET, as Starlette serves it), sorted."""
-    methods: set[str] = set()
-    for route in routes:
-        match, child = route.matches(scope)  # PARTIAL: the path matches, the method does not
-        if match == Match.NONE:
-            continue
-        if isinstance(route, Route) and route.methods:
-            methods |= route.methods
-        elif isinstance(route, Mount):
-            methods.update(_allowed_methods(route.routes, {**scope, **child}))
-    return sorted(methods)
-
-
 Router = Callable[["_Api"], list[BaseRoute]]
 """A router: the routes of one concern over the handlers (add one to :data:`ROUTERS`, or pass ``routers``)."""
 
@@ -444,7 +430,7 @@ def metrics_routes(api: _Api) -> list[BaseRoute]:
 
 ROUTERS: tuple[Router, ...] = (
     root_routes, health_routes, model_routes, repository_routes, plan_routes, cost_routes, openai_routes,
-    metrics_routes,
+    metrics_routes, settings_routes,
 )  # fmt: skip
 
 
@@ -476,6 +462,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        LOG.install()  # the server writes its loggers' lines (http/logsettings.py)
         await runtime.start()
         await api.layer.start()
         started: list[FrontEnd] = []
@@ -498,6 +485,6 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, Exception: server_error},
+        exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     return InferFastPath(app, api.model.name, api.infer, api)

@@ -1,4 +1,5 @@
-"""The inference hot path past Starlette's router, and the 500 answer every handler shares.
+"""The inference hot path past Starlette's router, and the error answers every handler shares (500; Starlette's
+HTTP errors, 405 with every method of the path in ``Allow``).
 
 Split from :mod:`cascadeserve.http.app`: it decides nothing, it only routes one path to one handler.
 """
@@ -10,8 +11,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from cascadeserve.http.failures import public_error
@@ -21,6 +24,7 @@ __all__ = [
     "InferFastPath",
     "answered_or_gone",
     "disconnected",
+    "http_error",
     "outcome",
     "server_error",
 ]
@@ -30,6 +34,29 @@ async def server_error(request: Request, exc: Exception) -> Response:
     """A handler that raised: 500 with a request id; the exception goes to the server log under it."""
     message, status = public_error(exc)
     return JSONResponse({"error": message}, status_code=status)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's HTTP errors as ``{"error": ...}``; a 405's ``Allow`` names every method of the path."""
+    assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method of the path: Starlette names only those of the first route matched
+        headers["Allow"] = ", ".join(_allowed_methods(request.app.routes, request.scope))
+    return JSONResponse({"error": exc.detail or "error"}, status_code=exc.status_code, headers=headers)
+
+
+def _allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """The methods the routes serve at ``scope``'s path (HEAD with GET, as Starlette serves it), sorted."""
+    methods: set[str] = set()
+    for route in routes:
+        match, child = route.matches(scope)  # PARTIAL: the path matches, the method does not
+        if match == Match.NONE:
+            continue
+        if isinstance(route, Route) and route.methods:
+            methods |= route.methods
+        elif isinstance(route, Mount):
+            methods.update(_allowed_methods(route.routes, {**scope, **child}))
+    return sorted(methods)
 
 
 class InferAnswer(Response):
