@@ -104,7 +104,7 @@ def test_shedding_starts_once_per_episode_and_stops_with_its_count(
         started, stopped = _lines(caplog, "shedding started"), _lines(caplog, "shedding stopped")
         assert len(started) == len(stopped) == episode
         assert started[-1].startswith("toy: shedding started: ") and "refused with 503" in started[-1]
-        assert "the plan holds up to 50 QPS" in started[-1] and "admission holds 2)" in started[-1]
+        assert "the plan holds up to 50 QPS" in started[-1] and "admission holds at most 2 requests)" in started[-1]
         got = re.fullmatch(r"toy: shedding stopped: (\d+) requests shed in [\d.]+ s \(none for 2 s\)", stopped[-1])
         assert got is not None and int(got.group(1)) == shed, (stopped[-1], shed)
         text = _metrics(small)

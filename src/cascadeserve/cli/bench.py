@@ -6,6 +6,7 @@ their own and the SLO as a line (``--slo-p95-ms``, else the server's own, read f
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -169,7 +170,7 @@ def server_slo_ms(url: str, model: str) -> float | None:
         for family in text_string_to_metric_families(text):
             if family.name == "cascadeserve_slo_p95_seconds":
                 for sample in family.samples:
-                    if sample.labels.get("cascade", model) == model:
+                    if sample.labels.get("cascade", model) == model and math.isfinite(sample.value):
                         return float(sample.value) * 1000.0
     except (OSError, ValueError):
         return None

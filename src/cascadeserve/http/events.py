@@ -3,7 +3,7 @@
 * ``cascadeserve_shedding``: 1 while a shedding episode lasts (from the first shed until none for the quiet spell);
 * ``cascadeserve_slo_miss``: 1 while the served p95 over the SLO window is over the SLO (as the event lines say);
 * ``cascadeserve_served_p95_seconds``: that p95, at the last check (NaN: no answer in the window), and
-  ``cascadeserve_slo_p95_seconds``: the SLO it is held to (absent without one);
+  ``cascadeserve_slo_p95_seconds``: the SLO it is held to (NaN without one);
 * ``cascadeserve_events_total{kind}``: the event lines said, by kind (``shedding_started``, ``shedding_stopped``,
   ``cost_drift``, ``plan_swapped``, ``slo_missed``, ``slo_met``), and
   ``cascadeserve_plan_swaps_by_reason_total{reason}``: plans swapped in, by why (``manual``, ``load_drift``,
@@ -51,10 +51,9 @@ class EventCollector(Collector):
         yield p95
         rt = ev.runtime
         slo_ms = None if rt is None else rt.slo_ms
-        if slo_ms is not None:
-            slo = GaugeMetricFamily("cascadeserve_slo_p95_seconds", "The p95 latency objective in force.")
-            slo.add_metric([], slo_ms / 1000.0)
-            yield slo
+        slo = GaugeMetricFamily("cascadeserve_slo_p95_seconds", "The p95 latency objective in force (NaN: none).")
+        slo.add_metric([], math.nan if slo_ms is None else slo_ms / 1000.0)
+        yield slo
         kinds = CounterMetricFamily(
             "cascadeserve_events", "State changes the server logged, by kind (one log line each).", labels=["kind"]
         )

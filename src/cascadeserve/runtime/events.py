@@ -9,7 +9,7 @@ warning level (so it shows on stderr without logging set up, beside the server's
 the cascade's name and the event's phrase, and is counted by its kind (:data:`EVENTS`) (``cascadeserve_events_total``:
 :mod:`cascadeserve.http.events`)::
 
-    tweets: shedding started: 41 requests refused with 503 (offered 312 QPS, the plan holds up to 200 QPS; ...)
+    tweets: shedding started: 38 requests refused with 503 (offered 400 QPS, the plan holds up to 50 QPS; ...)
     tweets: shedding stopped: 5213 requests shed in 12.4 s (none for 5 s)
     tweets: cost drift: lr-chars batches take x6.02 the plan's cost (41 batches in the last 2 s)
     tweets: plan swapped in: generation 1, re-planned with the measured costs (lr-chars x6.02)
@@ -172,8 +172,7 @@ class ServingEvents(NullObserver):
         plan = rt.plan
         return (
             f"shedding started: {e.shed} requests refused with 503 (offered {rt.producer.last_qps:.0f} QPS, the plan "
-            f"holds up to {plan.max_qps:g} QPS; {rt.in_flight} in flight, admission holds "
-            f"{rt.admission_policy.limit})"
+            f"holds up to {plan.max_qps:g} QPS; admission holds at most {rt.admission_policy.limit} requests)"
         )
 
 
