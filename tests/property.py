@@ -4,7 +4,8 @@ CI runs each property test on a fixed set of examples (``derandomize``), so that
 lottery. To hunt for new disagreements (the compiled loop against the reference, the runtime against the
 simulator), run with fresh random examples, as many as you like::
 
-    CASCADESERVE_FRESH_EXAMPLES=1500 pytest --timeout 0 tests/simulate/test_compiled.py tests/runtime/test_trajectory_property.py
+    CASCADESERVE_FRESH_EXAMPLES=1500 pytest --timeout 0 tests/simulate/test_compiled.py \
+        tests/runtime/test_trajectory_property.py
     make fuzz                   # the parity tests, 1,500 fresh examples each
 
 With the variable set, every test decorated with :func:`property_settings` draws new examples (Hypothesis prints
