@@ -51,6 +51,25 @@ def count_one(batch):
     return [1]
 
 
+def falls():
+    # a batch of one costs 4 ms, every larger batch 1 ms: the curve falls
+    import time
+    def f(batch):
+        time.sleep(0.004 if len(batch) == 1 else 0.001)
+        return np.zeros((len(batch), 3)) + np.arange(3)
+    return f
+
+
+def jittery():
+    # 1 ms and 6 ms by turns: the mean is not known to within 5 % after a few runs
+    import itertools, time
+    delays = itertools.cycle([0.001, 0.006])
+    def f(batch):
+        time.sleep(next(delays))
+        return np.zeros((len(batch), 3)) + np.arange(3)
+    return f
+
+
 def idle_sensitive():
     # like a GPU that went idle: a call more than 20 ms after the last one takes 5 ms longer
     import time
@@ -273,3 +292,45 @@ def test_a_tokens_hook_that_miscounts_is_one_line_naming_the_model(
     assert run([*argv, "--out", str(tmp_path / "p")]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]  # after progress
     assert len(errors) == 1 and "model 'm': its tokens hook returned (1,) values for 10 inputs" in errors[0]
+
+
+def test_measure_records_each_points_noise_and_warns_of_a_falling_curve_and_unsettled_runtimes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each batch size is timed until its mean is known to ±5 % or --max-repeats ran; the profile records how each
+    point went and the host's load, and notes what looks wrong, which profile measure prints as warnings."""
+    import json
+    import os
+
+    argv = _one_model_argv(tmp_path, monkeypatch, "falls", [1] * 12)
+    (tmp_path / "models.yaml").write_text(
+        'models:\n  - {name: m, adapter: callable, ref: "cs_measure_factories:falls"}\n'
+        '  - {name: j, adapter: callable, ref: "cs_measure_factories:jittery"}\n'
+    )
+    out = tmp_path / "p"
+    argv += ["--repeats", "3", "--max-repeats", "8", "--json", "--out", str(out)]
+    assert run(argv) == 0
+    captured = capsys.readouterr()
+    prof = load_profile(out)
+    for name in ("m", "j"):
+        timing = prof.model(name).timing
+        assert timing is not None and set(timing.points) == {1, 2} and timing.cpus == os.cpu_count()
+        assert timing.load_before is not None and timing.load_after is not None  # os.getloadavg on Linux
+        for p in timing.points.values():
+            assert 3 <= p.runs <= 8 and p.ci is not None and p.stable == (p.ci <= 0.05) and p.cv >= 0
+    jittery = prof.model("j").timing
+    assert jittery is not None and all(p.runs == 8 and not p.stable for p in jittery.points.values())
+    falls = [n for n in prof.notes if n.startswith("model 'm': runtime falls from ")]
+    assert len(falls) == 1 and "ms @ b=1 to " in falls[0] and "ms @ b=2, more than the noise" in falls[0]
+    unsettled = [n for n in prof.notes if n.startswith("model 'j': runtime not stable to ±5% after 8 runs at b=1 (±")]
+    assert len(unsettled) == 1 and ", b=2 (±" in unsettled[0]
+    assert json.loads(captured.out)["notes"] == list(prof.notes)
+    warned = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
+    assert warned == [f"warning: {n}" for n in prof.notes]
+
+    # resumed, a model keeps how it was measured, and the profile its notes
+    before = (out / "measured" / "j.json").stat().st_mtime_ns
+    assert run(argv) == 0
+    assert (out / "measured" / "j.json").stat().st_mtime_ns == before
+    again = load_profile(out)
+    assert again.notes == prof.notes and again.model("j").timing == jittery

@@ -30,6 +30,7 @@ from cascadeserve.api.settings import batch_sizes, devices_from, slo_from
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import SLO, Device, GearPlan, load_plan, plan_profile
 from cascadeserve.profile import Profile, calibrate, load_profile, record_batch_overhead, save_profile
+from cascadeserve.profile.noise import CI_TARGET
 from cascadeserve.workload import LoadedWorkload, StateDir
 
 __all__ = [
@@ -77,20 +78,31 @@ def measure_family(
     resume: bool = True,
     limit: int | None = None,
     progress: MeasureProgress | None = None,
+    max_repeats: int | None = None,
+    ci_target: float = CI_TARGET,
+    say: Say = _stderr,
 ) -> tuple[Profile, int]:
     """Measure the family of the models config ``models`` on ``validation`` into the profile folder ``out``
-    (resumable per model), then the runtime's own per-batch overhead on this machine, recorded with it so plans and
-    simulations include it by default (:mod:`cascadeserve.eval.overhead`). The profile, and how many models it
-    measured."""
+    (resumable per model; each batch size timed at least ``repeats`` times, more until its runtime is known to
+    within ``ci_target``, at most ``max_repeats``), then the runtime's own per-batch overhead on this machine,
+    recorded with it so plans and simulations include it by default (:mod:`cascadeserve.eval.overhead`). Says each
+    of the profile's notes (unstable points, falling curves, near-zero runtimes, a busy host) as a warning. The
+    profile, and how many models it measured."""
     from cascadeserve.eval.overhead import measure_batch_overhead
     from cascadeserve.models import MeasureOptions, load_models_config, load_validation, measure
 
     cfg = load_models_config(models)
     data = load_validation(validation, limit=limit)
-    opts = MeasureOptions(batch_sizes=batch_sizes, repeats=repeats, warmup=warmup, threads=threads, pause_ms=pause_ms)
+    opts = MeasureOptions(
+        batch_sizes=batch_sizes, repeats=repeats, warmup=warmup, threads=threads, pause_ms=pause_ms,
+        max_repeats=max_repeats, ci_target=ci_target,
+    )  # fmt: skip
     prof, records = measure(cfg, data, out, name=name, options=opts, progress=progress, resume=resume)
     record_batch_overhead(out, measure_batch_overhead(prof).median_ms)
-    return load_profile(out), len(records)
+    prof = load_profile(out)
+    for note in prof.notes:
+        say(f"warning: {note}")
+    return prof, len(records)
 
 
 # -- profile calibrate --------------------------------------------------------------------------------------------
@@ -253,7 +265,7 @@ def profile(
         p = spec.profile
         measure_family(
             models, workload.validation(), state.measured, batch_sizes=batch_sizes(p.batch_sizes), repeats=p.repeats,
-            warmup=p.warmup, threads=p.threads, name=spec.name, resume=False, limit=p.limit, progress=progress,
+            warmup=p.warmup, threads=p.threads, name=spec.name, resume=False, limit=p.limit, progress=progress, say=say,
         )  # fmt: skip
         state.record("profile")
     if state.calibrating and state.up_to_date("calibration"):

@@ -25,6 +25,7 @@ from cascadeserve.cli.defaults import WorkloadOpt
 from cascadeserve.cli.root import app, console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.profile import load_profile
+from cascadeserve.profile.noise import CI_TARGET
 
 __all__ = ["frontier", "measure_cmd", "measure_progress", "profile_app", "show", "signals"]
 
@@ -181,8 +182,25 @@ def measure_cmd(
         str, typer.Option("--batch-sizes", help="Batch sizes to time; '...' doubles.")
     ] = "1,2,4,...,256",
     repeats: Annotated[
-        int, typer.Option(help="Timed runs per batch size, each on other random inputs (their mean kept).", min=1)
+        int,
+        typer.Option(
+            help="Timed runs per batch size at least, each on other random inputs (their mean kept); more until the "
+            "mean is known to within --ci-target.",
+            min=1,
+        ),
     ] = 15,
+    max_repeats: Annotated[
+        int | None, typer.Option(help="Timed runs per batch size at most (default: 4 x --repeats).", min=1)
+    ] = None,
+    ci_target: Annotated[
+        float,
+        typer.Option(
+            help="A batch size's runtime is stable once its 95 % confidence interval is within this share of it "
+            "(0.05: ±5 %); one that is not after --max-repeats runs is noted in the profile.",
+            min=0.001,
+            max=1.0,
+        ),
+    ] = CI_TARGET,
     warmup: Annotated[int, typer.Option(help="Untimed runs per batch size first.", min=0)] = 2,
     threads: Annotated[int | None, typer.Option(help="Intra-op threads per model (default: config, else 1).")] = None,
     pause_ms: Annotated[
@@ -200,15 +218,25 @@ def measure_cmd(
     as_json: AsJson = False,
     workload: WorkloadOpt = None,
 ) -> None:
-    """Measure a model family: runtime per batch size, memory, predictions and certainty; write a profile."""
+    """Measure a model family: runtime per batch size, memory, predictions and certainty; write a profile. Warns
+    (on stderr, and in the profile's notes) about runtimes that did not settle, curves that fall, near-zero
+    runtimes and a busy host."""
     sizes = batch_sizes_of(batch_sizes)
+    if max_repeats is not None and max_repeats < repeats:
+        raise CascadeServeError(f"--max-repeats {max_repeats} is below --repeats {repeats}")
+
+    def say(line: str) -> None:
+        err_console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
+
     with measure_progress(sizes, transient=as_json) as progress:
         prof, measured = measure_family(
             models, validation, out, batch_sizes=sizes, repeats=repeats, warmup=warmup, threads=threads,
-            pause_ms=pause_ms, name=name, resume=not fresh, limit=limit, progress=progress,
+            pause_ms=pause_ms, name=name, resume=not fresh, limit=limit, progress=progress, max_repeats=max_repeats,
+            ci_target=ci_target, say=say,
         )  # fmt: skip
     if as_json:
-        print_json({"out": str(out), "name": prof.name, "device": prof.device, "models": prof.summary()})
+        summary = {"out": str(out), "name": prof.name, "device": prof.device, "models": prof.summary()}
+        print_json({**summary, "notes": list(prof.notes)})
         return
     console.print(
         f"wrote {out} ({measured} models, {prof.n_samples} samples; {prof.device})", highlight=False, soft_wrap=True

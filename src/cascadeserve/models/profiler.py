@@ -7,9 +7,11 @@ For every model, in the config's order:
    resident-set growth across ``load()``.
 2. **Predict** every validation sample (in chunks), check that the labels are inside the model's classes (the
    row of the first offender is named), and turn scores into certainty with the config's certainty function.
-3. **Time** each batch size: ``warmup`` untimed runs, then ``repeats`` timed ones (fewer if one batch size has
-   already taken ``budget_s``), each on a *different* batch drawn at random (seeded) from the validation set, and
-   record their mean, the slowest run left out from five runs on (one stall of the OS). A served batch holds
+3. **Time** each batch size: ``warmup`` untimed runs, then at least ``repeats`` timed ones, more until the mean is
+   known to within ``ci_target`` (the 95 % interval's relative half-width) or ``max_repeats`` ran (fewer if one batch
+   size has already taken ``budget_s``), each on a *different* batch drawn at random (seeded) from the validation
+   set, and record their mean, the slowest run left out from five runs on (one stall of the OS), with how well it is
+   known (:mod:`cascadeserve.profile.noise`: runs, interval, spread, stable) and the host's load. A served batch holds
    whatever requests arrived, and a text model's cost follows their lengths: timing the first ``b`` samples over
    and over measured one batch's content (MiniLM-L6 on the sentences set: 63 ms for the first two sentences,
    26 ms on average over random pairs; batches of four range 24-88 ms), and a queue's wait follows the mean
@@ -18,8 +20,10 @@ For every model, in the config's order:
 
 After each model, its predictions (``predictions/<model>.csv``) and facts (``measured/<model>.json``, with a
 fingerprint of the model's config, the validation data and the options) are written, and ``profile.yaml`` is
-rewritten for the models measured so far. A rerun skips every model whose fingerprint matches, so an interrupted
-run resumes where it stopped; change a model's config and only that model is measured again.
+rewritten for the models measured so far, with the notes its curves raise (unstable points, a falling curve,
+near-zero runtimes, a busy host: :func:`~cascadeserve.profile.noise.measurement_notes`). A rerun skips every
+model whose fingerprint matches (:mod:`cascadeserve.models.records`), so an interrupted run resumes where it
+stopped; change a model's config and only that model is measured again.
 
 A model with a ``tokens`` hook in the config (a text encoder, whose batch is padded to its longest input) also gets
 a token cost model: each validation sample's token count, and per batch size a fixed part and a price per token of
@@ -34,14 +38,15 @@ signal, token counts, the token cost model, calibration).
 
 from __future__ import annotations
 
-import csv
+import dataclasses
+import functools
 import hashlib
 import json
 import os
 import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +58,17 @@ from cascadeserve.models.config import ModelsConfig, resolve
 from cascadeserve.models.dataset import ValidationSet
 from cascadeserve.models.llm_adapter import LLMAdapter
 from cascadeserve.models.llm_profile import measure_llm
-from cascadeserve.models.timing import fit_fixed_and_slope, timed_mean
+from cascadeserve.models.records import MEASURED_DIR, ModelRecord, resume_record
+from cascadeserve.models.timing import fit_fixed_and_slope, point_noise, repeat_until_stable, timed_mean
 from cascadeserve.models.upstream import UpstreamAdapter
 from cascadeserve.profile import ModelProfile, Profile, RuntimeCurve, certainty_function, load_profile, save_profile
 from cascadeserve.profile.llm_side import LLMCosts, write_costs, write_tokens
+from cascadeserve.profile.noise import CI_TARGET, ModelTiming, PointNoise, host_load, measurement_notes
 
 __all__ = ["DEFAULT_BATCH_SIZES", "TIMING_SEED", "MeasureOptions", "ModelRecord", "measure", "timed_mean"]
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TIMING_SEED = 20_261_126  # the timed batches' draws (plus the batch size)
-MEASURED_DIR = "measured"
 
 # progress(model, step, done, total): step is "load", "predict", "time" or "skip" (already measured)
 Progress = Callable[[str, str, int, int], None]
@@ -71,7 +77,9 @@ Progress = Callable[[str, str, int, int], None]
 @dataclass(frozen=True)
 class MeasureOptions:
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
-    repeats: int = 15  # each on other random inputs: a text batch's cost varies with its content (CV ~35 %)
+    repeats: int = 15  # at least; each on other random inputs: a text batch's cost varies with its content (CV ~35 %)
+    max_repeats: int | None = None  # at most, while the mean is not known to within ci_target (None: 4 x repeats)
+    ci_target: float = CI_TARGET  # stable: the 95 % interval's half-width within this share of the mean
     warmup: int = 2
     budget_s: float = 3.0  # per batch size: stop repeating (after 3 runs) once this much time went by
     threads: int | None = None  # intra-op threads for every model (None: the config's value, else 1)
@@ -88,36 +96,16 @@ class MeasureOptions:
             raise ValueError("batch sizes must be strictly increasing")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError("repeats must be >= 1 and warmup >= 0")
+        if self.max_repeats is not None and self.max_repeats < self.repeats:
+            raise ValueError(f"max_repeats ({self.max_repeats}) must be at least repeats ({self.repeats})")
+        if not 0.0 < self.ci_target <= 1.0:
+            raise ValueError(f"ci_target must be within (0, 1], got {self.ci_target}")
         if not 0.0 <= self.pause_ms <= 10_000.0:
             raise ValueError(f"pause_ms must be within [0, 10000], got {self.pause_ms}")
 
-
-@dataclass(frozen=True)
-class ModelRecord:
-    """What was measured about one model (also the content of ``measured/<model>.json``)."""
-
-    name: str
-    memory_mb: float
-    memory_source: str
-    runtime_ms: dict[int, float]
-    accuracy: float
-    classes: int
-    threads: int
-    fingerprint: str
-    predictions: np.ndarray = field(repr=False)
-    certainties: np.ndarray = field(repr=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "memory_mb": self.memory_mb,
-            "memory_source": self.memory_source,
-            "runtime_ms": {str(b): v for b, v in self.runtime_ms.items()},
-            "accuracy": self.accuracy,
-            "classes": self.classes,
-            "threads": self.threads,
-            "fingerprint": self.fingerprint,
-        }
+    @property
+    def most_repeats(self) -> int:
+        return self.max_repeats if self.max_repeats is not None else 4 * self.repeats
 
 
 def _rss_mb() -> float:
@@ -150,6 +138,8 @@ def _fingerprint(spec: Mapping[str, Any], validation: ValidationSet, options: Me
         timing = (*timing, "llm-fit")
     if options.pause_ms:  # kept out when 0 so that profiles measured before the option resume
         timing = (*timing, options.pause_ms)
+    if options.max_repeats is not None or options.ci_target != CI_TARGET:  # likewise the defaults of these
+        timing = (*timing, "until-stable", options.most_repeats, options.ci_target)
     h.update(repr(timing).encode())
     return h.hexdigest()[:16]
 
@@ -177,7 +167,11 @@ def _token_counts(name: str, count: Callable[[Any], Any], validation: Validation
 
 
 def _write_token_costs(
-    out: Path, name: str, validation: ValidationSet, tokens: np.ndarray, fits: dict[int, tuple[float, float]],
+    out: Path,
+    name: str,
+    validation: ValidationSet,
+    tokens: np.ndarray,
+    fits: dict[int, tuple[float, float]],
     memory_mb: float,
 ) -> None:
     """An encoder's token cost model (module docstring): no decoding, no KV cache; its own weights."""
@@ -303,6 +297,7 @@ def _measure_one(
     tokens = None if count_tokens is None else _token_counts(name, count_tokens, validation, options.predict_batch)
 
     runtime: dict[int, float] = {}
+    noise: dict[int, PointNoise] = {}
     fits: dict[int, tuple[float, float]] = {}  # per batch size: ms no token pays for, ms per token of the longest
     for k, b in enumerate(options.batch_sizes):
         if progress:
@@ -310,25 +305,14 @@ def _measure_one(
         rng = np.random.default_rng(TIMING_SEED + b)  # the same batches on every run of the profiler
         for _ in range(options.warmup):
             model.predict(validation.take(_draw(validation, b, rng)))
-        samples: list[float] = []
         longest: list[int] = []
-        t_start = time.perf_counter()
-
-        def paused_s(runs: int) -> float:  # the budget counts work, not pauses
-            return runs * options.pause_ms / 1000.0
-
-        for _ in range(options.repeats):
-            rows = _draw(validation, b, rng)
-            batch = validation.take(rows)
-            if options.pause_ms > 0:
-                time.sleep(options.pause_ms / 1000.0)
-            t0 = time.perf_counter()
-            model.predict(batch)
-            samples.append((time.perf_counter() - t0) * 1000.0)
-            longest.append(0 if tokens is None else int(tokens[rows].max()))
-            if len(samples) >= 3 and time.perf_counter() - t_start > options.budget_s + paused_s(len(samples)):
-                break
+        run = functools.partial(_timed_run, model, validation, b, rng, tokens, options.pause_ms, longest)
+        samples = repeat_until_stable(
+            run, least=options.repeats, most=options.most_repeats, target=options.ci_target,
+            budget_s=options.budget_s, pause_s=options.pause_ms / 1000.0,
+        )  # fmt: skip
         runtime[b] = max(timed_mean(samples), 1e-4)
+        noise[b] = point_noise(samples, options.ci_target)
         if tokens is not None:  # every run counts here: a slow one is a long input, which is what is fitted
             fits[b] = fit_fixed_and_slope(np.asarray(longest, dtype=np.float64), np.asarray(samples), 0.0)
     if tokens is not None and out is not None:
@@ -346,7 +330,30 @@ def _measure_one(
         fingerprint=fingerprint,
         predictions=preds,
         certainties=certs,
+        timing=ModelTiming(noise),
     )
+
+
+def _timed_run(
+    model: Adapter,
+    validation: ValidationSet,
+    b: int,
+    rng: np.random.Generator,
+    tokens: np.ndarray | None,
+    pause_ms: float,
+    longest: list[int],
+) -> float:
+    """One timed run of a random batch of ``b`` (after ``pause_ms`` idle): its milliseconds; its longest input's
+    token count goes to ``longest``."""
+    rows = _draw(validation, b, rng)
+    batch = validation.take(rows)
+    if pause_ms > 0:
+        time.sleep(pause_ms / 1000.0)
+    t0 = time.perf_counter()
+    model.predict(batch)
+    ms = (time.perf_counter() - t0) * 1000.0
+    longest.append(0 if tokens is None else int(tokens[rows].max()))
+    return ms
 
 
 def _device_line(threads: int, placed: Mapping[str, str] | None = None) -> str:
@@ -375,42 +382,6 @@ def _accelerator_name(device: str) -> str:
     return device
 
 
-def _resume(out: Path, name: str, fingerprint: str, validation: ValidationSet) -> ModelRecord | None:
-    meta = out / MEASURED_DIR / f"{name}.json"
-    pred = out / "predictions" / f"{name}.csv"
-    if not meta.is_file() or not pred.is_file() or not (out / "labels.csv").is_file():
-        return None
-    try:
-        doc = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if doc.get("fingerprint") != fingerprint:
-        return None
-    # the predictions file is ours (same sample order); anything unexpected means: measure again
-    try:
-        with pred.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))[1:]
-        ids = [str(s) for s in validation.sample_ids.tolist()]
-        if [r[0] for r in rows] != ids:
-            return None
-        preds = np.asarray([int(r[1]) for r in rows], dtype=np.int64)
-        certs = np.asarray([float(r[2]) for r in rows], dtype=np.float64)
-    except (OSError, ValueError, IndexError):
-        return None
-    return ModelRecord(
-        name=name,
-        memory_mb=float(doc["memory_mb"]),
-        memory_source=str(doc["memory_source"]),
-        runtime_ms={int(b): float(v) for b, v in doc["runtime_ms"].items()},
-        accuracy=float(doc["accuracy"]),
-        classes=int(doc["classes"]),
-        threads=int(doc["threads"]),
-        fingerprint=fingerprint,
-        predictions=preds,
-        certainties=certs,
-    )
-
-
 def _write(
     out: Path,
     name: str,
@@ -424,7 +395,13 @@ def _write(
     prof = Profile(
         name=name,
         models=tuple(
-            ModelProfile(r.name, r.memory_mb, RuntimeCurve.from_mapping(r.runtime_ms), upstream=r.name in upstream)
+            ModelProfile(
+                r.name,
+                r.memory_mb,
+                RuntimeCurve.from_mapping(r.runtime_ms),
+                upstream=r.name in upstream,
+                timing=r.timing,
+            )
             for r in records
         ),
         sample_ids=validation.sample_ids,
@@ -434,6 +411,7 @@ def _write(
         device=_device_line(threads, placed),
         source=source,
     )
+    prof = dataclasses.replace(prof, notes=measurement_notes(prof))
     save_profile(prof, out)
     return prof
 
@@ -467,9 +445,10 @@ def measure(
     source = f"cascadeserve profile measure on {_portable(validation.source)} ({len(validation)} samples)"
     if opts.pause_ms:  # the runtimes are an idle device's: say so where a reader of the profile looks
         source += f", {opts.pause_ms:g} ms idle before each timed batch"
+    load_before = host_load()  # before this run measured anything (the load after counts its own threads)
     for spec in config.models:
         fp = _fingerprint(spec.model_dump(mode="json"), validation, opts, threads)
-        rec = _resume(out_dir, spec.name, fp, validation) if resume else None
+        rec = resume_record(out_dir, spec.name, fp, validation) if resume else None
         if rec is None:
             model = adapters[spec.name]
             if getattr(model, "threads", None) is None and hasattr(model, "threads"):
@@ -482,6 +461,10 @@ def measure(
                 rec = _measure_one(
                     model, spec.memory_mb, validation, certainty, opts, threads, fp, progress, count, out_dir
                 )
+            load_after = host_load()
+            points = {} if rec.timing is None else rec.timing.points
+            timing = ModelTiming(points, load_before, load_after, os.cpu_count() or 1, threads, opts.ci_target)
+            rec = dataclasses.replace(rec, timing=timing)
             (out_dir / MEASURED_DIR / f"{spec.name}.json").write_text(
                 json.dumps(rec.to_json(), indent=2), encoding="utf-8"
             )

@@ -9,13 +9,15 @@
                                front_door_ms, front_door_p95_ms (optional: a request's latency a client sees
                                beyond the server's, mean and 95th percentile),
                                calibration (optional: how runtimes were scaled to a serving host),
+                               notes (optional: one line each, what measuring found doubtful, profile/noise.py),
                                models: [{name, memory_mb, runtime_ms: {batch_size: median ms of one batch},
                                          max_batch (optional: the largest batch the model's server forms),
                                          busy_factor (optional: slower while the host's other devices are busy,
                                          profile/host.py), batch_spread (optional: the σ of each batch's
                                          time beyond its rule, profile/spread.py), upstream (optional: true
                                          for a stage another server runs, which plans give a device of its
-                                         own)}]
+                                         own), timing (optional: {cpus, threads, load: [before, after],
+                                         points: {batch_size: {runs, ci, cv, stable}}}, profile/noise.py)}]
       labels.csv               sample_id,label
       predictions/<model>.csv  sample_id,prediction,certainty   (certainty in [0, 1], higher = surer)
       llm/costs.json, llm/tokens/<model>.csv   (optional, LLM stages) the token cost model and each sample's
@@ -40,7 +42,9 @@ import numpy as np
 import yaml
 
 from cascadeserve.errors import ProfileError, yaml_problem
+from cascadeserve.profile._yaml import dump_profile_yaml, plain
 from cascadeserve.profile.llm_side import read_costs, read_tokens, tokens_path, write_costs, write_tokens
+from cascadeserve.profile.noise import ModelTiming
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 from cascadeserve.profile.spread import MAX_SPREAD
@@ -160,10 +164,28 @@ def _read_yaml(path: Path) -> tuple[dict[str, yaml.Node], list[tuple[ModelProfil
             if not isinstance(node, yaml.ScalarNode) or node.value.lower() not in ("true", "false"):
                 raise _err(path, node, f"model {name!r}: upstream must be true or false")
             remote = node.value.lower() == "true"
+        timing = None
+        if "timing" in m and m["timing"].tag != _NULL_TAG:
+            try:
+                timing = ModelTiming.from_doc(plain(m["timing"]))
+            except ValueError as e:
+                raise _err(path, m["timing"], f"model {name!r}: timing: {e}") from None
         curve_ = RuntimeCurve.from_mapping(curve)
-        model = ModelProfile(name, memory, curve_, cap, busy_factor=busy, upstream=remote, batch_spread=spread)
+        model = ModelProfile(
+            name, memory, curve_, cap, busy_factor=busy, upstream=remote, batch_spread=spread, timing=timing
+        )
         models.append((model, item))
     return top, models
+
+
+def _notes(path: Path, top: dict[str, yaml.Node]) -> tuple[str, ...]:
+    node = top.get("notes")
+    if node is None or node.tag == _NULL_TAG:
+        return ()
+    value = plain(node)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _err(path, node, "notes must be a list of strings")
+    return tuple(value)
 
 
 def _read_text(path: Path) -> str:
@@ -322,6 +344,7 @@ def load_profile(directory: str | Path) -> Profile:
             _number(ypath, top["front_door_p95_ms"], "front_door_p95_ms") if meta("front_door_p95_ms") else 0.0
         ),
         calibration=meta("calibration"),
+        notes=_notes(ypath, top),
     )
 
 
@@ -372,6 +395,8 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
         doc["front_door_p95_ms"] = float(profile.front_door_p95_ms)
     if profile.calibration:
         doc["calibration"] = profile.calibration
+    if profile.notes:
+        doc["notes"] = list(profile.notes)
     models: list[dict[str, Any]] = []
     for m in profile.models:
         entry: dict[str, Any] = {
@@ -387,6 +412,8 @@ def _yaml_doc(profile: Profile) -> dict[str, Any]:
             entry["batch_spread"] = float(m.batch_spread)
         if m.upstream:
             entry["upstream"] = True
+        if m.timing is not None:
+            entry["timing"] = m.timing.to_doc()
         models.append(entry)
     doc["models"] = models
     return doc
@@ -396,7 +423,7 @@ def save_profile(profile: Profile, directory: str | Path) -> Path:
     """Write ``profile`` in the interchange format; returns the directory. Round-trips with :func:`load_profile`."""
     d = Path(directory)
     (d / PREDICTIONS_DIR).mkdir(parents=True, exist_ok=True)
-    (d / PROFILE_FILE).write_text(yaml.safe_dump(_yaml_doc(profile), sort_keys=False), encoding="utf-8")
+    (d / PROFILE_FILE).write_text(dump_profile_yaml(_yaml_doc(profile)), encoding="utf-8")
     ids = [str(s) for s in profile.sample_ids]
     with (d / LABELS_FILE).open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
@@ -449,7 +476,7 @@ def record_costs(directory: str | Path, **costs_ms: float) -> Path:
             out[k] = v
     out.update({c: x for c, x in new.items() if c not in out})
     try:
-        path.write_text(yaml.safe_dump(out, sort_keys=False), encoding="utf-8")
+        path.write_text(dump_profile_yaml(out), encoding="utf-8")
     except OSError as e:
         raise ProfileError(f"cannot record {', '.join(new)}: {e.strerror or e}", path=path) from None
     return path

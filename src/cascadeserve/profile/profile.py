@@ -20,6 +20,9 @@ in the plan, so the simulator charges it.
 
 ``calibration`` (default empty) says how the runtimes were scaled to the costs measured on a serving host
 (:mod:`cascadeserve.profile.calibration`); plans made from the profile repeat it in their ``costs`` note.
+
+``notes`` (default none) are what ``profile measure`` found doubtful about its runtimes, and each model's ``timing``
+how its curve was measured (:mod:`cascadeserve.profile.noise`); ``plan`` repeats the notes as a warning.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.profile.certainty import CertaintyFn, certainty_function
+from cascadeserve.profile.noise import ModelTiming
 from cascadeserve.profile.runtime import RuntimeCurve
 from cascadeserve.profile.spread import MAX_SPREAD
 from cascadeserve.profile.tokens import TokenCost
@@ -59,6 +63,9 @@ class ModelProfile:
     # the host's load explain (profile/spread.py; 0: every batch costs exactly its rule): a queue's tail near
     # saturation grows with it
     batch_spread: float = 0.0
+    # how the runtime curve was measured: each point's runs, interval and spread, the host's load (profile/noise.py);
+    # None for a profile made elsewhere
+    timing: ModelTiming | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -105,6 +112,8 @@ class Profile:
     front_door_ms: float = 0.0
     front_door_p95_ms: float = 0.0
     calibration: str = ""  # how the runtimes were calibrated to a serving host (profile/calibration.py); "" if not
+    # what measuring found doubtful: unstable points, falling curves, near-zero runtimes, a busy host (profile/noise.py)
+    notes: tuple[str, ...] = ()
     _index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -70,7 +70,12 @@ class ProfileSpec(_Strict):
     """How ``up`` (and ``profile measure --workload``) measures the family."""
 
     batch_sizes: str = Field(default="1,2,4,...,64", description="Batch sizes to time; '...' doubles.")
-    repeats: int = Field(default=5, ge=1, description="Timed runs per batch size (median kept).")
+    repeats: int = Field(
+        default=5,
+        ge=1,
+        description="Timed runs per batch size at least (their mean kept); more, up to 4x, until the mean is known "
+        "to ±5 %.",
+    )
     warmup: int = Field(default=1, ge=0, description="Untimed runs per batch size first.")
     threads: int | None = Field(default=None, ge=1, description="Intra-op threads per model (default: config's).")
     limit: int | None = Field(default=None, ge=1, description="Use only the first N validation rows.")
