@@ -170,12 +170,49 @@ def test_models_left_out_for_memory_are_named_on_stderr_and_by_explain(
     for mb, line in expected.items():
         assert run([*args, "--device-memory-mb", mb, "--ranges", "2", "--out", str(out), "--json"]) == 0
         captured = capsys.readouterr()
-        assert [ln for ln in captured.err.splitlines() if ln.startswith("warning:")] == [line]
+        assert [ln for ln in captured.err.splitlines() if ln.startswith("warning:")] == [UNCALIBRATED, line]
         assert parse_json(captured.out)["report"]["warnings"] == [line.removeprefix("warning: ")]
         assert run(["plan", "explain", "--plan", str(out)]) == 0
         assert line in capsys.readouterr().out.splitlines()
     assert run([*args, "--device-memory-mb", "1000", "--ranges", "2", "--out", str(out)]) == 0
-    assert "warning:" not in capsys.readouterr().err
+    assert [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")] == [UNCALIBRATED]
+
+
+UNCALIBRATED = (
+    "warning: profile 'toy' was never calibrated to a serving host: plans promise quiet-machine runtimes (profile "
+    "calibrate, or up with profile.calibrate_s > 0)"
+)
+
+
+def test_plan_warns_of_an_uncalibrated_profile_and_of_its_measurement_notes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line each, before planning, from the CLI and from the library's make_plan."""
+    import dataclasses
+
+    from tests.conftest import make_toy_profile
+
+    from cascadeserve.api.settings import devices_from, slo_from
+    from cascadeserve.api.steps import make_plan
+
+    toy = make_toy_profile()
+    d = tmp_path / "toy"
+    save_profile(toy, d)
+    args = ["plan", "--profile", str(d), "--devices", "1", "--device-memory-mb", "1000", "--slo-p95-ms", "100"]
+    args += ["--max-qps", "50", "--ranges", "2", "--out", str(tmp_path / "plan.json")]
+
+    def warned() -> list[str]:
+        assert run(args) == 0
+        return [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+
+    assert warned() == [UNCALIBRATED]
+    notes = ("model 'm1': runtime falls from 3.000 ms @ b=8 to 2.000 ms @ b=64, more than the noise", "host busy")
+    save_profile(dataclasses.replace(toy, calibration="runtimes m0 x1.2 as measured on this host", notes=notes), d)
+    noted = f"warning: profile 'toy' carries 2 measurement notes: {notes[0]} | {notes[1]}"
+    assert warned() == [noted]
+    said: list[str] = []
+    make_plan(load_profile(d), devices_from(1, 1000), slo_from(100, None), 50, ranges=2, say=said.append)
+    assert said == [noted]
 
 
 def _voters(tmp_path: Path) -> Path:

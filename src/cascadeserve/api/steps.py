@@ -30,7 +30,7 @@ from cascadeserve.api.settings import batch_sizes, devices_from, slo_from
 from cascadeserve.errors import CascadeServeError
 from cascadeserve.plan import SLO, Device, GearPlan, load_plan, plan_profile
 from cascadeserve.profile import Profile, calibrate, load_profile, record_batch_overhead, save_profile
-from cascadeserve.profile.noise import CI_TARGET
+from cascadeserve.profile.noise import CI_TARGET, plan_warnings
 from cascadeserve.workload import LoadedWorkload, StateDir
 
 __all__ = [
@@ -207,9 +207,12 @@ def make_plan(
     votes: int = 0,
     backend: str = "local",
     progress: Callable[[int, int], None] | None = None,
+    say: Say = _stderr,
 ) -> Any:
     """Fit the gear planner: ``Planner`` after :meth:`~cascadeserve.planner.Planner.fit` (``plan_`` and ``report_``
-    set; :class:`~cascadeserve.errors.InfeasibleError` when no plan meets ``slo``, ``report_`` saying why)."""
+    set; :class:`~cascadeserve.errors.InfeasibleError` when no plan meets ``slo``, ``report_`` saying why). First
+    says, one line each, when ``prof`` was never calibrated to a serving host and when it carries measurement notes
+    (:func:`~cascadeserve.profile.noise.plan_warnings`)."""
     from cascadeserve.planner import Planner, QpsDistribution
     from cascadeserve.profile import useful_votes, with_votes
 
@@ -218,6 +221,8 @@ def make_plan(
     if backend not in ("local", "ray"):
         raise CascadeServeError(f"--backend: {backend!r} is not one of local, ray")
     kind: Literal["local", "ray"] = "ray" if backend == "ray" else "local"
+    for warning in plan_warnings(prof):
+        say(f"warning: {warning}")
     prof = with_votes(prof, useful_votes(prof, votes))
     planner = Planner(
         n_ranges=ranges, qps_dist=qps_dist, alpha=alpha, seed=seed, batch_overhead_ms=batch_overhead_ms,
@@ -311,7 +316,7 @@ def plan(
     p = spec.plan
     planner = make_plan(
         prof, devices, slo_from(spec.slo.p95_ms, spec.slo.accuracy), float(v["max_qps"]), ranges=p.ranges,
-        qps_dist=qps_dist, seed=p.seed, max_busy=p.max_busy, votes=p.votes, progress=progress,
+        qps_dist=qps_dist, seed=p.seed, max_busy=p.max_busy, votes=p.votes, progress=progress, say=say,
     )  # fmt: skip
     for warning in planner.report_.warnings:
         say(f"warning: {warning}")

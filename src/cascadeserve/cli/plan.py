@@ -11,7 +11,9 @@ false, ...}``). ``--batch-overhead-ms`` plans with a fixed cost per batch beyond
 --no-caps`` makes an uncapped one. ``--max-busy F`` plans with device headroom: no gear whose busiest device SP4
 simulates more than ``F`` busy. ``--backend ray`` (also on ``plan fixed``) makes a plan for the Ray backend: it
 records the backend, and every simulation of it charges the Ray process hops (the profile's ``ray_hop_ms``).
-``--plot PNG`` (also on ``plan explain``) draws the plan as the demo's ``gear_plan.png``.
+``--plot PNG`` (also on ``plan explain``) draws the plan as the demo's ``gear_plan.png``. Before planning it warns,
+one line each on stderr, when the profile was never calibrated to a serving host and when it carries measurement notes
+(unstable runtimes, a falling curve, near-zero runtimes, a busy host: :mod:`cascadeserve.profile.noise`).
 
 The group runs the planner when no subcommand is given (``invoke_without_command``), so ``plan fixed`` and
 ``plan explain`` keep their own options.
@@ -33,6 +35,7 @@ from cascadeserve.errors import CascadeServeError, InfeasibleError
 from cascadeserve.plan import SLO, GearPlan, fixed_plan, load_plan
 from cascadeserve.planner import SUBMODULES, Planner, PlannerReport, QpsDistribution, default_batch_caps
 from cascadeserve.profile import load_profile, useful_votes, with_votes
+from cascadeserve.profile.noise import plan_warnings
 
 __all__ = ["plan_app", "plan_summary", "print_plan"]
 
@@ -279,6 +282,8 @@ def plan(
     if max_qps <= 0:
         raise CascadeServeError("--max-qps must be positive")
     prof = load_profile(profile)
+    for warning in plan_warnings(prof):  # before planning: they hold whatever the planner finds
+        err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     offered = useful_votes(prof, votes)
     prof = with_votes(prof, offered)
     hw = devices_from(devices, device_memory_mb)
