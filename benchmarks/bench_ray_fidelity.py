@@ -120,7 +120,7 @@ def serve_and_bench(
             if proc.poll() is not None or time.monotonic() - t0 > ready_s:
                 raise RuntimeError(f"the server did not start: see {work / f'serve-{tag}.err'}")
             time.sleep(0.2)
-        got = run_json("bench", "--url", url, "--model", "fid", "--trace", trace, "--profile", str(profile))
+        got = run_json("bench", "--url", url, "--name", "fid", "--trace", trace, "--profile", str(profile))
         # the batches as the server timed them against the profile (mean and p95 ratio per model): tells a slower
         # device apart from a wider spread of batch times
         with urllib.request.urlopen(f"{url}/v2/cascade/costs", timeout=30) as r:

@@ -75,7 +75,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def bench(args: argparse.Namespace, qps: float, out: Path) -> float:
-    cmd = [CS, "bench", "--url", f"http://127.0.0.1:{args.port}", "--model", args.name, "--validation",
+    cmd = [CS, "bench", "--url", f"http://127.0.0.1:{args.port}", "--name", args.name, "--validation",
            args.validation, "--trace", TRACE, "--window", "0:60", "--max-qps", str(qps), "--json"]  # fmt: skip
     subprocess.run(cmd, stdout=out.open("w"), check=True)
     return float(json.loads(out.read_text())["p95_ms"])

@@ -18,7 +18,7 @@ fi
 $CS serve --plan "$W/plan.json" --profile "$W/digits" --emulate --name digits --port "$PORT" 2> "$W/serve.err" &
 SP=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/v2/health/ready" >/dev/null && break; sleep 0.2; done
-$CS bench --url "http://127.0.0.1:$PORT" --model digits --trace "$TRACE" --window "${WINDOW:-0:60}" --max-qps "$QPS" \
+$CS bench --url "http://127.0.0.1:$PORT" --name digits --trace "$TRACE" --window "${WINDOW:-0:60}" --max-qps "$QPS" \
     --profile "$W/digits" --json > "$W/bench.json"
 kill -TERM $SP; wait $SP || true
 $CS simulate --profile "$W/digits" --plan "$W/plan.json" --trace "$TRACE" --window "${WINDOW:-0:60}" --max-qps "$QPS" \

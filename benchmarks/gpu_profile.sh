@@ -40,7 +40,7 @@ else:
     sys.exit("serve did not become ready in 120 s")
 PY
 for run in ${RUNS:-1}; do
-  $CS bench --url "http://127.0.0.1:$PORT" --model tweets --trace "$TRACE" --window "$WINDOW" --max-qps "$QPS" \
+  $CS bench --url "http://127.0.0.1:$PORT" --name tweets --trace "$TRACE" --window "$WINDOW" --max-qps "$QPS" \
       --validation "tweets:$TWEETS" --seed "$run" --json > "$OUT/bench$run.json"
   python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
       "http://127.0.0.1:$PORT/metrics" > "$OUT/metrics$run.txt"

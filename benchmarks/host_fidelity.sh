@@ -49,7 +49,7 @@ for _ in range(300): a @ a
 print(round((time.perf_counter() - t) * 1000, 1))" > "$1"
 }
 bench() {  # QPS OUT
-  $CS bench --url "http://127.0.0.1:$PORT" --model "$NAME" --validation "$VAL" --trace "$TRACE" --window "$WINDOW" \
+  $CS bench --url "http://127.0.0.1:$PORT" --name "$NAME" --validation "$VAL" --trace "$TRACE" --window "$WINDOW" \
       --max-qps "$1" --json > "$2"
 }
 

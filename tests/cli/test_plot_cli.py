@@ -62,7 +62,7 @@ def test_bench_plot_draws_the_measured_timeline(
     prof_dir = save_profile(toy_profile, tmp_path / "toy")
     png = tmp_path / "timeline.png"
     with serving(toy_profile) as server:
-        args = ["bench", "--url", server.url, "--model", "toy", "--trace", "synthetic:constant:qps=100,duration=2"]
+        args = ["bench", "--url", server.url, "--name", "toy", "--trace", "synthetic:constant:qps=100,duration=2"]
         assert run([*args, "--profile", str(prof_dir), "--json", "--plot", str(png)]) == 0
         out = stdout_json(capsys)
         assert out["sent"] == out["ok"] == 200 and out["plot"] == str(png)
@@ -91,7 +91,7 @@ def test_bench_counts_the_shed_requests_and_plots_them_against_the_servers_slo(
     png = tmp_path / "timeline.png"
     options = RuntimeOptions(max_in_flight=2, slo_ms=50.0)  # admits 2 at a time: 300 QPS sheds most
     with serving(toy_profile, runtime_options=options) as server:
-        args = ["bench", "--url", server.url, "--model", "toy", "--trace", "synthetic:constant:qps=300,duration=1"]
+        args = ["bench", "--url", server.url, "--name", "toy", "--trace", "synthetic:constant:qps=300,duration=1"]
         args += ["--profile", str(prof_dir)]
         assert run([*args, "--json", "--plot", str(png)]) == 0
         out = stdout_json(capsys)

@@ -45,7 +45,8 @@ def test_serve_bench_and_sigterm(toy_profile: Profile, tmp_path: Path, capsys: o
         meta = httpx.get(f"{url}/v2/models/toy").json()
         assert meta["parameters"]["emulated"] is True
         trace = "synthetic:constant:qps=200,duration=1"
-        code = run(["bench", "--url", url, "--model", "toy", "--trace", trace, "--profile", str(prof_dir), "--json"])
+        # no --name: the server's one model
+        code = run(["bench", "--url", url, "--trace", trace, "--profile", str(prof_dir), "--json"])
         assert code == 0
         out = stdout_json(capsys)  # type: ignore[arg-type]
         for key in ("sent", "ok", "shed", "errors", "p50_ms", "p95_ms", "p99_ms", "accuracy", "throughput_qps"):
@@ -150,3 +151,12 @@ def test_a_bad_label_map_exits_2_naming_the_file_and_field(
     args = ["serve", "--plan", str(plan_path), "--profile", str(TWEETS), "--models", str(models), "--emulate"]
     assert run([*args, "--no-measure-overhead", "--port", "0"]) == 2
     assert f"{models}: {says}" in " ".join(capsys.readouterr().err.split())
+
+
+def test_bench_without_a_name_says_why_when_the_server_cannot_say(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    assert run(["bench", "--url", url, "--trace", "synthetic:constant:qps=1,duration=1"]) == 2
+    err = capsys.readouterr().err
+    assert f"--name: not given, and {url} could not say what it serves" in err

@@ -49,7 +49,7 @@ def test_banner_port_sigterm_drain_and_bench_without_profile(toy_profile: Profil
         assert port != 0 and "control plane off" in line
         url = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200
-        code = run(["bench", "--url", url, "--model", "toy", "--trace", "synthetic:constant:qps=10,duration=1"])
+        code = run(["bench", "--url", url, "--name", "toy", "--trace", "synthetic:constant:qps=10,duration=1"])
         assert code == 2  # no --profile against an emulated server: refused, not a silent sample-0 workload
 
         async def in_flight_then_sigterm() -> tuple[list[int], list[int]]:

@@ -32,7 +32,12 @@ CONCEPTS = {
     "plan files": {"--plan", "--plans", "--plan-file"},
     "profile folders": {"--profile", "--profiles", "--profile-dir"},
     "the workload file": {"--workload", "--workload-file", "--config"},
+    "the served model's name": {"--name", "--model", "--model-name"},
+    "where figures go": {"--plot", "--plots", "--figure", "--figures"},
+    "running on the runtime": {"--runtime", "--real", "--on-runtime"},
 }
+# commands whose --name is not the served model's (a profile's name)
+OTHER_NAME = {"profile measure"}
 # the only positional arguments: the workload file or folder of up, init and workload check
 POSITIONAL_OK = {"up", "init", "workload check"}
 
@@ -63,6 +68,28 @@ def test_each_concept_has_one_spelling_across_commands() -> None:
     assert "--slo-p95-ms" in used and "--duration-s" in used
 
 
+def test_an_option_takes_the_same_kind_of_value_in_every_command() -> None:
+    kinds: dict[str, set[tuple[bool, tuple[str, ...]]]] = {}
+    for name, cmd in _commands().items():
+        for p in cmd.params:
+            if p.param_type_name != "option" or getattr(p, "hidden", False):
+                continue
+            if name in OTHER_NAME and "--name" in p.opts:
+                continue
+            for o in p.opts:  # a flag, a value, or a flag with its negation (--drop-zero/--keep-zero)
+                kinds.setdefault(o, set()).add((bool(p.is_flag), tuple(p.secondary_opts)))
+    mixed = {o: k for o, k in kinds.items() if len(k) > 1}
+    assert mixed == {}, f"options declared differently across commands: {mixed}"
+
+
+def test_bench_names_the_model_as_serve_does_and_defaults_to_serves_address() -> None:
+    commands = _commands()
+    serve_opts = {o for p in commands["serve"].params for o in p.opts}
+    bench = {o: p for p in commands["bench"].params for o in p.opts}
+    assert "--name" in serve_opts and "--name" in bench and "--model" not in bench
+    assert bench["--url"].default == "http://127.0.0.1:8000" and bench["--name"].default is None
+
+
 def test_inputs_are_options_not_positional_arguments() -> None:
     for name, cmd in _commands().items():
         args = [p.name for p in cmd.params if p.param_type_name == "argument"]
@@ -90,6 +117,9 @@ def test_rewrite_replaces_old_spellings_and_warns_once_each() -> None:
     assert got == ["profile", "show", "--json", "--profile", "DIR"] and len(said) == 1
     assert rewrite(root, ["eval", "planner", "--slos", "6"], said.append)[2] == "--slo-count"
     assert rewrite(root, ["bench", "--duration", "5"], said.append)[1] == "--duration-s"
+    assert rewrite(root, ["bench", "--model", "toy"], said.append)[1] == "--name"
+    assert rewrite(root, ["compare", "--plots", "d"], said.append)[1] == "--plot"
+    assert rewrite(root, ["report", "--real"], said.append)[1] == "--runtime"
 
 
 def test_an_old_positional_input_still_works_with_a_warning(

@@ -173,7 +173,7 @@ def test_bench_sends_the_real_tweets_and_checks_their_labels(
     n = 24
     trace = f"synthetic:constant:qps={n},duration=1"
     code = run(
-        ["bench", "--url", server.url, "--model", "toy", "--trace", trace, "--validation", f"tweets:{d}", "--json"]
+        ["bench", "--url", server.url, "--name", "toy", "--trace", trace, "--validation", f"tweets:{d}", "--json"]
     )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["sent"] == out["ok"] == n
@@ -185,6 +185,6 @@ def test_bench_sends_the_real_tweets_and_checks_their_labels(
         right += label == labels[i]
     assert out["accuracy"] == round(right / n, 4)
     # one source of samples at a time
-    both = ["bench", "--url", server.url, "--model", "toy", "--trace", trace, "--validation", "digits"]
+    both = ["bench", "--url", server.url, "--name", "toy", "--trace", trace, "--validation", "digits"]
     assert run([*both, "--profile", str(PROFILE)]) == 2
     assert "--profile and --validation" in capsys.readouterr().err

@@ -30,14 +30,16 @@ from cascadeserve.errors import CascadeServeError
 from cascadeserve.eval.loadgen import run_load
 from cascadeserve.profile import load_profile
 
-__all__ = ["bench", "server_slo_ms"]
+__all__ = ["bench", "served_model", "server_slo_ms"]
 
 
 @app.command("bench")
 def bench(
-    url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")],
-    model: Annotated[str, typer.Option(help="V2 model name.")],
     trace: TraceOpt,
+    url: Annotated[str, typer.Option(help="Server base URL (serve's default address).")] = "http://127.0.0.1:8000",
+    name: Annotated[
+        str | None, typer.Option(help="V2 model name, as serve --name (default: the server's one model).")
+    ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Send only the first S seconds.")] = None,
     profile: Annotated[
         Path | None, typer.Option(help="Profile directory: send its validation sample ids, check labels.")
@@ -60,7 +62,7 @@ def bench(
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
     window: WindowOpt = None,
-    drop_zero: DropZeroOpt = False,
+    drop_zero: DropZeroOpt = None,
     arrival: ArrivalOpt = "poisson",
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -86,7 +88,8 @@ def bench(
         raise CascadeServeError(f"--connections: {connections} must be at least 1")
     if not client_timeout_s > 0:
         raise CascadeServeError(f"--client-timeout-s: {client_timeout_s} must be positive")
-    tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
+    tr = trace_options(trace, trace_format, max_qps, window, bool(drop_zero), arrival, seed).build()
+    model = name if name is not None else served_model(url)
     arrivals = tr.arrivals if duration_s is None else tr.arrivals[tr.arrivals < duration_s]
     if len(arrivals) == 0:
         raise CascadeServeError("the trace has no requests in the chosen duration")
@@ -155,6 +158,27 @@ def bench(
         if k == "shed":
             v = f"{v} ({out['shed_pct']:g} % of {report.sent} sent)"
         console.print(f"{k:>18}: {v}", highlight=False, soft_wrap=True)
+
+
+def served_model(url: str) -> str:
+    """The name of the one model the server at ``url`` serves (its V2 repository index), for ``bench`` without
+    ``--name``; an error naming the choices where it serves several, or saying why it could not ask."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/v2/repository/index", data=b'{"ready": true}', method="POST")
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30.0) as r:
+            index = json.loads(r.read().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise CascadeServeError(f"--name: not given, and {url} could not say what it serves ({e})") from None
+    names = sorted({str(m["name"]) for m in index if isinstance(m, dict) and m.get("state") == "READY"})
+    if len(names) != 1:
+        listed = ", ".join(names) or "none ready"
+        raise CascadeServeError(f"--name: not given, and {url} serves {len(names)} models ({listed}): name one")
+    return names[0]
 
 
 def server_slo_ms(url: str, model: str) -> float | None:

@@ -29,7 +29,15 @@ TraceFormatOpt = Annotated[
 ]
 MaxQpsOpt = Annotated[float | None, typer.Option("--max-qps", help="Scale the trace so its busiest second hits this.")]
 WindowOpt = Annotated[str | None, typer.Option("--window", help="START:DURATION in seconds of trace time.")]
-DropZeroOpt = Annotated[bool, typer.Option("--drop-zero", help="Drop seconds with no requests before scaling.")]
+DropZeroOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--drop-zero/--keep-zero",
+        help="Drop seconds with no requests before scaling (default: keep; compare and report: the Twitter trace "
+        "drops them, as the paper).",
+        show_default=False,
+    ),
+]
 ArrivalOpt = Annotated[str, typer.Option("--arrival", help="Arrival times within a bin: poisson | uniform.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for arrival times.")]
 BatchOverheadOpt = Annotated[

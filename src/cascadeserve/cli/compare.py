@@ -1,7 +1,7 @@
 """``cascadeserve compare`` and ``cascadeserve report``: cascadeserve against the baselines (paper §6).
 
 * ``compare``: the cost grid (Fig. 7): per system and (p95, accuracy) cell, the fewest devices that meet the cell in
-  simulation; the table, the savings over the best baseline, ``--json`` and ``--plots DIR`` (heatmaps, ablations).
+  simulation; the table, the savings over the best baseline, ``--json`` and ``--plot DIR`` (heatmaps, ablations).
 * ``report``: one full run per profile (cost grid, fixed-device curves, degradation timeline, ablations) written
   as a markdown page with PNGs, the command and the versions (:func:`cascadeserve.eval.write_report`).
 
@@ -31,6 +31,7 @@ from rich.table import Table
 from cascadeserve.baselines import LoadTime, System, Workload, all_systems
 from cascadeserve.cli.common import (
     ArrivalOpt,
+    DropZeroOpt,
     ProfileOverheadOpt,
     SeedOpt,
     TraceFormatOpt,
@@ -84,14 +85,6 @@ WindowOpt = Annotated[
         "--window",
         help="START:DURATION in seconds of trace time (default: the whole trace; the Twitter trace "
         "tweets_per_second.txt: 0:1200, the paper's first 20 minutes). Nothing else shortens the replay.",
-        show_default=False,
-    ),
-]
-DropZeroOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--drop-zero/--keep-zero",
-        help="Drop seconds with no requests before scaling (default: keep; the Twitter trace: drop, as the paper).",
         show_default=False,
     ),
 ]
@@ -162,7 +155,9 @@ def compare_cmd(
     batch_overhead_ms: ProfileOverheadOpt = None,
     capacity_devices: CapDevOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    plots: Annotated[Path | None, typer.Option("--plots", help="Write the heatmaps and ablation bars here.")] = None,
+    plots: Annotated[
+        Path | None, typer.Option("--plot", help="Write the heatmaps and ablation bars into this folder.")
+    ] = None,
     workload: WorkloadOpt = None,
 ) -> None:
     """Minimum devices per system to meet each (p95, accuracy) cell, and cascadeserve's savings (Fig. 7)."""
@@ -279,7 +274,7 @@ def report_cmd(
     curve_devices: Annotated[str, typer.Option(help="Device counts for the trade-off curves.")] = "1,2",
     timeline_devices: Annotated[int, typer.Option(help="Devices for each fixed-device system in the timeline.")] = 2,
     real: Annotated[
-        bool, typer.Option("--real", help="Also run the timeline on the runtime (emulated devices).")
+        bool, typer.Option("--runtime", help="Also run the timeline on the runtime (emulated devices).")
     ] = False,
     workload: WorkloadOpt = None,
 ) -> None:

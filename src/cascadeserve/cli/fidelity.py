@@ -36,7 +36,7 @@ def fidelity_cmd(
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
     window: WindowOpt = None,
-    drop_zero: DropZeroOpt = False,
+    drop_zero: DropZeroOpt = None,
     arrival: ArrivalOpt = "poisson",
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -54,7 +54,7 @@ def fidelity_cmd(
     workload: WorkloadOpt = None,
 ) -> None:
     """Run each plan in the simulator and on `serve --emulate` over HTTP; report p95 and accuracy errors."""
-    tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
+    tr = trace_options(trace, trace_format, max_qps, window, bool(drop_zero), arrival, seed).build()
     overheads = None
     if calibrate_overheads:
         with tempfile.TemporaryDirectory() as tmp:

@@ -66,7 +66,7 @@ def simulate(
     trace_format: TraceFormatOpt = None,
     max_qps: MaxQpsOpt = None,
     window: WindowOpt = None,
-    drop_zero: DropZeroOpt = False,
+    drop_zero: DropZeroOpt = None,
     arrival: ArrivalOpt = "poisson",
     seed: SeedOpt = 0,
     batch_overhead_ms: Annotated[
@@ -128,7 +128,7 @@ def simulate(
         audit_fraction = gear_plan.audit_fraction or 0.02
     if not audit_fraction > 0:
         raise CascadeServeError("--audit-fraction must be above 0")
-    tr = trace_options(trace, trace_format, max_qps, window, drop_zero, arrival, seed).build()
+    tr = trace_options(trace, trace_format, max_qps, window, bool(drop_zero), arrival, seed).build()
     samples = None
     if sample_order is not None:
         order = read_sample_order(sample_order, prof)

@@ -32,6 +32,9 @@ OLD_OPTIONS: dict[str, dict[str, str]] = {
         "--token": "--auth-token",
     },
     "eval planner": {"--slos": "--slo-count"},
+    "bench": {"--model": "--name"},  # the served V2 model's name, as serve --name gives it
+    "compare": {"--plots": "--plot"},  # a figure's (or figures' folder) path, as every --plot
+    "report": {"--real": "--runtime"},  # runs on the runtime, with emulated devices
 }
 # command path -> the option its old positional argument is now
 POSITIONAL: dict[str, str] = {

@@ -26,7 +26,6 @@ def workload_values(state: StateDir) -> dict[str, Any]:
         "models": str(state.models_config()),
         "validation": w.validation(),
         "name": spec.name,
-        "model": spec.name,  # bench's V2 model name
         "devices": spec.devices.count,
         "device_memory_mb": spec.devices.memory_mb,
         "slo_p95_ms": spec.slo.p95_ms,
