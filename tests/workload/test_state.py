@@ -147,12 +147,42 @@ def test_a_factory_that_finds_its_file_elsewhere_is_stale_when_that_file_changes
         save_profile(toy_profile, state.measured)
         state.record("profile")
         assert state.up_to_date("profile")
+        assert state.stale_models() == []
         (tmp_path / "cache" / "a.pkl").write_bytes(b"v2, retrained")  # neither the config nor the module changed
         assert not state.up_to_date("profile")
+        assert state.stale_models() == ["m0"]  # m1's kwargs (extra) are not its reads' arguments: it declares none
         state.record("profile")
         assert state.up_to_date("profile")
         _touch_later(tmp_path / "beside.bin")
         assert not state.up_to_date("profile")
+        assert state.stale_models() == ["m1"]  # only m1 names it: m0 keeps its measurement
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop(module, None)
+
+
+def test_every_model_is_stale_when_what_they_share_changed_or_nothing_was_recorded_per_model(
+    toy_profile: Profile, tmp_path: Path
+) -> None:
+    import json
+
+    (tmp_path / "models.yaml").write_text(MODELS)
+    (tmp_path / "m0.pkl").write_bytes(b"weights")
+    (tmp_path / "val.csv").write_text("sample_id,label,x\n0,1,0.5\n")
+    state = _workload(tmp_path)
+    assert state.stale_models() is None  # never profiled
+    save_profile(toy_profile, state.measured)
+    state.record("profile")
+    _touch_later(tmp_path / "m0.pkl")
+    assert state.stale_models() == ["m0"]
+    (tmp_path / "val.csv").write_text("sample_id,label,x\n0,0,0.5\n")  # the validation data: every model
+    assert state.stale_models() is None
+    state.record("profile")
+    assert _workload(tmp_path, WORKLOAD + "profile: {repeats: 9}\n").stale_models() is None  # the options too
+    save_profile(dataclasses.replace(toy_profile, name="rewritten"), state.measured)  # something else rewrote it
+    assert state.stale_models() is None
+    state.record("profile")
+    doc = json.loads(state.state_file.read_text())
+    del doc["profile"]["models"]  # recorded before the per-model keys
+    state.state_file.write_text(json.dumps(doc))
+    assert state.up_to_date("profile") and state.stale_models() is None

@@ -255,9 +255,11 @@ def profile(
     progress: MeasureProgress | None = None,
 ) -> Profile:
     """The profile ``workload``'s plans are made from: its family measured (unless the measured profile is up to
-    date with the models, the validation data and the options), then calibrated to this host by serving it (unless
-    the workload turns calibration off, or it is up to date). ``state_dir``: where the profiles, plan and hashes live
-    (default: ``.cascadeserve/`` beside the workload file)."""
+    date with the models, the validation data and the options; when only some models changed, their files or their
+    config entries, only those are measured again: :meth:`~cascadeserve.workload.StateDir.stale_models`), then
+    calibrated to this host by serving it (unless the workload turns calibration off, or it is up to date).
+    ``state_dir``: where the profiles, plan and hashes live (default: ``.cascadeserve/`` beside the workload file).
+    ``progress(model, step, done, total)`` follows the measuring; a model kept from before reports step ``skip``."""
     state = StateDir.of(workload, state_dir)
     step = on_step or _announce(say)
     spec = workload.spec
@@ -265,12 +267,18 @@ def profile(
     if state.up_to_date("profile"):
         step("profile", None)
     else:
-        step("profile", f"profiling {spec.name} into {state.measured}")
-        shutil.rmtree(state.measured, ignore_errors=True)  # ours: a stale profile is measured again in full
+        stale = state.stale_models()
+        if stale is None:
+            step("profile", f"profiling {spec.name} into {state.measured}")
+            shutil.rmtree(state.measured, ignore_errors=True)  # ours: measured again in full
+        else:
+            changed = f"{', '.join(stale)} changed" if stale else "no model changed"
+            step("profile", f"profiling {spec.name} again into {state.measured}: {changed}, the other models are kept")
+            _forget(state.measured, stale)
         p = spec.profile
         measure_family(
             models, workload.validation(), state.measured, batch_sizes=batch_sizes(p.batch_sizes), repeats=p.repeats,
-            warmup=p.warmup, threads=p.threads, name=spec.name, resume=False, limit=p.limit, progress=progress, say=say,
+            warmup=p.warmup, threads=p.threads, name=spec.name, limit=p.limit, progress=progress, say=say,
         )  # fmt: skip
         state.record("profile")
     if state.calibrating and state.up_to_date("calibration"):
@@ -285,6 +293,15 @@ def profile(
         say(f"wrote {state.profile}: {new.calibration}")
         state.record("calibration")
     return load_profile(state.profile)
+
+
+def _forget(measured: Path, names: list[str]) -> None:
+    """Drop what ``measured`` recorded about ``names``, so that measuring it resumes with every other model and
+    measures these again (their files changed; the profiler's own fingerprint sees only their config entry)."""
+    from cascadeserve.models.records import MEASURED_DIR
+
+    for name in names:
+        (measured / MEASURED_DIR / f"{name}.json").unlink(missing_ok=True)
 
 
 def plan(

@@ -8,7 +8,10 @@ step, a hash of the step's inputs and one of its output:
 * profile: the models config (less its ``labels``, the class names), the files its references name (size and
   modification time), the source files of the modules its ``module:function`` references name, the files its
   ``kwargs`` name and those its functions declare with :func:`cascadeserve.models.base.reads`, the validation data
-  (content, or the built-in set's name) and the profile options (less ``calibrate_s``);
+  (content, or the built-in set's name) and the profile options (less ``calibrate_s``). It also records that split
+  (:meth:`StateDir.profile_keys`): one key per model (its config entry and what it reads) and one for the rest, so
+  that a stale profile measures again only the models whose own key changed (:meth:`StateDir.stale_models`), and
+  every model when the rest did;
 * calibration: the measured profile's output hash, ``calibrate_s`` and the device count;
 * plan: the profile's output hash, the SLO, the devices, the load (``max_qps``, ``trace``) and the plan options.
 
@@ -132,23 +135,55 @@ class StateDir:
 
     # hashes -------------------------------------------------------------------------------------------------
 
-    def profile_inputs(self) -> str:
+    def _profile_parts(self) -> tuple[Any, list[tuple[Any, list[Any]]], dict[str, Any]]:
+        """The profile's inputs: the models config (less ``labels``), each model entry with the stamps of what it
+        reads, and what every model's measurement depends on (the validation data, the options, the name)."""
         from cascadeserve.models.config import read_models_yaml
 
         cfg_path = self.models_config()
         raw = read_models_yaml(cfg_path)
-        stamps: list[Any] = []
+        entries: list[tuple[Any, list[Any]]] = []
         for m in raw.get("models", []) if isinstance(raw, dict) and isinstance(raw.get("models"), list) else []:
-            for ref in _refs(m):
-                stamps.append(_module_stamp(ref) if _REF.match(ref) else tree_stamp(cfg_path.parent / ref))
-            stamps.extend(_file_inputs(m, cfg_path.parent))
+            stamps = [_module_stamp(r) if _REF.match(r) else tree_stamp(cfg_path.parent / r) for r in _refs(m)]
+            entries.append((m, [*stamps, *_file_inputs(m, cfg_path.parent)]))
         validation = self.workload.validation()
         data = file_digest(Path(validation)) if Path(validation).is_file() else validation
         spec = self.workload.spec
         if isinstance(raw, dict) and "labels" in raw:  # class names change the answers, not what is measured
             raw = {k: v for k, v in raw.items() if k != "labels"}
         options = spec.profile.model_dump(exclude={"calibrate_s"})  # calibration's own step: nothing re-measured
-        return _hash({"models": raw, "refs": stamps, "validation": data, "options": options, "name": spec.name})
+        return raw, entries, {"validation": data, "options": options, "name": spec.name}
+
+    def profile_inputs(self) -> str:
+        raw, entries, shared = self._profile_parts()
+        return _hash({"models": raw, "refs": [s for _, stamps in entries for s in stamps], **shared})
+
+    def profile_keys(self) -> tuple[str, dict[str, str]]:
+        """The profile's inputs split in two: a key for what every model's measurement depends on (the models config
+        less its model list, the validation data, the options) and one per model (its entry in the config, the files
+        and module sources it reads)."""
+        raw, entries, shared = self._profile_parts()
+        rest = {k: v for k, v in raw.items() if k != "models"} if isinstance(raw, dict) else raw
+        per_model = {
+            str(m.get("name")): _hash({"entry": m, "reads": stamps}) for m, stamps in entries if isinstance(m, dict)
+        }
+        return _hash({"config": rest, **shared}), per_model
+
+    def stale_models(self) -> list[str] | None:
+        """The models to measure again, those whose own inputs changed since the profile was recorded (the others
+        keep their measurement); ``None`` when every model must be measured again: nothing recorded per model, the
+        shared inputs (validation data, options, the config's other keys) changed, or the measured profile was
+        rewritten by something else."""
+        rec = self._read().get("profile")
+        if not isinstance(rec, dict) or not isinstance(rec.get("models"), dict):
+            return None
+        output = self.measured_output()
+        if output is None or rec.get("output") != output:
+            return None
+        shared, per_model = self.profile_keys()
+        if rec.get("shared") != shared:
+            return None
+        return [name for name, key in per_model.items() if rec["models"].get(name) != key]
 
     def measured_output(self) -> str | None:
         return _dir_hash(self.measured)
@@ -212,6 +247,9 @@ class StateDir:
         inputs, output = self._hashes(step)
         doc = self._read()
         doc[step] = {"inputs": inputs, "output": output}
+        if step == "profile":  # and per model: a change to one model measures only that one again
+            shared, per_model = self.profile_keys()
+            doc[step].update(shared=shared, models=per_model)
         self._mkdir()
         self.state_file.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
