@@ -142,7 +142,10 @@ def test_statistics_are_the_http_numbers_and_count_up(toy_profile: Profile) -> N
 def test_rpcs_it_does_not_serve_answer_unimplemented_saying_why(toy_profile: Profile) -> None:
     with grpc_serving(toy_profile) as server:
         with pytest.raises(InferenceServerException) as err:
-            client(server).get_cuda_shared_memory_status()
+            client(server).register_cuda_shared_memory("c", b"\0" * 64, 0, 64)
         assert err.value.status() == "StatusCode.UNIMPLEMENTED"
-        assert "CudaSharedMemoryStatus is not implemented" in str(err.value.message())
+        assert (
+            "CudaSharedMemoryRegister is not implemented: CUDA shared memory is not served: this server has no GPU"
+            in (str(err.value.message()))
+        )
         assert "repository" not in str(err.value.message())  # the repository RPCs are served

@@ -49,6 +49,7 @@ def serving(
     runtime_options: RuntimeOptions | None = None,
     name: str = "toy",
     front_ends: Sequence[FrontEnd] = (),
+    allow_client_shm: bool = False,
 ) -> Iterator[Server]:
     app = build_app(
         profile,
@@ -58,7 +59,11 @@ def serving(
         name=name,
         runtime_options=runtime_options or RuntimeOptions(max_in_flight=max_in_flight),
         server_options=ServerOptions(
-            max_body_bytes=max_body_bytes, stop_grace_s=2.0, admin_token=admin_token, auth_token=auth_token
+            max_body_bytes=max_body_bytes,
+            stop_grace_s=2.0,
+            admin_token=admin_token,
+            auth_token=auth_token,
+            allow_client_shm=allow_client_shm,
         ),
         backend=backend,
         front_ends=front_ends,

@@ -49,7 +49,7 @@ def test_every_route_is_in_the_document(server: Server) -> None:
     }
     assert {"400", "413", "503"} <= set(infer["responses"])
     assert doc["paths"]["/v2/cascade/plan"]["put"]["security"] == [{"bearer": []}]
-    assert len(ROUTERS) == 9  # root, health, models, repository, plans, costs, OpenAI, metrics, settings
+    assert len(ROUTERS) == 10  # root, health, models, repository, plans, costs, OpenAI, metrics, settings, shm
     assert set(doc["paths"]["/v2/repository/index"]) == {"get", "post"}
 
 

@@ -3,7 +3,10 @@
 It reads the model metadata and config, then sends ``[batch] + dims`` of each input: a 1-D INT64 ``sample_id`` as
 ``[b, 1]``, which the server must take (:mod:`tests.http.test_shapes` has the rule). The emulated cascade's sample
 ids are validation ids, so it sends zeros (``--input-data zero``: sample 0); a text cascade takes its random
-strings. perf_analyzer is not a Python package: ``bash scripts/perf_analyzer.sh`` installs it in a venv of its own
+strings. With ``--shared-memory system`` it registers a region per input and output over the protocol it drives
+(the server allows any client to: ``allow_client_shm``, Triton's ``--allow-client-shm=true``), reads every output
+from there and unregisters them all (CUDA regions too, of which there are none). perf_analyzer is not a Python
+package: ``bash scripts/perf_analyzer.sh`` installs it in a venv of its own
 (``CASCADESERVE_PERF_ANALYZER`` names another binary); the test is skipped, saying so, where none runs.
 """
 
@@ -63,7 +66,7 @@ def _text_model(batch: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def emulated(toy_profile: Profile) -> Iterator[Server]:
-    with grpc_serving(toy_profile) as server:
+    with grpc_serving(toy_profile, allow_client_shm=True) as server:
         yield server
 
 
@@ -80,6 +83,7 @@ def _drive(binary: str, server: Server, protocol: str, *extra: str) -> list[tupl
     cmd += ["--measurement-interval", "500", "-p", "500", "--stability-percentage", "100", "--max-trials", "10"]
     run = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Unable to" not in run.stdout + run.stderr, run.stdout[-3000:] + run.stderr[-3000:]
     rows = [(int(c), float(t)) for c, t, _ in _THROUGHPUT.findall(run.stdout)]
     print(f"perf_analyzer -i {protocol} {' '.join(extra)}:", *_THROUGHPUT.findall(run.stdout), sep="\n  ")
     return rows
@@ -92,6 +96,18 @@ def test_perf_analyzer_drives_a_1d_int64_input(perf_analyzer: str, emulated: Ser
     rows = _drive(perf_analyzer, emulated, protocol, "--input-data", "zero", "-b", batch)
     assert [c for c, _ in rows] == [1, 2] and all(t > 0 for _, t in rows), rows
     assert emulated.app.metrics.stats.render("toy")["model_stats"][0]["inference_count"] > served
+
+
+def test_perf_analyzer_with_system_shared_memory(perf_analyzer: str, emulated: Server) -> None:
+    """HTTP, then gRPC, in one test: perf_analyzer names its shared-memory objects after the tensors, so two runs at
+    once (two test workers) would share, and unlink, each other's."""
+    for protocol in ("http", "grpc"):
+        served = emulated.app.metrics.stats.render("toy")["model_stats"][0]["inference_count"]
+        shared = ["--shared-memory", "system", "--output-shared-memory-size", "1024"]
+        rows = _drive(perf_analyzer, emulated, protocol, "--input-data", "zero", "-b", "4", *shared)
+        assert [c for c, _ in rows] == [1, 2] and all(t > 0 for _, t in rows), rows
+        assert emulated.app.metrics.stats.render("toy")["model_stats"][0]["inference_count"] > served
+        assert emulated.app.asgi.api.shared.shm.regions == {}  # type: ignore[attr-defined]  # all unregistered
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

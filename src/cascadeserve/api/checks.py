@@ -4,7 +4,6 @@ bind address, the models config's class names; each bad value is one line naming
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import shutil
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cascadeserve.errors import CascadeServeError
+from cascadeserve.hosts import is_loopback_host
 from cascadeserve.http.server import check_labels
 from cascadeserve.plan import GearPlan
 from cascadeserve.policy.costs import CostSettings
@@ -111,12 +111,7 @@ def check_options(
 
 
 def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host)
 
 
 def record_costs_in(source: Path, out: Path, costs: dict[str, float]) -> Path:

@@ -36,6 +36,7 @@ class ServeConfig:
     grpc_port: int | None = None
     admin_token: str | None = None
     auth_token: str | None = None
+    allow_client_shm: bool = False
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     # admission and deadlines

@@ -163,7 +163,11 @@ def assemble(config: ServeConfig, *, say: Say = _stderr) -> Serving:
         **clipper,
     )
     served = ServerOptions(
-        max_body_bytes=c.max_body_bytes, stop_grace_s=c.grace_s, admin_token=c.admin_token, auth_token=c.auth_token
+        max_body_bytes=c.max_body_bytes,
+        stop_grace_s=c.grace_s,
+        admin_token=c.admin_token,
+        auth_token=c.auth_token,
+        allow_client_shm=c.allow_client_shm,
     )
     watcher = state.watch(served_name, base)  # records each swap and threshold change
     built = build_app(

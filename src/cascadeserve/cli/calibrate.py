@@ -30,17 +30,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import httpx
-import numpy as np
 import typer
 
+from cascadeserve.api.steps import Calibration, calibrate_here, write_calibrated
 from cascadeserve.cli.defaults import WorkloadOpt, from_workload
 from cascadeserve.cli.profile import ProfileDir, profile_app
 from cascadeserve.cli.root import console, err_console, print_json
 from cascadeserve.errors import CascadeServeError
-from cascadeserve.profile import Profile, Vote, calibrate, load_profile, save_profile
+from cascadeserve.profile import Profile, Vote, load_profile
 
 if TYPE_CHECKING:  # the measuring modules load the HTTP stack: imported where used, so --help stays quick
-    from cascadeserve.profile.calibration import MeasuredFactors
+    pass
 
 __all__ = ["calibrate_cmd"]
 
@@ -111,10 +111,13 @@ def calibrate_cmd(
     if models is not None:
         if validation is None:
             raise CascadeServeError("--validation: needed with --models (the inputs to send)")
-        got, source = _measure_here(prof, models, validation, devices, duration_s, plan, min_batches)
+        measured = calibrate_here(
+            prof, models, validation, devices=devices, seconds=duration_s, plan_path=plan, min_batches=min_batches,
+            say=_say,
+        )  # fmt: skip
         if not spread:
-            got.spread.clear()
-        _write(prof, got, source, out, as_json, front_door=door)
+            measured.factors.spread.clear()
+        _write(prof, measured, out, as_json, front_door=door)
         return
     assert url is not None
     server, url = url, url.rstrip("/") + "/v2/cascade/costs"
@@ -150,7 +153,7 @@ def calibrate_cmd(
     hop = snapshot_hop(snap, min_batches)
     if hop is None and snap.get("backend") == "ray":
         notes.append(f"Ray hop: fewer than --min-batches {min_batches} first-stage answers measured: unchanged")
-    _write(prof, got, f"{server} ({total} batches, {_now()})", out, as_json, hop, door)
+    _write(prof, Calibration(got, f"{server} ({total} batches, {_now()})"), out, as_json, hop, door)
 
 
 def _front_door(path: Path) -> tuple[float, float]:
@@ -176,68 +179,20 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _measure_here(
-    prof: Profile, models: Path, validation: str, devices: int, seconds: float, plan_path: Path | None,
-    min_batches: int,
-) -> tuple[MeasuredFactors, str]:
-    from cascadeserve.api.checks import thread_note
-    from cascadeserve.eval.hostcost import measure_host_costs
-    from cascadeserve.models import load_validation
-    from cascadeserve.plan import load_plan
-    from cascadeserve.profile.calibration import MeasuredFactors
-    from cascadeserve.runtime import load_model_config
-
-    config = load_model_config(models)
-    missing = sorted(set(prof.model_names) - set(config.models))
-    if missing:
-        raise CascadeServeError(f"--models: {models} lacks model(s) {', '.join(missing)} of the profile")
-    # the rows the profile was measured on (profile measure --limit N takes the first N): what a batch costs follows
-    # its prompts' lengths, and the factors compare against the profile's batches
-    data = load_validation(validation, limit=len(prof.sample_ids))
-    plan = None if plan_path is None else load_plan(plan_path, prof)
-    n = devices if plan is None else len(plan.devices)
-    warning = thread_note(models, n)
-    if warning is not None:
-        err_console.print(warning, highlight=False)
-    if plan is None:
-        err_console.print(f"serving {len(prof.model_names)} models on {devices} devices for {seconds:g} s ...")
-    else:
-        err_console.print(f"serving {plan_path} up to {plan.max_qps:g} QPS for {seconds:g} s ...")
-    rows = np.asarray(data.inputs, dtype=object if isinstance(data.inputs, list) else None)
-    costs = measure_host_costs(
-        prof, config, rows, devices=devices, seconds=seconds, plan=plan, min_batches=1 if plan is None else min_batches
-    )
-    if not costs.factors:
-        if plan is not None:
-            raise CascadeServeError(f"--plan: no model of {plan_path} ran {min_batches} batches (--min-batches)")
-        raise CascadeServeError("no batch finished while measuring: is the server able to run the models?")
-    notes = [] if plan is None else [
-        f"model {m!r}: fewer than --min-batches {min_batches} batches served as planned: unchanged"
-        for m in prof.model_names
-        if m not in costs.factors
-    ]
-    got = MeasuredFactors(costs.factors, costs.busy, costs.sizes, notes, costs.spread)
-    what = "" if plan_path is None else f"{plan_path.name} as planned: "
-    return got, f"this host under serving conditions ({what}{costs.describe()}, {_now()})"
+def _say(line: str) -> None:
+    err_console.print(line, highlight=False)
 
 
 def _write(
     prof: Profile,
-    got: MeasuredFactors,
-    source: str,
+    measured: Calibration,
     out: Path,
     as_json: bool,
     hop: tuple[float, float] | None = None,
     front_door: tuple[float, float] | None = None,
 ) -> None:
-    # on Ray the hop as serving saw it replaces the start-up run's (one second of other conditions)
-    new = calibrate(
-        prof, got.factors, source=source, busy=got.busy, hop=hop, front_door=front_door, sizes=got.sizes,
-        spread=got.spread,
-    )  # fmt: skip
-    save_profile(new, out)
-    for n in got.notes:
-        err_console.print(n, highlight=False)
+    new = write_calibrated(prof, measured, out, hop=hop, front_door=front_door, say=_say)
+    got = measured.factors
     if as_json:
         doc: dict[str, object] = {"out": str(out), "factors": got.factors, "busy_factors": got.busy}
         doc["size_factors"] = {m: {str(b): f for b, f in by.items()} for m, by in got.sizes.items()}

@@ -145,6 +145,13 @@ def serve(
         str | None,
         typer.Option(envvar="CASCADESERVE_AUTH_TOKEN", help="Bearer token required for inference and metadata."),
     ] = DEFAULTS["auth_token"],
+    allow_client_shm: Annotated[
+        bool,
+        typer.Option(
+            help="Any client may register system shared memory (as Triton's --allow-client-shm=true); without it, "
+            "registering needs the admin token."
+        ),
+    ] = DEFAULTS["allow_client_shm"],
     ssl_certfile: Annotated[Path | None, typer.Option(help="TLS certificate (PEM); serve HTTPS.")] = DEFAULTS[
         "ssl_certfile"
     ],

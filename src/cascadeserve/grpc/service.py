@@ -10,9 +10,12 @@ Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata,
 (each request answered as it finishes; a refused one by ``error_message``, as Triton does), ModelConfig,
 ModelStatistics, RepositoryIndex (every cascade served, with its state), RepositoryModelLoad and
 RepositoryModelUnload (admin token; PERMISSION_DENIED where the server's cascades are fixed), LogSettings and
-TraceSetting (:mod:`cascadeserve.http.settings`: reading as HTTP's GET, a change as its POST, with the admin token).
-The other RPCs (shared memory) answer UNIMPLEMENTED, saying why. With ``--auth-token``, every RPC but the
-health probes needs metadata ``authorization: Bearer <token>``. Requests pass the HTTP front end's gate
+TraceSetting (:mod:`cascadeserve.http.settings`: reading as HTTP's GET, a change as its POST, with the admin token),
+SystemSharedMemoryStatus, SystemSharedMemoryRegister and SystemSharedMemoryUnregister (the last two with the admin
+token unless the server allows any client; :mod:`cascadeserve.http.shared_memory`), and infer tensors in shared
+memory. The server has no GPU: CudaSharedMemoryRegister answers UNIMPLEMENTED, CudaSharedMemoryStatus lists no
+region and CudaSharedMemoryUnregister finds none. With ``--auth-token``, every RPC but the health probes needs
+metadata ``authorization: Bearer <token>``. Requests pass the HTTP front end's gate
 (:mod:`cascadeserve.http.limits`): the message size (``max_body_bytes``), the ``BYTES`` element count, the bounds on
 an LLM item's prompt, options and tokens; a model's exception text stays in the server log (INTERNAL names the
 model and a request id).
@@ -38,7 +41,13 @@ from google.protobuf import json_format
 from cascadeserve.grpc.protos import grpc_service_pb2 as pb
 from cascadeserve.grpc.protos import grpc_service_pb2_grpc as pb_grpc
 from cascadeserve.grpc.protos import model_config_pb2 as mc
-from cascadeserve.grpc.tensors import decode_classes, decode_inputs, decode_parameters, encode_response
+from cascadeserve.grpc.tensors import (
+    decode_classes,
+    decode_inputs,
+    decode_parameters,
+    decode_shm_outputs,
+    encode_response,
+)
 from cascadeserve.http.app import ServerOptions
 from cascadeserve.http.clipper import context_of
 from cascadeserve.http.control import AuthError
@@ -56,6 +65,8 @@ from cascadeserve.http.metrics import PrometheusObserver
 from cascadeserve.http.repository import RepositoryError
 from cascadeserve.http.settings import check_admin
 from cascadeserve.http.shared import EXTENSIONS, ServerShared
+from cascadeserve.http.shared_memory import NO_CUDA, write_outputs
+from cascadeserve.http.shm_routes import check_register
 from cascadeserve.http.v2 import ProtocolError
 from cascadeserve.runtime import Runtime
 from cascadeserve.version import __version__
@@ -68,7 +79,8 @@ _CODES: dict[int, grpc.StatusCode] = {
     401: grpc.StatusCode.UNAUTHENTICATED,
     403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.FAILED_PRECONDITION,  # a repository call on a cascade already served, or stopping
+    # a repository call on a cascade already served, or stopping; a shared-memory region name registered already
+    409: grpc.StatusCode.FAILED_PRECONDITION,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     499: grpc.StatusCode.CANCELLED,
     500: grpc.StatusCode.INTERNAL,
@@ -76,7 +88,7 @@ _CODES: dict[int, grpc.StatusCode] = {
     503: grpc.StatusCode.UNAVAILABLE,  # stopping; a shed call (with a retry hint) is RESOURCE_EXHAUSTED
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
-# Why an RPC is not served, by name (the rest: shared memory)
+# Why an RPC is not served, by name (the rest: CUDA shared memory)
 _WHY_NOT = {
     "RepositoryModelLoad": "this server's cascades are fixed at start-up (hot-swap a plan over HTTP instead)",
     "RepositoryModelUnload": "this server's cascades are fixed at start-up",
@@ -156,7 +168,7 @@ def _message(e: ProtocolError) -> str:
 
 
 def _unimplemented(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
-    why = _WHY_NOT.get(name, "cascadeserve serves no shared memory")
+    why = _WHY_NOT.get(name, NO_CUDA)
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented: {why}")
@@ -300,6 +312,43 @@ class _Servicer:
             response.settings[key].value.extend(value if isinstance(value, list) else [value])
         return response
 
+    @_rpc()
+    async def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest, context: Any) -> Any:
+        """Every region registered (``name``: that one; unknown: INVALID_ARGUMENT)."""
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self.api.shared.shm.status(request.name or None):
+            response.regions[region["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+        return response
+
+    @_rpc()
+    async def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest, context: Any) -> Any:
+        """Register a region of an existing object in /dev/shm (admin token, unless the server allows any client),
+        as HTTP's register."""
+        opts = self.api.opts
+        check_register(opts.admin_token, opts.allow_client_shm, _authorization(context))
+        self.api.shared.shm.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc()
+    async def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any) -> Any:
+        """Unregister a region (as registering: admin token, unless the server allows any client); no name: all."""
+        opts = self.api.opts
+        check_register(opts.admin_token, opts.allow_client_shm, _authorization(context))
+        self.api.shared.shm.unregister(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc()
+    async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest, context: Any) -> Any:
+        """No CUDA region (no GPU); one by name: INVALID_ARGUMENT. Registering one is UNIMPLEMENTED."""
+        if request.name:
+            raise ProtocolError(f"unknown CUDA shared memory region {request.name!r}: {NO_CUDA}")
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @_rpc()
+    async def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any) -> Any:
+        """Nothing to unregister (no GPU), as Triton answers without one."""
+        return pb.CudaSharedMemoryUnregisterResponse()
+
     def _repository(self, context: Any) -> Directory:
         if self.directory is None:
             raise ProtocolError(f"the repository is fixed: {_WHY_NOT['RepositoryModelLoad']}", 403)
@@ -310,13 +359,17 @@ class _Servicer:
         api = self._for(request.model_name, request.model_version)
         core = api.core
         core.shed_early()
-        inputs, datatypes = decode_inputs(request)
+        memory = api.shared.shm
+        inputs, datatypes = decode_inputs(request, memory)
         params = decode_parameters(request.parameters)
         classes = decode_classes(request)
+        targets = decode_shm_outputs(request, memory, classes)
         # a cancelled call (client gone, deadline passed) cancels this coroutine: the core drops its waiting rows
         context = context_of(params, metadata)
         done = await core.infer(inputs, params, context, request.id or None, datatypes=datatypes, classes=classes)
-        return encode_response(api.model.name, request.id, done, [o.name for o in request.outputs])
+        if targets:
+            write_outputs(memory, done.outputs, targets)
+        return encode_response(api.model.name, request.id, done, [o.name for o in request.outputs], targets)
 
     @_rpc()
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:

@@ -14,6 +14,8 @@ Routes::
     GET  /metrics                                Prometheus text format (with Triton's nv_inference_* counters)
     GET/POST /v2/logging   /v2/trace/setting   /v2/models/{name}/trace/setting   log and trace settings
                                                  (http/settings.py; a change needs the admin token)
+    GET  /v2/systemsharedmemory[/region/{r}]/status   POST .../register   .../unregister   shared memory
+                                                 (http/shm_routes.py; registering: admin token or --allow-client-shm)
     GET  /v2/cascade/plan    PUT /v2/cascade/plan   read the plan in force; hot-swap a new one (admin token)
     GET  /v2/cascade/costs                          batch costs measured while serving, against the plan's
                              (with serve --tune: the thresholds in force, and a "tuning" report of recent changes)
@@ -76,6 +78,8 @@ from cascadeserve.http.openapi import InferRequest, describe, openapi_routes
 from cascadeserve.http.root import root_routes
 from cascadeserve.http.settings import settings_routes
 from cascadeserve.http.shared import EXTENSIONS, ServerShared
+from cascadeserve.http.shared_memory import write_outputs
+from cascadeserve.http.shm_routes import shm_routes
 from cascadeserve.http.triton_metrics import TritonCollector, exposition
 from cascadeserve.http.tuning import tuned_plan_json
 from cascadeserve.http.v2 import HEADER_LENGTH, ProtocolError, decode_infer_request, encode_infer_response
@@ -114,7 +118,8 @@ class ServerOptions:
     stop_grace_s: float = 5.0
     admin_token: str | None = None  # enables the mutating endpoints (plan hot-swap), behind this bearer token
     auth_token: str | None = None  # when set, inference and metadata need this bearer token (or the admin one)
-    # what the cascades of one server share (trace settings): one per options object (http/shared.py)
+    allow_client_shm: bool = False  # any client may register shared memory (Triton's flag); else the admin token
+    # what the cascades of one server share (trace settings, shared memory): one per options object (http/shared.py)
     shared: ServerShared = field(default_factory=ServerShared, compare=False, repr=False)
 
 
@@ -321,7 +326,7 @@ class _Api:
         try:
             self.core.shed_early()  # full even for one row: refuse before reading and decoding the body
             body = await self._body(request)
-            dec = decode_infer_request(body, request.headers.get(HEADER_LENGTH))
+            dec = decode_infer_request(body, request.headers.get(HEADER_LENGTH), self.shared.shm)
             done = await self.core.infer(
                 dec.inputs,
                 dec.parameters,
@@ -331,6 +336,8 @@ class _Api:
                 dec.datatypes,
                 dec.classes,
             )
+            if dec.shm_outputs:
+                write_outputs(self.shared.shm, done.outputs, dec.shm_outputs)
             body, headers = encode_infer_response(self.model.name, dec, done.outputs, done.parameters)
         except ProtocolError as e:
             return _refused(e)
@@ -430,7 +437,7 @@ def metrics_routes(api: _Api) -> list[BaseRoute]:
 
 ROUTERS: tuple[Router, ...] = (
     root_routes, health_routes, model_routes, repository_routes, plan_routes, cost_routes, openai_routes,
-    metrics_routes, settings_routes,
+    metrics_routes, settings_routes, shm_routes,
 )  # fmt: skip
 
 
@@ -463,21 +470,22 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         LOG.install()  # the server writes its loggers' lines (http/logsettings.py)
-        await runtime.start()
-        await api.layer.start()
-        started: list[FrontEnd] = []
-        try:
-            for front in front_ends:  # after the runtime: their first request may come at once
-                await front.start(api)
-                started.append(front)
-            yield
-        finally:
-            for front in reversed(started):  # before the runtime: their requests in flight finish in the grace
-                await front.stop(opts.stop_grace_s)
-            if replanner is not None:
-                await replanner.stop()
-            await api.layer.stop(opts.stop_grace_s)
-            await runtime.stop(opts.stop_grace_s)
+        with opts.shared.shm.held():  # the last cascade of the server to stop unregisters the shared memory
+            await runtime.start()
+            await api.layer.start()
+            started: list[FrontEnd] = []
+            try:
+                for front in front_ends:  # after the runtime: their first request may come at once
+                    await front.start(api)
+                    started.append(front)
+                yield
+            finally:
+                for front in reversed(started):  # before the runtime: their requests in flight finish in the grace
+                    await front.stop(opts.stop_grace_s)
+                if replanner is not None:
+                    await replanner.stop()
+                await api.layer.stop(opts.stop_grace_s)
+                await runtime.stop(opts.stop_grace_s)
 
     routes: list[BaseRoute] = [r for router in routers for r in router(api)]
     routes += api.layer.routes(api)

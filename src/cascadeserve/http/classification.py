@@ -8,7 +8,8 @@ A cascade answers each row with one class, its answering model's top one, and th
 what is scored. So the output that classifies is ``certainty`` (a row's ``"0.930000:2:sports"``: class 2, named
 ``sports``, with certainty 0.93), and a row holds one class: ``k`` above 1 gives that one, as Triton gives no more
 classes than the output holds. ``k`` must be a non-negative integer; 0 asks for the plain output (tritonclient's
-``class_count=0``, its default). Classifying another output (``label``, ``model``...) is refused (400 naming it).
+``class_count=0``, its default). Classifying another output (``label``, ``model``...) is refused (400 naming it),
+and so is a classified output written to shared memory, as Triton refuses both at once.
 """
 
 from __future__ import annotations

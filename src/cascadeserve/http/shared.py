@@ -1,6 +1,6 @@
 """What one server is and what its cascades share: the protocol extensions it serves (its metadata's
 ``extensions``, on HTTP and gRPC alike) and the state every cascade of the server reads and changes (trace
-settings), whichever cascade's handlers a request reaches.
+settings, shared-memory regions), whichever cascade's handlers a request reaches.
 
 A :class:`ServerShared` belongs to a :class:`~cascadeserve.http.app.ServerOptions` object (its ``shared`` field):
 the cascades a model repository loads with the server's options share it with the first one. Log settings are the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cascadeserve.http.shared_memory import SystemSharedMemory
 from cascadeserve.http.tracesettings import TraceSettings
 
 __all__ = ["EXTENSIONS", "ServerShared"]
@@ -23,6 +24,7 @@ EXTENSIONS: tuple[str, ...] = (
     "model_configuration",
     "model_repository",
     "statistics",
+    "system_shared_memory",
 )
 """The extensions the server metadata lists: Triton's that are served (``binary_tensor_data`` is HTTP's form of
 tensors; gRPC has its raw contents), and ``cascade_plan``, this server's own (``GET``/``PUT /v2/cascade/plan``,
@@ -35,3 +37,4 @@ class ServerShared:
     """The state the cascades of one server share."""
 
     trace: TraceSettings = field(default_factory=TraceSettings)
+    shm: SystemSharedMemory = field(default_factory=SystemSharedMemory)

@@ -6,6 +6,10 @@ with its defaults. In the binary form the body starts with a JSON header whose l
 little-endian bytes, in order, from the rest of the body. Outputs go back in binary when the request sets
 ``parameters.binary_data_output`` (tritonclient does when it names no outputs) or asks for an output with
 ``parameters.binary_data``. ``BYTES`` elements are length-prefixed (4-byte little-endian) in binary form.
+Two more of Triton's extensions ride on a tensor's parameters: a requested output's ``classification`` (its count,
+:func:`class_count`; :mod:`cascadeserve.http.classification` answers it) and a tensor's ``shared_memory_region``,
+``_byte_size`` and ``_offset`` (an input read from, an output written into, the server's shared memory: the
+``memory`` given to :func:`decode_infer_request`, :mod:`cascadeserve.http.shared_memory`).
 
 Every V2 datatype is accepted: BOOL, INT8/16/32/64, UINT8/16/32/64, FP16/32/64, BF16 and BYTES. In JSON each element
 must fit its datatype: an integer datatype takes integers within its range (``1.5``, ``true`` or ``256`` in UINT8
@@ -34,7 +38,7 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -46,6 +50,7 @@ __all__ = [
     "DecodedRequest",
     "OutputTensor",
     "ProtocolError",
+    "TensorMemory",
     "bf16_bits",
     "binary_tensor",
     "check_requested",
@@ -105,6 +110,28 @@ class DecodedRequest:
     datatypes: dict[str, str] = field(default_factory=dict)
     # the outputs asked as Triton's classification, and how many classes of each (http/classification.py)
     classes: dict[str, int] = field(default_factory=dict)
+    # the outputs to write into shared memory, and where (http/shared_memory.py): answered without their data
+    shm_outputs: dict[str, Any] = field(default_factory=dict)
+
+
+class TensorMemory(Protocol):
+    """Where tensors may live besides the request (the server's shared-memory regions, http/shared_memory.py)."""
+
+    def read(self, where: str, params: Mapping[str, Any]) -> bytes | None:
+        """An input's bytes from the region its ``params`` name; ``None`` when they name none."""
+        ...
+
+    def target(self, where: str, params: Mapping[str, Any]) -> Any:
+        """Where an output goes, as its ``params`` name it; ``None`` when they name no region."""
+        ...
+
+
+_SHM_KEYS = ("shared_memory_region", "shared_memory_byte_size")
+
+
+def _in_memory(params: Any) -> bool:
+    """Whether a tensor's parameters name shared memory."""
+    return isinstance(params, dict) and any(k in params for k in _SHM_KEYS)
 
 
 @dataclass(frozen=True)
@@ -153,8 +180,11 @@ def _json_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any]
     return obj, rest
 
 
-def decode_infer_request(body: bytes, header_length: str | None = None) -> DecodedRequest:
-    """Parse an infer request body (JSON or binary extension) into numpy inputs."""
+def decode_infer_request(
+    body: bytes, header_length: str | None = None, memory: TensorMemory | None = None
+) -> DecodedRequest:
+    """Parse an infer request body (JSON or binary extension) into numpy inputs; ``memory``: the server's shared
+    memory, where tensors whose parameters name a region are read from (inputs) or go (outputs)."""
     obj, rest = _json_header(body, header_length)
     params = obj.get("parameters") or {}
     if not isinstance(params, dict):
@@ -176,7 +206,13 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
         dt, shape, count = tensor_header(where, t.get("datatype"), t.get("shape"))
         tparams = t.get("parameters") or {}
         size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
-        if size is not None:
+        if memory is not None and _in_memory(tparams):
+            if size is not None:
+                raise ProtocolError(f"{where}: binary_data_size and shared_memory_region cannot go together")
+            blob = memory.read(f"inputs[{i}].parameters", tparams)
+            assert blob is not None
+            arr = binary_tensor(where, blob, dt, shape, count, "shared_memory_byte_size")
+        elif size is not None:
             if type(size) is not int or size < 0 or offset + size > len(rest):
                 raise ProtocolError(f"{where}: binary_data_size {size!r} runs past the end of the body")
             arr = binary_tensor(where, rest[offset : offset + size], dt, shape, count)
@@ -196,6 +232,7 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
         )
     outputs: list[tuple[str, bool]] | None = None
     classes: dict[str, int] = {}
+    shm_outputs: dict[str, Any] = {}
     binary_all = bool(params.get("binary_data_output", False))
     raw_outputs = obj.get("outputs")
     if raw_outputs is not None:
@@ -211,10 +248,22 @@ def decode_infer_request(body: bytes, header_length: str | None = None) -> Decod
                 k = class_count(f"outputs[{j}].parameters.classification", op["classification"])
                 if k:
                     classes[o["name"]] = k
+            if memory is not None and _in_memory(op):
+                shm_outputs[o["name"]] = _output_target(memory, f"outputs[{j}].parameters", op, o["name"] in classes)
     rid = obj.get("id")
     return DecodedRequest(
-        str(rid) if rid is not None else None, inputs, params, outputs, binary_all, datatypes, classes
+        str(rid) if rid is not None else None, inputs, params, outputs, binary_all, datatypes, classes, shm_outputs
     )
+
+
+def _output_target(memory: TensorMemory, where: str, params: Mapping[str, Any], classified: bool) -> Any:
+    """Where an output requested into shared memory goes; 400 where it also asks for binary data or
+    classification (Triton refuses both)."""
+    if params.get("binary_data") is True:
+        raise ProtocolError(f"{where}: binary_data and shared_memory_region cannot go together")
+    if classified:
+        raise ProtocolError(f"{where}: classification and shared_memory_region cannot go together")
+    return memory.target(where, params)
 
 
 def class_count(where: str, value: Any) -> int:
@@ -401,7 +450,9 @@ def encode_infer_response(
         entry: dict[str, Any] = {"name": o.name, "datatype": o.datatype, "shape": o.wire_shape}
         if o.parameters:
             entry["parameters"] = dict(o.parameters)
-        if binary:
+        if request.shm_outputs and o.name in request.shm_outputs:
+            pass  # written into shared memory already: listed without its data, as Triton answers it
+        elif binary:
             blob = tensor_bytes(o)
             entry.setdefault("parameters", {})["binary_data_size"] = len(blob)
             blobs.append(blob)

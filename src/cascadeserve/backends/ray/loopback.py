@@ -18,7 +18,6 @@ hosts join is started by its operator with ``ray start`` and joined explicitly (
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Callable
 from typing import Any, cast
@@ -26,6 +25,7 @@ from typing import Any, cast
 import ray
 
 from cascadeserve.errors import CascadeServeError
+from cascadeserve.hosts import is_loopback_host
 
 __all__ = ["SINGLE_HOST_ENV", "check_loopback", "is_loopback_address", "start_local", "use_loopback"]
 
@@ -46,13 +46,7 @@ def is_loopback_address(address: str | None) -> bool:
     if not address or "://" in address or address in ("auto", "local"):
         return False
     host = address.rsplit(":", 1)[0] if address.count(":") == 1 or address.startswith("[") else address
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host)
 
 
 def _node_ip_address() -> str:
@@ -64,7 +58,7 @@ def check_loopback() -> None:
     """Refuse (and shut down) a node that Ray gave an address other than loopback: its ports would face the
     network."""
     ip = _node_ip_address()
-    if ipaddress.ip_address(ip.strip("[]")).is_loopback:
+    if is_loopback_host(ip):
         return
     ray.shutdown()
     raise CascadeServeError(
