@@ -8,7 +8,6 @@ socket of its process tree, as ``ss -ltnp`` would.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 from tests.backends.test_ray import CLI_PATIENCE_S, _devices, _port, _wait_ready
 
 from cascadeserve.cascade import Cascade
+from cascadeserve.hosts import is_loopback_host
 from cascadeserve.plan import fixed_plan
 from cascadeserve.profile import Profile, save_profile
 
@@ -46,13 +46,6 @@ def _listeners(root: int) -> list[tuple[str, int, str]]:
     return out
 
 
-def _is_loopback(ip: str) -> bool:
-    addr = ipaddress.ip_address(ip.split("%", 1)[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    return addr.is_loopback
-
-
 @pytest.mark.timeout(900)  # a Ray driver of its own: minutes to start on a busy 2-core box
 def test_a_new_ray_instance_listens_on_loopback_only(toy_profile: Profile, tmp_path: Path) -> None:
     save_profile(toy_profile, tmp_path / "profile")
@@ -78,7 +71,7 @@ def test_a_new_ray_instance_listens_on_loopback_only(toy_profile: Profile, tmp_p
         names = {name for _ip, _port, name in listening}
         # the server itself, and the Ray processes it started: the GCS and the raylet at least
         assert any("gcs_server" in n for n in names) and any("raylet" in n for n in names), listening
-        exposed = [entry for entry in listening if not _is_loopback(entry[0])]
+        exposed = [entry for entry in listening if not is_loopback_host(entry[0].split("%", 1)[0])]
         assert exposed == [], f"listening beyond loopback: {exposed}"
     finally:
         proc.send_signal(signal.SIGTERM)
