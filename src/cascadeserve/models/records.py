@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.models.dataset import ValidationSet
-from cascadeserve.profile.noise import ModelTiming
+from cascadeserve.profile.timing import ModelTiming
 
 __all__ = ["MEASURED_DIR", "ModelRecord", "resume_record"]
 

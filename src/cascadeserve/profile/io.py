@@ -44,10 +44,10 @@ import yaml
 from cascadeserve.errors import ProfileError, yaml_problem
 from cascadeserve.profile._yaml import dump_profile_yaml, plain
 from cascadeserve.profile.llm_side import read_costs, read_tokens, tokens_path, write_costs, write_tokens
-from cascadeserve.profile.noise import ModelTiming
 from cascadeserve.profile.profile import ModelProfile, Profile
 from cascadeserve.profile.runtime import RuntimeCurve
 from cascadeserve.profile.spread import MAX_SPREAD
+from cascadeserve.profile.timing import ModelTiming
 from cascadeserve.profile.tokens import TokenCost
 
 __all__ = ["load_profile", "record_batch_overhead", "record_costs", "save_profile"]

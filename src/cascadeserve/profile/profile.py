@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.profile.certainty import CertaintyFn, certainty_function
-from cascadeserve.profile.noise import ModelTiming
 from cascadeserve.profile.runtime import RuntimeCurve
 from cascadeserve.profile.spread import MAX_SPREAD
+from cascadeserve.profile.timing import ModelTiming
 from cascadeserve.profile.tokens import TokenCost
 
 __all__ = ["ModelProfile", "Profile"]
