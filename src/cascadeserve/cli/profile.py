@@ -212,7 +212,9 @@ def measure_cmd(
             max=10_000.0,
         ),
     ] = 0.0,
-    name: Annotated[str | None, typer.Option(help="Profile name (default: the --out folder's name).")] = None,
+    profile_name: Annotated[
+        str | None, typer.Option(help="The profile's name (default: the --out folder's name).")
+    ] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Measure every model again (no resume).")] = False,
     limit: Annotated[int | None, typer.Option(help="Use only the first N validation rows.", min=1)] = None,
     as_json: AsJson = False,
@@ -231,8 +233,8 @@ def measure_cmd(
     with measure_progress(sizes, transient=as_json) as progress:
         prof, measured = measure_family(
             models, validation, out, batch_sizes=sizes, repeats=repeats, warmup=warmup, threads=threads,
-            pause_ms=pause_ms, name=name, resume=not fresh, limit=limit, progress=progress, max_repeats=max_repeats,
-            ci_target=ci_target, say=say,
+            pause_ms=pause_ms, name=profile_name, resume=not fresh, limit=limit, progress=progress,
+            max_repeats=max_repeats, ci_target=ci_target, say=say,
         )  # fmt: skip
     if as_json:
         summary = {"out": str(out), "name": prof.name, "device": prof.device, "models": prof.summary()}

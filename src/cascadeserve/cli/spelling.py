@@ -33,6 +33,7 @@ OLD_OPTIONS: dict[str, dict[str, str]] = {
     },
     "eval planner": {"--slos": "--slo-count"},
     "bench": {"--model": "--name"},  # the served V2 model's name, as serve --name gives it
+    "profile measure": {"--name": "--profile-name"},  # --name is a served model's name everywhere
     "compare": {"--plots": "--plot"},  # a figure's (or figures' folder) path, as every --plot
     "report": {"--real": "--runtime"},  # runs on the runtime, with emulated devices
 }

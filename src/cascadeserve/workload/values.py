@@ -26,6 +26,7 @@ def workload_values(state: StateDir) -> dict[str, Any]:
         "models": str(state.models_config()),
         "validation": w.validation(),
         "name": spec.name,
+        "profile_name": spec.name,  # profile measure's
         "devices": spec.devices.count,
         "device_memory_mb": spec.devices.memory_mb,
         "slo_p95_ms": spec.slo.p95_ms,
