@@ -16,6 +16,7 @@ __all__ = [
     "InfeasibleError",
     "PlanError",
     "ProfileError",
+    "RequestError",
     "TraceError",
     "UpstreamError",
     "yaml_problem",
@@ -81,6 +82,24 @@ class UpstreamError(CascadeServeError):
     def __init__(self, message: str, *, model: str, kind: str, status: int | None = None) -> None:
         super().__init__(message)
         self.model, self.kind, self.status = model, kind, status
+
+
+class RequestError(CascadeServeError):
+    """A request that a stage cannot serve as it was asked, which the client can fix: a prompt (with the tokens
+    asked for) past the stage's context. Raised by the model for the rows at fault; the stage-failure rule
+    (:mod:`cascadeserve.policy.failure`) answers them with HTTP 400 and this message, ``param`` naming the request
+    field (``prompt`` or ``messages``, as the front end names it) and ``code`` OpenAI's error code."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keyword-only fields survive pickling (a Ray device raises it)
+        return (_request_error, (str(self), self.param, self.code))
+
+
+def _request_error(message: str, param: str | None, code: str | None) -> RequestError:
+    return RequestError(message, param=param, code=code)
 
 
 # a quoted fragment of a YAML problem that is the parser's own word (``'<stream end>'``) or one character (``'\\t'``)

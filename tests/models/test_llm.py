@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cascadeserve.models.base import Generated
 from cascadeserve.models.llm_adapter import LLMAdapter
-from cascadeserve.models.llm_prompts import LLMItem, encode_item
+from cascadeserve.models.llm_prompts import LLMItem, decode_item, encode_item
 
 ITEMS = [
     {"prompt": "Question: What color is the sky on a clear day?\nAnswer:", "options": [" blue", " green"]},
@@ -90,6 +91,26 @@ def test_batched_generation_is_greedy_and_stops_at_end_or_string(smollm: LLMAdap
     assert not glm.has_chat_template
     assert g.prompt_tokens == len(glm.tokenizer("Question: what is the capital of France?\nAnswer:")["input_ids"])
     assert "\n" not in g.text and g.output_tokens <= 6
+
+
+def test_each_row_decodes_as_its_item_asks(smollm: LLMAdapter, gemma: LLMAdapter) -> None:
+    story = "Write a long story about a dragon."
+    rows = [
+        {"prompt": story, "max_new_tokens": 12, "ignore_eos": True},  # above the stage's own cap (8)
+        {"prompt": story, "max_new_tokens": 2},
+        {"prompt": story, "temperature": 0.9, "top_p": 0.9, "seed": 5, "max_new_tokens": 4},
+    ]
+    out = smollm([json.dumps(r) for r in rows])  # one batch, each row by its own rules
+    assert isinstance(out, Generated)
+    assert [o.output_tokens for o in out.outputs] == [12, 2, 4]
+    assert [o.finish_reason for o in out.outputs] == ["length"] * 3
+    alone = smollm([json.dumps(rows[2])])
+    assert isinstance(alone, Generated) and alone.outputs[0].text == out.outputs[2].text  # the seed's own draw
+    # a chat on a model without a chat template: the conversation as labelled lines, answered after "Assistant:"
+    chat = {"prompt": "-", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    assert gemma.model.format(decode_item(chat)).endswith("User: What is the capital of France?\nAssistant:")
+    answer = gemma([json.dumps({**chat, "max_new_tokens": 10})])
+    assert isinstance(answer, Generated) and "Paris" in answer.outputs[0].text
 
 
 def test_memory_and_cost_model(smollm: LLMAdapter) -> None:

@@ -95,15 +95,24 @@ class TextOutput:
     prompt_tokens: int = 0
     output_tokens: int = 0
     logprobs: TokenLogprobs | None = None
+    # why the text ended, in OpenAI's words: "stop" (an end token or a stop string), "length" (a token cap cut
+    # it); None where the stage does not say
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True)
 class Generated:
     """What a generative stage returns for a batch instead of scores: one answer per row and the stage's certainty
-    in each (in [0, 1], higher = surer; the cascade's thresholds apply to it as to a classifier's margin)."""
+    in each (in [0, 1], higher = surer; the cascade's thresholds apply to it as to a classifier's margin).
+
+    A scoring stage may answer so too, to report what each answer cost: with ``scores`` (``[n, classes]``, as
+    ``predict`` returns them) the labels and certainties come from the scores as for any scoring model, and
+    ``outputs`` only ride along (the chosen option's text, the tokens read and scored); ``certainties`` is then
+    unused."""
 
     outputs: tuple[TextOutput, ...]
     certainties: np.ndarray
+    scores: np.ndarray | None = None
 
 
 @runtime_checkable

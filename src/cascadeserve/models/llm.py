@@ -14,21 +14,27 @@ Two calls, each over a batch of prompts, left-padded so that every prompt ends a
   (``logits_to_keep``), which matters with Gemma's 262k-token vocabulary. Explicit position ids from the
   attention mask make a padded row score exactly as it would alone.
 * :meth:`LocalLLM.generate` — greedy decoding by default, with the KV cache, stopping at an end token, a stop
-  string or the ``max_new_tokens`` cap; each prompt gets a :class:`Generation` with the per-token
-  log-probabilities and the first token's margin, from which :mod:`cascadeserve.profile.llm_certainty` computes
-  certainty.
+  string or the ``max_new_tokens`` cap (each row's own, see below); each prompt gets a :class:`Generation` with
+  the per-token log-probabilities and the first token's margin, from which
+  :mod:`cascadeserve.profile.llm_certainty` computes certainty.
 
-The prompt is wrapped in the tokenizer's chat template (one user turn, then the assistant's turn) when the
-tokenizer has one and ``chat=True``; a GGUF without a template (Gemma 3 270M's here) gets the plain prompt.
+A plain prompt is wrapped in the tokenizer's chat template (one user turn, then the assistant's turn) when the
+tokenizer has one and ``chat=True``; a chat always is, and a model without a template (Gemma 3 270M's GGUF here)
+reads it as labelled lines (:func:`~cascadeserve.models.llm_prompts.conversation`).
 
 Reading a GGUF with ``transformers`` is slow (30-240 s on 2 cores: the vocabulary is parsed field by field and
 the weights dequantised in numpy), so the first load saves the converted model and tokenizer (float32
 safetensors) under the user cache directory (:func:`default_cache`), keyed by the file's path, size and time, and
 later loads read that copy in a few seconds; ``cache=None`` turns this off.
 
-:meth:`LocalLLM.prompt_logprobs` gives a raw text's per-token log-probabilities (OpenAI's ``echo`` with
-``logprobs``: how an upstream client scores an option), and generations carry each step's token text and its
-:data:`TOP_LOGPROBS` likeliest alternatives, which the OpenAI front end returns as ``logprobs``.
+Generations carry each step's token text and its :data:`TOP_LOGPROBS` likeliest alternatives, which the OpenAI
+front end returns as ``logprobs``; :mod:`cascadeserve.models.llm_echo` gives a prompt's own (OpenAI's ``echo``).
+
+Each row of a batch may ask for its own decoding: a cap of its own (``max_new_tokens``, up to the context),
+stop strings, sampling and penalties (:mod:`cascadeserve.models.llm_sampling`); a chat (an item with ``messages``)
+goes through the chat template whatever ``chat`` says. The context is ``max_length`` (2048 by default, never
+past the model's own): a prompt that does not fit, with the tokens it asks for, is a
+:class:`~cascadeserve.errors.RequestError` in vLLM's words, never cut short.
 
 :meth:`LocalLLM.time_costs` measures the cost model that the profiler records: prefill ms per prompt token and
 decode ms per step, for a batch size.
@@ -48,7 +54,10 @@ from typing import Any
 
 import numpy as np
 
-from cascadeserve.models.base import ModelLoadError, TokenLogprobs, require
+from cascadeserve.errors import RequestError
+from cascadeserve.models.base import ModelLoadError, require
+from cascadeserve.models.llm_prompts import LLMItem, conversation
+from cascadeserve.models.llm_sampling import RowControl, Sampling, read_answer
 
 __all__ = ["TOP_LOGPROBS", "Generation", "LocalLLM", "default_cache"]
 
@@ -71,6 +80,7 @@ class Generation:
     output_tokens: int
     tokens: tuple[str, ...] = ()  # each step's token as text
     top: tuple[tuple[tuple[str, float], ...], ...] = ()  # each step's TOP_LOGPROBS likeliest tokens, best first
+    finish_reason: str = "stop"  # "length" when the cap cut the answer, else "stop" (an end token or stop string)
 
 
 def default_cache() -> Path:
@@ -85,7 +95,6 @@ def _offline() -> None:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
-
 def _content_key(path: Path) -> str:
     """The cache key of a GGUF file's converted copy: its size and the hash of its first and last MiB, so that every
     install of the same file (another virtual environment, a fresh clone) shares one copy, and a changed file gets
@@ -98,6 +107,7 @@ def _content_key(path: Path) -> str:
         f.seek(max(0, size - (1 << 20)))
         h.update(f.read(1 << 20))
     return h.hexdigest()[:16]
+
 
 class LocalLLM:
     """A causal LM from a local directory or GGUF file; see the module docstring."""
@@ -154,6 +164,10 @@ class LocalLLM:
             folder, local_files_only=True, dtype=getattr(torch, self.dtype), **kw
         )
         self.model = model.to(self.device_used).eval()
+        cfg = getattr(self.model.config, "text_config", None) or self.model.config
+        own = getattr(cfg, "max_position_embeddings", None)
+        if isinstance(own, int) and own > 0:  # the served context: max_length, never past the model's own
+            self.max_length = min(self.max_length, own)
         ids = {self.tokenizer.eos_token_id}
         eos = getattr(self.model.generation_config, "eos_token_id", None)
         ids.update(eos if isinstance(eos, list) else [eos])
@@ -202,30 +216,80 @@ class LocalLLM:
 
     # -- prompts ---------------------------------------------------------------------------------------------
     @property
+    def torch(self) -> Any:
+        """The ``torch`` module (once loaded)."""
+        self.load()
+        return self._torch
+
+    @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
-    def format(self, prompt: str) -> str:
-        """The text the model sees: the prompt in the chat template (one user turn), or the prompt itself."""
+    def format(self, prompt: str | LLMItem) -> str:
+        """The text the model sees. A chat (an item with ``messages``) goes through the chat template when the
+        tokenizer has one, else it is the labelled conversation of :func:`conversation`; a plain prompt goes
+        through the template (one user turn) only with ``chat=True``."""
         self.load()
+        if isinstance(prompt, LLMItem) and prompt.messages is not None:
+            if not self.has_chat_template:
+                return conversation(prompt.messages)
+            messages = [{"role": "system" if r == "developer" else r, "content": c} for r, c in prompt.messages]
+            if self.system_prompt is not None and messages[0]["role"] != "system":
+                messages.insert(0, {"role": "system", "content": self.system_prompt})
+            return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+        text = prompt.prompt if isinstance(prompt, LLMItem) else prompt
         if not (self.chat and self.has_chat_template):
-            return prompt
-        messages = [{"role": "user", "content": prompt}]
+            return text
+        messages = [{"role": "user", "content": text}]
         if self.system_prompt is not None:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
         return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
 
-    def encode(self, prompt: str) -> list[int]:
-        """Token ids of the formatted prompt (a template already holds its special tokens; else BOS is added)."""
-        text = self.format(prompt)
-        templated = self.chat and self.has_chat_template
-        ids = self.tokenizer(text, add_special_tokens=not templated)["input_ids"]
-        return list(ids)[-self.max_length :]
+    def templated(self, prompt: str | LLMItem) -> bool:
+        """Whether the prompt goes through the chat template (which holds its own special tokens)."""
+        chat = isinstance(prompt, LLMItem) and prompt.messages is not None
+        return self.has_chat_template and (chat or self.chat)
+
+    def encode(self, prompt: str | LLMItem, extra: int = 0) -> list[int]:
+        """Token ids of the formatted prompt (a template already holds its special tokens; else BOS is added), or
+        an item's own ``prompt_ids``. A prompt that leaves fewer than ``extra`` tokens of the context (and at least
+        one) is a :class:`~cascadeserve.errors.RequestError` in vLLM's words: never cut short in silence."""
+        self.load()
+        if isinstance(prompt, LLMItem) and prompt.prompt_ids is not None:
+            ids = list(prompt.prompt_ids)
+            vocab = int(self.model.get_input_embeddings().weight.shape[0])
+            if max(ids) >= vocab:
+                raise RequestError(
+                    f"prompt: token id {max(ids)} is past the vocabulary ({vocab} tokens)", param="prompt"
+                )
+        else:
+            ids = list(self.tokenizer(self.format(prompt), add_special_tokens=not self.templated(prompt))["input_ids"])
+        self.check_context(len(ids), extra, prompt)
+        return ids
+
+    def check_context(self, prompt_tokens: int, asked: int, prompt: str | LLMItem = "") -> None:
+        """Refuse a prompt of ``prompt_tokens`` that, with ``asked`` new tokens, does not fit the context."""
+        n = self.max_length
+        if prompt_tokens + asked <= n:
+            return
+        chat = isinstance(prompt, LLMItem) and prompt.messages is not None
+        if asked:
+            message = (
+                f"This model's maximum context length is {n} tokens. However, you requested {prompt_tokens + asked} "
+                f"tokens ({prompt_tokens} in the messages, {asked} in the completion). Please reduce the length of "
+                "the messages or completion."
+            )
+        else:
+            message = (
+                f"This model's maximum context length is {n} tokens. However, you requested {prompt_tokens} tokens "
+                "in the messages, Please reduce the length of the messages."
+            )
+        raise RequestError(message, param="messages" if chat else "prompt", code="context_length_exceeded")
 
     def _continuation(self, option: str) -> list[int]:
         return list(self.tokenizer(option, add_special_tokens=False)["input_ids"])
 
-    def _batch(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
+    def pad_batch(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
         """Left-padded ``input_ids``, ``attention_mask`` and ``position_ids`` (0 at each row's first real token)."""
         torch = self._torch
         width = max(len(r) for r in rows)
@@ -256,13 +320,14 @@ class LocalLLM:
                 c = self._continuation(o)
                 if not c:
                     raise ValueError(f"option {o!r} has no tokens")
+                self.check_context(len(ctx) + len(c), 0)
                 rows.append(ctx + c)
                 conts.append(len(c))
         if not rows:
             return []
         torch = self._torch
         keep = max(conts) + 1
-        ids, mask, pos = self._batch(rows)
+        ids, mask, pos = self.pad_batch(rows)
         with torch.inference_mode():
             logits = self.model(
                 input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep, use_cache=False
@@ -291,29 +356,67 @@ class LocalLLM:
 
     # -- generation ------------------------------------------------------------------------------------------
     def generate(
-        self, prompts: Sequence[str], *, max_new_tokens: int | None = None, stop: Sequence[str] = ()
+        self, prompts: Sequence[str | LLMItem], *, max_new_tokens: int | None = None, stop: Sequence[str] = ()
     ) -> list[Generation]:
-        """Greedy answers (KV cache on), each stopped at an end token, a ``stop`` string or the cap."""
+        """One answer per prompt (KV cache on), each stopped at an end token, a stop string or its cap.
+        ``max_new_tokens`` and ``stop`` are the defaults; an item's own ``max_new_tokens`` (up to the context),
+        ``stop`` (in place of ``stop``) and decoding (:class:`~cascadeserve.models.llm_sampling.Sampling`) apply
+        to its row. A chat through the template stops at its end-of-turn token (and the item's stop strings)."""
         self.load()
-        if not prompts:
+        items = [p if isinstance(p, LLMItem) else LLMItem(p) for p in prompts]
+        default = int(max_new_tokens or self.max_new_tokens)
+        rows: list[list[int]] = []
+        caps: list[int] = []
+        for it in items:
+            asked = it.max_new_tokens
+            ids = self.encode(it, asked or 1)
+            rows.append(ids)
+            caps.append(asked if asked is not None else max(1, min(default, self.max_length - len(ids))))
+        stops = [
+            it.stop if it.stop is not None else (() if it.messages is not None and self.templated(it) else tuple(stop))
+            for it in items
+        ]
+        return self.generate_ids(rows, caps, stops, [it.sampling for it in items])
+
+    def generate_ids(
+        self,
+        rows: Sequence[Sequence[int]],
+        caps: Sequence[int],
+        stops: Sequence[Sequence[str]],
+        sampling: Sequence[Sampling],
+        *,
+        strip: bool = True,
+    ) -> list[Generation]:
+        """Answers to prompts given as token ids, each row with its own cap, stop strings and decoding, in one
+        ``generate`` call (:class:`~cascadeserve.models.llm_sampling.RowControl`); ``strip``: strip the texts."""
+        self.load()
+        if not rows:
             return []
         torch = self._torch
         transformers = require("transformers", model=self.name)
-        cap = int(max_new_tokens or self.max_new_tokens)
-        encoded = [self.encode(p) for p in prompts]
-        ids, mask, _ = self._batch(encoded)
+        ids, mask, _ = self.pad_batch(rows)
         config = transformers.GenerationConfig(
-            max_new_tokens=cap,
+            max_new_tokens=max(caps),
             do_sample=False,
             eos_token_id=self._stop_ids,
             pad_token_id=int(self.tokenizer.pad_token_id),
             output_logits=True,
             return_dict_in_generate=True,
         )
+        control = RowControl(
+            torch,
+            self.tokenizer,
+            width=int(ids.shape[1]),
+            sampling=sampling,
+            caps=caps,
+            stops=stops,
+            end_ids=self._stop_ids,
+            force_id=self._stop_ids[0],
+            device=self.device_used,
+        )
         extra: dict[str, Any] = {}
-        if stop:  # lets a batch finish as soon as every row has hit a stop string
-            config.stop_strings = list(stop)
-            extra["tokenizer"] = self.tokenizer
+        if control.needed():
+            extra["logits_processor"] = transformers.LogitsProcessorList([control])
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, **extra)
         new = out.sequences[:, ids.shape[1] :].cpu()
@@ -322,78 +425,21 @@ class LocalLLM:
         first = torch.softmax(out.logits[0].float(), dim=-1).topk(2, dim=-1).values.cpu()
         best = logp.topk(TOP_LOGPROBS, dim=-1)  # what the OpenAI front end reports as top_logprobs
         best_lp, best_ids = best.values.tolist(), best.indices.tolist()
+        ends = set(self._stop_ids)
         results: list[Generation] = []
-        stops = set(self._stop_ids)
-        for b, prompt_ids in enumerate(encoded):
-            toks: list[int] = []
-            lps: list[float] = []
-            text = ""
-            for t in range(steps):
-                tok = int(new[b, t])
-                toks.append(tok)
-                lps.append(float(logp[b, t, tok]))
-                if tok in stops:
-                    break
-                text = self.tokenizer.decode(toks, skip_special_tokens=True)
-                cut = min((text.find(s) for s in stop if s in text), default=-1)
-                if cut >= 0:
-                    text = text[:cut]
-                    break
+        for b, prompt_ids in enumerate(rows):
+            toks, text, finish = read_answer(self.tokenizer, new[b, : min(steps, caps[b])].tolist(), ends, stops[b])
+            lps = tuple(float(logp[b, t, tok]) for t, tok in enumerate(toks))
             margin = float(first[b, 0] - first[b, 1])
             pieces = tuple(self.tokenizer.decode([t]) for t in toks)
-            top = tuple(self._top(best_ids[b][t], best_lp[b][t]) for t in range(len(toks)))
-            results.append(Generation(text.strip(), tuple(lps), margin, len(prompt_ids), len(toks), pieces, top))
+            top = tuple(self.top_tokens(best_ids[b][t], best_lp[b][t]) for t in range(len(toks)))
+            text = text.strip() if strip else text
+            results.append(Generation(text, lps, margin, len(prompt_ids), len(toks), pieces, top, finish))
         return results
 
-    def _top(self, ids: Sequence[int], lps: Sequence[float]) -> tuple[tuple[str, float], ...]:
+    def top_tokens(self, ids: Sequence[int], lps: Sequence[float]) -> tuple[tuple[str, float], ...]:
+        """(token text, log-prob) pairs of the given token ids."""
         return tuple((self.tokenizer.decode([int(i)]), float(lp)) for i, lp in zip(ids, lps, strict=True))
-
-    # -- echo ------------------------------------------------------------------------------------------------
-    def prompt_logprobs(self, texts: Sequence[str]) -> list[TokenLogprobs]:
-        """Each text's tokens with their log-probabilities given the tokens before them (OpenAI's ``echo`` with
-        ``logprobs``): the raw text, no chat template; the first token has none (``None``) unless the tokenizer
-        adds a BOS token to condition it on. One forward pass over the batch."""
-        self.load()
-        if not texts:
-            return []
-        torch = self._torch
-        rows: list[list[int]] = []
-        kept: list[list[tuple[int, int]]] = []  # per text: (position in the row, character offset) of real tokens
-        for text in texts:
-            enc = self.tokenizer(
-                text, add_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True
-            )
-            ids = list(enc["input_ids"])[-self.max_length :]
-            cut = len(enc["input_ids"]) - len(ids)
-            special = list(enc["special_tokens_mask"])[cut:]
-            offsets = list(enc["offset_mapping"])[cut:]
-            rows.append(ids)
-            kept.append([(i, int(offsets[i][0])) for i in range(len(ids)) if not special[i]])
-        ids_t, mask, pos = self._batch(rows)
-        with torch.inference_mode():
-            logits = self.model(input_ids=ids_t, attention_mask=mask, position_ids=pos, use_cache=False).logits
-            logp = torch.log_softmax(logits.float(), dim=-1)
-        width = ids_t.shape[1]
-        out: list[TokenLogprobs] = []
-        for r, row in enumerate(rows):
-            pad = width - len(row)
-            toks: list[str] = []
-            lps: list[float | None] = []
-            offs: list[int] = []
-            tops: list[tuple[tuple[str, float], ...]] = []
-            for i, off in kept[r]:
-                toks.append(self.tokenizer.decode([row[i]]))
-                offs.append(off)
-                if i == 0:
-                    lps.append(None)
-                    tops.append(())
-                    continue
-                dist = logp[r, pad + i - 1]
-                lps.append(float(dist[row[i]]))
-                best = dist.topk(TOP_LOGPROBS)
-                tops.append(self._top(best.indices.tolist(), best.values.tolist()))
-            out.append(TokenLogprobs(tuple(toks), tuple(lps), tuple(tops), tuple(offs)))
-        return out
 
     # -- costs -----------------------------------------------------------------------------------------------
     def time_costs(self, batch_size: int, prompt_tokens: int, steps: int = 8) -> tuple[float, float]:
@@ -404,7 +450,7 @@ class LocalLLM:
         vocab = int(self.tokenizer.vocab_size)
         rng = np.random.default_rng(prompt_tokens)
         rows = rng.integers(100, max(vocab - 1, 101), size=(batch_size, prompt_tokens)).tolist()
-        ids, mask, pos = self._batch(rows)
+        ids, mask, pos = self.pad_batch(rows)
         with torch.inference_mode():
             t0 = time.perf_counter()
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, use_cache=True)

@@ -16,10 +16,14 @@ a batch of generation items is answered with :class:`~cascadeserve.models.base.G
 token counts, and the stage's certainty in each, the generation signal named by the ``certainty`` option
 (``mean-logprob`` by default; :mod:`cascadeserve.profile.llm_certainty`), through the logistic fit of a
 profile's ``llm/calibration.json`` when the ``calibration`` option names that file, so that the thresholds a
-plan set on the profile's (calibrated) certainty mean the same when serving. A batch must be all scoring or all
-generation items. A row with ``"echo": true`` (the OpenAI front end's ``echo``) gets its prompt's token
-log-probabilities (:meth:`LocalLLM.prompt_logprobs`) with certainty 1: a measurement that no later stage could
-improve on.
+plan set on the profile's (calibrated) certainty mean the same when serving; a sampled answer's certainty is the
+same signal of the sampled tokens' log-probabilities under the model (before temperature, nucleus and penalties).
+Each row is decoded as its item asks (cap, stop strings, sampling: :mod:`cascadeserve.models.llm_sampling`). A
+batch must be all scoring or all generation items. A row with ``"echo": true`` (the OpenAI front end's ``echo``)
+gets its prompt's token log-probabilities and what follows it (:mod:`cascadeserve.models.llm_echo`), and a row
+whose prompt is token ids (``prompt_ids``) its answer, both with certainty 1: the one a measurement of this model,
+the other readable in this stage's vocabulary only, neither one a later stage could improve on. Scoring rows that
+ask for ``usage`` are answered with their token counts beside the scores.
 
 In a models config: ``adapter: llm``, ``ref`` a ``.gguf`` file, a model directory, or a ``module:factory`` that
 returns one (``cascadeserve.models.families.llm:smollm2_135m``), and ``options`` any of :class:`LocalLLM`'s
@@ -28,7 +32,6 @@ keyword arguments (``max_new_tokens``, ``chat``, ``system_prompt``, ``dtype``, `
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,22 +41,11 @@ import numpy as np
 from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import Generated, ModelLoadError, TextOutput, TokenLogprobs
 from cascadeserve.models.llm import Generation, LocalLLM
+from cascadeserve.models.llm_echo import echo
 from cascadeserve.models.llm_prompts import GENERATION_STOP, LLMItem, decode_batch
 from cascadeserve.profile.llm_certainty import GENERATION_SIGNALS, generation_signals
 
 __all__ = ["LLMAdapter", "option_probabilities"]
-
-
-def _echo_rows(batch: Any) -> list[bool]:
-    """Which JSON rows ask for their prompt's log-probabilities (``"echo": true``, the OpenAI front end's echo)."""
-    out: list[bool] = []
-    for raw in batch:
-        try:
-            doc = json.loads(raw.decode() if isinstance(raw, bytes | bytearray) else str(raw))
-        except ValueError:
-            doc = None
-        out.append(isinstance(doc, dict) and doc.get("echo") is True)
-    return out
 
 
 def _token_logprobs(
@@ -65,22 +57,6 @@ def _token_logprobs(
         offsets.append(at)
         at += len(p)
     return TokenLogprobs(pieces, logprobs, top, tuple(offsets))
-
-
-def _requested_cap(batch: Any) -> int | None:
-    """The largest ``max_new_tokens`` the batch's JSON rows ask for (the OpenAI front end's ``max_tokens``); None
-    when a row asks for none. One cap per batch: a row that asked for fewer tokens may get more."""
-    caps: list[int] = []
-    for raw in batch:
-        try:
-            doc = json.loads(raw.decode() if isinstance(raw, bytes | bytearray) else str(raw))
-        except ValueError:
-            return None
-        cap = doc.get("max_new_tokens") if isinstance(doc, dict) else None
-        if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
-            return None
-        caps.append(cap)
-    return max(caps) if caps else None
 
 
 def _calibration(name: str, path: Path, signal: str) -> Any:
@@ -180,52 +156,72 @@ class LLMAdapter(Adapter):
     def generate(self, batch: Any, *, max_new_tokens: int | None = None) -> list[Generation]:
         """One greedy answer per item (the items' options, if any, are ignored), stopped at ``stop`` strings."""
         items = self.items(batch)
-        return self.model.generate([it.prompt for it in items], max_new_tokens=max_new_tokens, stop=self.stop)
+        return self.model.generate(items, max_new_tokens=max_new_tokens, stop=self.stop)
 
     def __call__(self, batch: Any) -> np.ndarray | Generated:  # type: ignore[override]
         """Served: option probabilities for a batch of scoring items, :class:`Generated` answers for generation
         items (the runtime's devices call this)."""
         items = self.items(batch)
-        echo = _echo_rows(batch)
-        if any(echo):
-            return self._with_echo(items, echo, _requested_cap(batch))
+        if any(it.echo for it in items):
+            return self._with_echo(items)
         if all(it.options is None for it in items):
-            return self.answer(items, _requested_cap(batch))
+            return self.answer(items)
+        if any(it.usage for it in items):
+            return self._scored(items)
         return self.predict(batch)
 
-    def _with_echo(self, items: Sequence[LLMItem], echo: Sequence[bool], cap: int | None) -> Generated:
-        """A batch with echo rows: each echo row gets its prompt's token log-probabilities (certainty 1: a
-        measurement, not an answer that a later stage could improve on), the other rows their generated answers."""
-        rest = [it for it, e in zip(items, echo, strict=True) if not e]
+    def _scored(self, items: Sequence[LLMItem]) -> Generated:
+        """Scoring items answered with what each cost: the option chosen, the tokens read (the prompt and every
+        option, as scored) and none generated."""
+        if any(it.options is None for it in items):
+            raise ValueError(f"model {self.name!r}: a generation item cannot share a batch with scoring items")
+        llm = self.model
+        probs = option_probabilities(llm.score([it.prompt for it in items], [it.options or () for it in items]))
+        outs = []
+        for it, row in zip(items, probs, strict=True):
+            opts = it.options or ()
+            read = sum(llm.token_counts(it.prompt, opts))
+            outs.append(TextOutput(opts[int(row.argmax())], read, 0, None, "stop"))
+        return Generated(tuple(outs), np.zeros(len(items)), probs)
+
+    def _with_echo(self, items: Sequence[LLMItem]) -> Generated:
+        """A batch with echo rows: each echo row gets its prompt's token log-probabilities and what follows it
+        (:mod:`cascadeserve.models.llm_echo`), with certainty 1 (a measurement of this model, which no later stage
+        could improve on); the other rows their generated answers."""
+        rest = [it for it in items if not it.echo]
         if any(it.options is not None for it in rest):
             raise ValueError(f"model {self.name!r}: echo rows cannot share a batch with scoring items")
-        lps = iter(self.model.prompt_logprobs([it.prompt for it, e in zip(items, echo, strict=True) if e]))
-        gen = self.answer(rest, cap) if rest else Generated((), np.zeros(0))
+        echoed = iter(echo(self.model, [it for it in items if it.echo], self.stop))
+        gen = self.answer(rest) if rest else Generated((), np.zeros(0))
         answers = iter(zip(gen.outputs, gen.certainties.tolist(), strict=True))
         outs: list[TextOutput] = []
         certs: list[float] = []
-        for it, e in zip(items, echo, strict=True):
-            if e:
-                lp = next(lps)
-                outs.append(TextOutput(it.prompt, len(lp.tokens), 0, lp))
-                certs.append(1.0)
-            else:
-                out, cert = next(answers)
-                outs.append(out)
-                certs.append(cert)
+        for it in items:
+            out, cert = (next(echoed), 1.0) if it.echo else next(answers)
+            outs.append(out)
+            certs.append(cert)
         return Generated(tuple(outs), np.asarray(certs, dtype=np.float64))
 
     def answer(self, items: Sequence[LLMItem], max_new_tokens: int | None = None) -> Generated:
-        """Generated answers to generation items, with the stage's certainty in each; ``max_new_tokens`` lowers
-        the stage's own cap for this batch."""
-        cap = self.model.max_new_tokens if max_new_tokens is None else min(max_new_tokens, self.model.max_new_tokens)
-        gens = self.model.generate([it.prompt for it in items], max_new_tokens=cap, stop=self.stop)
+        """Generated answers to generation items, with the stage's certainty in each: the ``certainty`` signal of
+        the answer's tokens' log-probabilities under the model (sampled or not, see
+        :mod:`cascadeserve.models.llm_sampling`), through the calibration when given. ``max_new_tokens`` sets the
+        default cap (the stage's own when None); an item's own cap replaces it. A prompt in token ids can only be
+        read by this stage's vocabulary: it is answered here, with certainty 1."""
+        gens = self.model.generate(items, max_new_tokens=max_new_tokens, stop=self.stop)
         signal = generation_signals([g.token_logprobs for g in gens], [g.first_token_margin for g in gens])
         certs = signal[self.signal]
         if self.calibration is not None:
             certs = self.calibration(certs)
+        certs = np.where([it.first_stage_only for it in items], 1.0, certs)
         outs = tuple(
-            TextOutput(g.text, g.prompt_tokens, g.output_tokens, _token_logprobs(g.tokens, g.token_logprobs, g.top))
+            TextOutput(
+                g.text,
+                g.prompt_tokens,
+                g.output_tokens,
+                _token_logprobs(g.tokens, g.token_logprobs, g.top),
+                g.finish_reason,
+            )
             for g in gens
         )
         return Generated(outs, np.clip(np.nan_to_num(certs, nan=0.0), 0.0, 1.0))

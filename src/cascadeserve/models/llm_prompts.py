@@ -12,6 +12,15 @@ the likeliest); absent: a **generation** item (the stage writes an answer; ``ans
 references it is judged against). A raw dataset row (the JSONL formats below) is accepted wherever an item is,
 and turned into an item by the prompts below, so a client may also send the dataset's own rows.
 
+What a request asks beyond the prompt travels in the item too (the OpenAI front end writes these fields):
+``messages`` (a chat: ``[{"role", "content"}]``, which a stage puts through its chat template; ``prompt`` then
+holds the same conversation as labelled lines, for a stage that reads text only), ``prompt_ids`` (the prompt as
+token ids, read in the first stage's vocabulary; ``prompt`` may then be left out), ``echo`` (the prompt's own
+token log-probabilities, then ``max_new_tokens`` generated tokens after it), ``max_new_tokens``, ``stop`` (stop
+strings that replace the stage's own), ``usage`` (a scoring answer reports its token counts), and the decoding
+of :class:`~cascadeserve.models.llm_sampling.Sampling` (``temperature``, ``top_p``, ``seed``,
+``frequency_penalty``, ``presence_penalty``, ``ignore_eos``). A field out of range is a ``ValueError`` naming it.
+
 The JSONL formats of ``../shared/data/datasets/llm/`` and the prompt each gets (the options are continuations,
 each with a leading space, scored by their length-normalised log-likelihood, lm-eval's "cloze" form):
 
@@ -44,10 +53,13 @@ from typing import Any
 import numpy as np
 
 from cascadeserve.models.dataset import ValidationDataError, ValidationSet
+from cascadeserve.models.llm_sampling import GREEDY, Sampling, parse_sampling, parse_stop
 
 __all__ = [
     "GENERATION_STOP",
+    "ROLES",
     "LLMItem",
+    "conversation",
     "decode_batch",
     "decode_item",
     "encode_item",
@@ -59,6 +71,7 @@ __all__ = [
 
 # where a short free-text answer ends (lm-eval's NQ-open task stops at a new line too)
 GENERATION_STOP: tuple[str, ...] = ("\n",)
+ROLES = ("system", "user", "assistant", "developer")  # a chat message's roles ("developer" is OpenAI's "system")
 
 TASK_SCORING = "llm-scoring"
 TASK_GENERATION = "llm-generation"
@@ -72,10 +85,24 @@ class LLMItem:
     options: tuple[str, ...] | None = None
     answers: tuple[str, ...] = ()
     label: int | None = None  # the right option's index (scoring), when known
+    # what a request asks beyond the prompt (the module docstring)
+    messages: tuple[tuple[str, str], ...] | None = None  # (role, content) per chat message
+    prompt_ids: tuple[int, ...] | None = None
+    echo: bool = False
+    max_new_tokens: int | None = None
+    stop: tuple[str, ...] | None = None  # None: the stage's own stop strings
+    sampling: Sampling = GREEDY
+    usage: bool = False
 
     @property
     def scoring(self) -> bool:
         return self.options is not None
+
+    @property
+    def first_stage_only(self) -> bool:
+        """Only the stage that reads it first can answer: an echo measures that model, and token ids are in its
+        vocabulary (a later stage's vocabulary is another)."""
+        return self.echo or self.prompt_ids is not None
 
 
 def encode_item(item: LLMItem) -> str:
@@ -113,12 +140,13 @@ def decode_item(raw: Any) -> LLMItem:
             raise ValueError(f"an LLM item must be a JSON object with 'prompt' (and 'options'): {e}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"an LLM item must be a JSON object, got {type(raw).__name__}")
-    if "prompt" not in raw:
+    if "prompt" not in raw and "prompt_ids" not in raw:
         return row_to_item(raw)
-    prompt = raw["prompt"]
+    ids = _prompt_ids(raw.get("prompt_ids"))
+    prompt = raw.get("prompt", "" if ids is not None else None)
     options = raw.get("options")
     answers = raw.get("answers", ())
-    if not isinstance(prompt, str) or not prompt:
+    if not isinstance(prompt, str) or (not prompt and ids is None):
         raise ValueError("'prompt' must be a non-empty string")
     if options is not None and (
         not isinstance(options, list) or len(options) < 2 or not all(isinstance(o, str) and o for o in options)
@@ -126,7 +154,57 @@ def decode_item(raw: Any) -> LLMItem:
         raise ValueError("'options' must be a list of at least 2 non-empty strings")
     if not isinstance(answers, list | tuple) or not all(isinstance(a, str) for a in answers):
         raise ValueError("'answers' must be a list of strings")
-    return LLMItem(prompt, None if options is None else tuple(options), tuple(answers))
+    if options is not None and ids is not None:
+        raise ValueError("'options' are scored after a text prompt, not after 'prompt_ids'")
+    cap = raw.get("max_new_tokens")
+    echo = raw.get("echo", False)
+    if not isinstance(echo, bool):
+        raise ValueError("'echo' must be true or false")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < (0 if echo else 1)):
+        raise ValueError(f"'max_new_tokens' must be an integer of at least {0 if echo else 1}, got {cap!r}")
+    sampling, stop = parse_sampling(raw), parse_stop(raw.get("stop"))  # a SamplingError names the field
+    return LLMItem(
+        prompt,
+        None if options is None else tuple(options),
+        tuple(answers),
+        messages=_messages(raw.get("messages")),
+        prompt_ids=ids,
+        echo=echo,
+        max_new_tokens=cap,
+        stop=stop,
+        sampling=sampling,
+        usage=raw.get("usage") is True,
+    )
+
+
+def _prompt_ids(raw: Any) -> tuple[int, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
+        raise ValueError("'prompt_ids' must be a non-empty list of token ids")
+    if min(raw) < 0:
+        raise ValueError("'prompt_ids' must hold non-negative token ids")
+    return tuple(raw)
+
+
+def _messages(raw: Any) -> tuple[tuple[str, str], ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("'messages' must be a non-empty list of {role, content}")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise ValueError(f"'messages[{i}]' must be an object with a role ({', '.join(ROLES)}) and text content")
+        out.append((str(m["role"]), str(m["content"])))
+    return tuple(out)
+
+
+def conversation(messages: tuple[tuple[str, str], ...]) -> str:
+    """A chat as plain text, for a model without a chat template: each message on its own line after its role
+    (``User: ...``), then ``Assistant:`` for the answer to follow."""
+    lines = [f"{'System' if r == 'developer' else r.capitalize()}: {c}" for r, c in messages]
+    return "\n".join([*lines, "Assistant:"])
 
 
 def _text(row: dict[str, Any], key: str) -> str:

@@ -18,8 +18,10 @@ every server's API (cascadeserve's own front end and most hosted APIs take one p
 logprobs is what vLLM, llama.cpp's server and cascadeserve serve; the concurrency limit bounds the fan-out.
 
 **Generation** items are answered by ``/v1/completions`` (``endpoint: completions``, the default: the raw prompt,
-as the local stages with ``chat: false`` see it) or ``/v1/chat/completions`` (``endpoint: chat``: one user
-message, for servers and hosted APIs that serve only chat), greedy, with ``logprobs``: the certainty is the same
+as the local stages with ``chat: false`` see it, or its token ids) or ``/v1/chat/completions`` (``endpoint: chat``:
+the request's messages, or the prompt as one user message, for servers and hosted APIs that serve only chat),
+greedy unless the request asks otherwise (its ``max_tokens``, ``stop``, ``temperature``, ``top_p``, ``seed``,
+penalties and ``ignore_eos`` are passed through), with ``logprobs``: the certainty is the same
 signal as a local stage's (``certainty``: ``mean-logprob`` by default, ``min-logprob``, ``q10-logprob``, or
 ``first-token-margin`` from the first token's ``top_logprobs``), through the ``calibration`` file's logistic fit
 when given.
@@ -63,7 +65,7 @@ from cascadeserve.errors import UpstreamError
 from cascadeserve.models.adapters import Adapter
 from cascadeserve.models.base import Generated, ModelLoadError, TextOutput
 from cascadeserve.models.llm import Generation
-from cascadeserve.models.llm_adapter import _calibration, _echo_rows, _requested_cap, option_probabilities
+from cascadeserve.models.llm_adapter import _calibration, option_probabilities
 from cascadeserve.models.llm_prompts import LLMItem, decode_batch
 from cascadeserve.profile.llm_certainty import GENERATION_SIGNALS, generation_signals
 
@@ -291,16 +293,22 @@ class UpstreamAdapter(Adapter):
         return option_probabilities(self.loglik(x))
 
     # -- generation ------------------------------------------------------------------------------------------
-    def _generate_one(self, prompt: str, cap: int) -> Generation:
+    def _generate_one(self, item: LLMItem, cap: int) -> Generation:
         o = self.options
-        body: dict[str, Any] = {"model": o.model, "max_tokens": cap, "temperature": 0}
-        if o.stop:
-            body["stop"] = list(o.stop)
+        body: dict[str, Any] = {"model": o.model, "max_tokens": item.max_new_tokens or cap}
+        body |= {"temperature": 0, **item.sampling.to_json()}  # the request's decoding, passed through
+        stop = item.stop if item.stop is not None else o.stop
+        if stop:
+            body["stop"] = list(stop)
         if o.endpoint == "chat":
-            messages = [{"role": "user", "content": prompt}]
+            if item.prompt_ids is not None:
+                raise ValueError(f"model {self.name!r}: a chat endpoint cannot take a prompt of token ids")
+            turns = item.messages or (("user", item.prompt),)
+            messages = [{"role": r, "content": c} for r, c in turns]
             body |= {"messages": messages, "logprobs": True, "top_logprobs": o.top_logprobs}
             doc = self._post("/v1/chat/completions", body)
         else:
+            prompt: Any = item.prompt if item.prompt_ids is None else list(item.prompt_ids)
             doc = self._post("/v1/completions", {**body, "prompt": prompt, "logprobs": o.top_logprobs})
         try:
             return _parse_generation(doc, chat=o.endpoint == "chat")
@@ -308,30 +316,29 @@ class UpstreamAdapter(Adapter):
             raise self._fail("protocol", f"answer without text and token logprobs ({e!r})") from None
 
     def generate(self, batch: Any, *, max_new_tokens: int | None = None) -> list[Generation]:
-        """One greedy answer per item, each its own request (the items' options, if any, are ignored)."""
+        """One answer per item, each its own request with the item's decoding (greedy unless it asks otherwise;
+        the items' options, if any, are ignored)."""
         items = self.items(batch)
         cap = int(max_new_tokens or self.options.max_new_tokens)
-        return list(self._fan_out([partial(self._generate_one, it.prompt, cap) for it in items]))
+        return list(self._fan_out([partial(self._generate_one, it, cap) for it in items]))
 
     def answer(self, items: Sequence[LLMItem], max_new_tokens: int | None = None) -> Generated:
         """Generated answers with the stage's certainty in each, as :meth:`LLMAdapter.answer` gives them."""
-        own = self.options.max_new_tokens
-        cap = own if max_new_tokens is None else min(max_new_tokens, own)
-        gens = self.generate(items, max_new_tokens=cap)
+        gens = self.generate(items, max_new_tokens=max_new_tokens)
         signal = generation_signals([g.token_logprobs for g in gens], [g.first_token_margin for g in gens])
         certs = signal[self.signal]
         if self.calibration is not None:
             certs = self.calibration(certs)
-        outs = tuple(TextOutput(g.text, g.prompt_tokens, g.output_tokens) for g in gens)
+        outs = tuple(TextOutput(g.text, g.prompt_tokens, g.output_tokens, None, g.finish_reason) for g in gens)
         return Generated(outs, np.clip(np.nan_to_num(certs, nan=0.0), 0.0, 1.0))
 
     def __call__(self, batch: Any) -> np.ndarray | Generated:  # type: ignore[override]
         """Served: option probabilities for scoring items, :class:`Generated` answers for generation items."""
         items = self.items(batch)
-        if any(_echo_rows(batch)):  # would need the upstream's echo passed through; not served (a clear failure)
+        if any(it.echo for it in items):  # would need the upstream's echo passed through; not served (a clear failure)
             raise ValueError(f"model {self.name!r}: an upstream stage does not answer echo requests")
         if all(it.options is None for it in items):
-            return self.answer(items, _requested_cap(batch))
+            return self.answer(items)
         return self.predict(batch)
 
 
@@ -361,6 +368,7 @@ def _parse_generation(doc: dict[str, Any], *, chat: bool) -> Generation:
         int(usage.get("prompt_tokens", 0)),
         int(usage.get("completion_tokens", len(lps))),
         tuple(tokens),
+        finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
     )
 
 

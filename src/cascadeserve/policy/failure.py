@@ -5,6 +5,9 @@ A stage can fail in two ways that call for different answers:
 * a **local model** raised (a poison row, a bug, garbage scores): the failure may belong to one row only, so the
   batch is rerun one row at a time to find the rows that fail alone (``isolate_rows``), and a row that fails gets
   the answer of the earlier stage that ran, flagged ``fallback``, or HTTP 500 when none ran;
+* a **request** the stage cannot serve as asked (:class:`~cascadeserve.errors.RequestError`: a prompt past its
+  context): the client's to fix, so a row that fails alone gets HTTP 400 with the model's message where no earlier
+  stage ran (an earlier stage's answer, flagged ``fallback``, where one did), the batch rerun row by row to find it;
 * an **upstream** stage (a remote OpenAI-compatible server) is down, answered an error, or timed out: every row of
   the batch fails alike and rerunning rows one by one would only multiply the wait (a timeout per row), so the
   whole batch falls back at once: each request gets the earlier stage's answer, flagged ``fallback`` as the deadline
@@ -23,7 +26,7 @@ from typing import Literal
 
 __all__ = ["FailureKind", "StageFailureDecision", "on_stage_failure"]
 
-FailureKind = Literal["model", "upstream_error", "upstream_timeout"]
+FailureKind = Literal["model", "request", "upstream_error", "upstream_timeout"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +40,11 @@ class StageFailureDecision:
     fallback: bool = True
 
 
-_STATUS: dict[str, int] = {"model": 500, "upstream_error": 502, "upstream_timeout": 504}
+_STATUS: dict[str, int] = {"model": 500, "request": 400, "upstream_error": 502, "upstream_timeout": 504}
 
 
 def on_stage_failure(kind: FailureKind) -> StageFailureDecision:
     """The stage-failure rule (module docstring)."""
     if kind not in _STATUS:
         raise ValueError(f"unknown stage failure kind {kind!r}")
-    return StageFailureDecision(kind, isolate_rows=kind == "model", status=_STATUS[kind])
+    return StageFailureDecision(kind, isolate_rows=kind in ("model", "request"), status=_STATUS[kind])

@@ -178,7 +178,7 @@ class Consumer:
             except Exception as e:
                 t1 = self.clock.now()
                 req.compute_s += t1 - t0
-                gen.answer_early(req, t1, ModelFailed(gen.model_names[row], e))
+                gen.answer_early(req, t1, stage_failure(gen.model_names[row], e)[1])
                 continue
             answered += self._apply_safe(gen, r, row, [req], out, t0, self.clock.now())
         return answered

@@ -271,8 +271,13 @@ class ThreadDevice:
             f = self.slowdowns.factor(self.name, self.clock.now(), self.model_names.get(row))
             if f > 1:
                 time.sleep((f - 1.0) * (time.perf_counter() - started))
+        outputs = None
         if isinstance(result, Generated):
-            return _generated(result, n)
+            if result.scores is None:
+                return _generated(result, n)
+            outputs, result = tuple(result.outputs), result.scores  # a scoring stage that counts its tokens
+            if len(outputs) != n:
+                raise ValueError(f"expected {n} answers with the scores, got {len(outputs)}")
         scores = np.asarray(result)
         if scores.ndim != 2 or scores.shape[0] != n:
             raise ValueError(f"expected scores of shape [{n}, classes], got {list(scores.shape)}")
@@ -286,7 +291,7 @@ class ThreadDevice:
         if scores.dtype.kind == "f":
             sound &= np.isfinite(scores).all(axis=1)
         garbage = None if sound.all() else ~sound
-        return BatchOutput(np.asarray(scores.argmax(axis=1), dtype=np.int64), certs, garbage)
+        return BatchOutput(np.asarray(scores.argmax(axis=1), dtype=np.int64), certs, garbage, outputs)
 
     async def run(self, row: int, inputs: Inputs) -> BatchOutput:
         host = self.host

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cascadeserve.errors import UpstreamError
+from cascadeserve.errors import RequestError, UpstreamError
 from cascadeserve.models.base import TextOutput
 from cascadeserve.policy.failure import FailureKind, StageFailureDecision, on_stage_failure
 from cascadeserve.runtime.clock import Cancellable
@@ -83,9 +83,12 @@ class ModelFailed(ServingError):
 
     def __init__(self, model: str, cause: BaseException, status: int = 500) -> None:
         what = str(cause) if isinstance(cause, UpstreamError) else f"{type(cause).__name__}: {cause}"
-        super().__init__(f"model {model!r} failed: {what}")
+        # a request the stage cannot serve as asked: the model's own words are the client's answer (400)
+        super().__init__(str(cause) if isinstance(cause, RequestError) else f"model {model!r} failed: {what}")
         self.model = model
-        self.status = status  # 502/504 for an upstream stage (policy/failure.py)
+        self.status = status  # 400 for a request error, 502/504 for an upstream stage (policy/failure.py)
+        self.param = cause.param if isinstance(cause, RequestError) else None
+        self.code = cause.code if isinstance(cause, RequestError) else None
 
 
 def stage_failure(model: str, cause: BaseException) -> tuple[StageFailureDecision, ModelFailed]:
@@ -94,6 +97,8 @@ def stage_failure(model: str, cause: BaseException) -> tuple[StageFailureDecisio
     kind: FailureKind = "model"
     if isinstance(cause, UpstreamError):
         kind = "upstream_timeout" if cause.kind == "timeout" else "upstream_error"
+    elif isinstance(cause, RequestError):
+        kind = "request"
     decision = on_stage_failure(kind)
     return decision, ModelFailed(model, cause, decision.status)
 
