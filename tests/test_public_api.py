@@ -371,6 +371,7 @@ EXPECTED: dict[str, list[str]] = {
     "cascadeserve.workload.repository": ["CascadeFiles", "ModelRepository", "load_parameters", "repository_builder"],
     "cascadeserve.http.connections": ["ConnectionLimits", "protocol_class"],
     "cascadeserve.http.failures": ["LOG", "public_error", "request_id"],
+    "cascadeserve.http.openai_params": ["MAX_PROMPTS", "Ask", "OpenAIError", "parse_chat", "parse_completion"],
     "cascadeserve.http.jsonshape": ["MAX_DEPTH", "MAX_ELEMENTS", "shape_error"],
     "cascadeserve.http.limits": [
         "MAX_DEPTH",

@@ -105,9 +105,26 @@ def test_streaming_releases_only_the_answering_stages_text(server: Server) -> No
         ({"model": "chat", "messages": [{"role": "user", "content": ""}]}, 400, "messages"),
         ({"model": "chat", "messages": [{"role": "robot", "content": "hi"}]}, 400, "messages"),
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n"),
-        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7}, 400, "temperature"),
+        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "temperature": 2.5}, 400, "temperature"),
+        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "top_p": 0}, 400, "top_p"),
+        (
+            {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "presence_penalty": 3},
+            400,
+            "presence_penalty",
+        ),
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "tools": []}, 400, "tools"),
-        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "stop": ["\n"]}, 400, "stop"),
+        (
+            {
+                "model": "chat",
+                "messages": [{"role": "user", "content": "hi"}],
+                "response_format": {"type": "json_object"},
+            },
+            400,
+            "response_format",
+        ),
+        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"1": 5}}, 400, "logit_bias"),
+        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "top_k": 5}, 400, "top_k"),
+        ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "stop": ["\n"] * 17}, 400, "stop"),
         ({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens"),
         ({"model": "other", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
         ({"model": "chat", "messages": [{"role": "user", "content": "x" * 40_000}]}, 413, "messages"),
@@ -132,10 +149,24 @@ def test_bad_requests_name_the_field(server: Server, body: dict[str, Any], statu
     assert err["param"] == param and err["message"]
 
 
-def test_echo_is_served_only_as_the_prompts_logprobs(server: Server) -> None:
-    for body in ({"echo": True, "max_tokens": 5}, {"echo": True}, {"echo": "yes", "max_tokens": 0}):
-        r = httpx.post(f"{server.url}/v1/completions", json={"model": "chat", "prompt": "hi", **body}, timeout=30)
-        assert r.status_code == 400 and r.json()["error"]["param"] == "echo", r.text
+def test_echo_and_prompt_lists_are_checked(server: Server) -> None:
+    for body, param in (
+        ({"echo": "yes", "max_tokens": 0}, "echo"),
+        ({"echo": True, "max_tokens": 1, "stream": True}, "echo"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"best_of": 2}, "best_of"),
+        ({"prompt": ["a", [1, 2]]}, "prompt"),
+        ({"prompt": [-1, 2]}, "prompt"),
+        ({"prompt": []}, "prompt"),
+    ):
+        doc = {"model": "chat", "prompt": "hi", **body}
+        r = httpx.post(f"{server.url}/v1/completions", json=doc, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    # several prompts: one request each through the cascade, one choice each (with the stage that answered it)
+    r = httpx.post(f"{server.url}/v1/completions", json={"model": "chat", "prompt": ["why?", "no"]}, timeout=30)
+    choices = r.json()["choices"]
+    assert [c["text"] for c in choices] == ["WHY?", "on"]
+    assert [c["cascade"]["model"] for c in choices] == ["draft", "expert"]
 
 
 def test_malformed_json_and_nothing_leaks(server: Server) -> None:

@@ -1,45 +1,50 @@
-"""OpenAI's API in front of an LLM cascade: ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models``.
+"""OpenAI's API in front of an LLM cascade: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models`` (and
+``/v1/models/{id}``), and ``GET /health``.
 
-The ``model`` a client names is the served cascade. A request becomes one item for the cascade's first stage (a
-JSON object with ``prompt``, see :mod:`cascadeserve.models.llm_prompts`): the chat messages flattened into one
-prompt (system first, then the turns, each on its own line with its role, unless there is a single user message),
-or the completion's ``prompt``. From there it is a request like any other: the same admission (503 with
+The ``model`` a client names is the served cascade. Each prompt of a request becomes one item for the cascade's
+first stage (a JSON object, see :mod:`cascadeserve.models.llm_prompts`): a chat's messages, which each stage puts
+through its chat template (or reads as labelled lines where it has none), or a completion's prompt, as text or
+token ids; with it go the parameters the stage honours (:mod:`cascadeserve.http.openai_params` says which are
+honoured, accepted, or refused). From there it is a request like any other: the same admission (503 with
 Retry-After when full), deadlines (``timeout`` in seconds, an extension; else the server's default), tokens,
-metrics and plan. The stage that answers is the cheapest one sure enough of its answer under the gear in force.
+metrics and plan. The stage that answers is the cheapest one sure enough of its answer under the gear in force;
+the answer's certainty is that stage's (for generated text: the ``certainty`` signal of its tokens'
+log-probabilities under the model, sampled or not).
 
 * **Generation cascades** answer with the text of the stage that answered. **Scoring cascades** take the
   candidate answers as ``options`` (an extension field, at least two strings) and answer with the option the
   answering stage ranked first.
 * The response says which stage answered: an extension field ``cascade`` (``model``, ``stage``, ``escalations``,
   ``certainty``, ``gear``, ``fallback``) and the headers ``x-cascade-model``, ``x-cascade-stage``,
-  ``x-cascade-escalations`` and ``x-cascade-fallback``. ``fallback`` marks an earlier stage's answer returned
-  because the deadline passed before a later stage finished.
+  ``x-cascade-escalations`` and ``x-cascade-fallback``, of the first prompt; with several prompts each choice
+  carries its own ``cascade`` too. ``fallback`` marks an earlier stage's answer returned because the deadline
+  passed (or a later stage could not take the prompt) before a later stage finished.
+* ``finish_reason`` is ``length`` when a cap cut the text (the request's ``max_tokens`` or the stage's own), else
+  ``stop``; ``usage`` counts the answering stages' tokens, a scoring answer's too (the prompt and options it read,
+  nothing generated).
 * ``stream: true`` sends server-sent events in OpenAI's chunk shape. A stage's answer is only known, and only
   final, once its certainty is: nothing is streamed from a stage that may yet be overruled. The chunks carry the
   answering stage's text as it is released (whole answers here: the local stages generate a batch at a time),
   then the finish chunk (with ``usage`` when ``stream_options.include_usage``), then ``data: [DONE]``.
-
 * ``logprobs`` (completions: 0-5 alternatives per token; chat: ``logprobs: true`` and ``top_logprobs`` 0-5) returns
-  the answering stage's token log-probabilities in OpenAI's shape (not with ``stream``). ``echo: true`` with
-  ``max_tokens: 0`` on ``/v1/completions`` returns the prompt's own token log-probabilities (the first stage
-  answers: a measurement has nothing to escalate), which is how a client, such as an upstream stage of another
-  cascadeserve, scores an option as a continuation.
+  the answering stage's token log-probabilities in OpenAI's shape (not with ``stream``). ``echo: true`` on
+  ``/v1/completions`` returns the prompt's own token log-probabilities, then ``max_tokens`` generated tokens (0
+  allowed): the first stage answers (a measurement has nothing to escalate), which is how a client, such as
+  lm-eval or an upstream stage of another cascadeserve, scores a continuation.
 
-Bad input is a 400 naming the field (OpenAI's error shape: ``error.message``, ``error.type``, ``error.param``):
-no messages, an empty prompt, a role it does not know, ``n`` other than 1, a ``temperature`` above 0 (decoding is
-greedy), custom ``stop`` sequences, or a parameter this server does not serve (``tools``, ...); an
-unknown model is a 404, a prompt over the limit a 413 naming the limit, and a missing or wrong token (with
-``serve --auth-token``) a 401 or 403, all in that shape.
+Bad input is a 400 naming the field (OpenAI's error shape: ``error.message``, ``error.type``, ``error.param``),
+as is a prompt longer than the answering stage's context (vLLM's words: "This model's maximum context length is N
+tokens..."); an unknown model is a 404, a prompt over the characters limit a 413 naming the limit, and a missing or
+wrong token (with ``serve --auth-token``) a 401 or 403, all in that shape.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -50,11 +55,12 @@ from cascadeserve.http import openai_schema as schema
 from cascadeserve.http.clipper import ClipperLayer
 from cascadeserve.http.failures import public_error
 from cascadeserve.http.fastpath import disconnected
-from cascadeserve.http.limits import MAX_PROMPT_CHARS, LimitError, check_max_tokens, check_options, loads
+from cascadeserve.http.limits import MAX_PROMPT_CHARS, LimitError, loads
+from cascadeserve.http.openai_params import Ask, OpenAIError, parse_chat, parse_completion
 from cascadeserve.http.openapi import describe
 from cascadeserve.http.v2 import ProtocolError
 from cascadeserve.models.base import TokenLogprobs
-from cascadeserve.runtime import Answer, InputSpec, Overloaded, Runtime, ServingError
+from cascadeserve.runtime import Answer, InputSpec, ModelFailed, Overloaded, Runtime, ServingError
 
 __all__ = ["MAX_PROMPT_CHARS", "OpenAIError", "openai_routes", "parse_chat", "parse_completion"]
 
@@ -84,151 +90,12 @@ class _Api(Protocol):
     async def _body(self, request: Request) -> bytes: ...
 
 
-class OpenAIError(Exception):
-    """A request this front end refuses: HTTP ``status``, OpenAI's error ``type``, and the ``param`` at fault."""
-
-    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.param, self.code = status, param, code
-
-    def response(self) -> JSONResponse:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        if self.status == 503:
-            kind = "overloaded_error"
-        body = {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status)
-
-
-def _common(body: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:
-    """The parameters every endpoint checks alike; returns max_tokens, stream, options and timeout."""
-    extra = sorted(set(body) - allowed)
-    if extra:
-        raise OpenAIError(f"unsupported parameter(s): {', '.join(extra)}", param=extra[0])
-    n = body.get("n", 1)
-    if n != 1 or isinstance(n, bool):
-        raise OpenAIError(f"n: only one choice per request is served, got {n!r}", param="n")
-    t = body.get("temperature", 0)
-    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t != 0:
-        raise OpenAIError(f"temperature: decoding is greedy, give 0 or leave it out (got {t!r})", param="temperature")
-    cap = body.get("max_completion_tokens", body.get("max_tokens"))
-    echo = body.get("echo", False)
-    if not isinstance(echo, bool):
-        raise OpenAIError(f"echo: expected true or false, got {echo!r}", param="echo")
-    if echo and cap != 0:  # the prompt's log-probabilities (how a client scores a continuation), nothing generated
-        raise OpenAIError("echo: served only with max_tokens 0 (the prompt's log-probabilities)", param="echo")
-    if not echo and cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise OpenAIError(f"max_tokens: expected a positive integer, got {cap!r}", param="max_tokens")
-    if body.get("stop") not in (None, [], ""):  # accepted only empty: the stages stop at their own stop strings
-        raise OpenAIError("stop: custom stop sequences are not served; each stage stops at its own", param="stop")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise OpenAIError(f"stream: expected true or false, got {stream!r}", param="stream")
-    options = body.get("options")
-    if options is not None and (
-        not isinstance(options, list) or len(options) < 2 or not all(isinstance(o, str) and o for o in options)
-    ):
-        raise OpenAIError("options: expected a list of at least 2 non-empty strings", param="options")
-    try:  # the gate's bounds (http/limits.py): no cap past any context, no flood of options
-        check_max_tokens(cap, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
-        check_options(options, "options")
-    except LimitError as e:
-        raise OpenAIError(e.message, e.status, e.param) from None
-    timeout = body.get("timeout")
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0
-    ):
-        raise OpenAIError(f"timeout: expected a positive number of seconds, got {timeout!r}", param="timeout")
-    so = body.get("stream_options") or {}
-    if not isinstance(so, dict):
-        raise OpenAIError("stream_options: expected an object", param="stream_options")
-    top = _top_logprobs(body)
-    if top is not None and stream:
-        raise OpenAIError("logprobs: not served with stream; ask without stream", param="logprobs")
-    return {
-        "max_tokens": cap,
-        "echo": echo,
-        "logprobs": top,
-        "stream": stream,
-        "options": options,
-        "timeout": None if timeout is None else float(timeout),
-        "usage": bool(so.get("include_usage", False)),
-    }
-
-
-def _top_logprobs(body: Mapping[str, Any]) -> int | None:
-    """How many alternatives per token to report, or None for no log-probabilities. Completions: ``logprobs`` is
-    that number; chat: ``logprobs`` is true or false and ``top_logprobs`` the number."""
-    lp = body.get("logprobs")
-    if lp is None or lp is False:
-        return None
-    if "messages" in body:
-        if lp is not True:
-            raise OpenAIError(f"logprobs: expected true or false, got {lp!r}", param="logprobs")
-        lp = body.get("top_logprobs") or 0
-        param = "top_logprobs"
-    else:
-        param = "logprobs"
-    if isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= schema.MAX_TOP:
-        raise OpenAIError(f"{param}: expected an integer from 0 to {schema.MAX_TOP}, got {lp!r}", param=param)
-    return lp
-
-
-def _content(msg: Mapping[str, Any], i: int) -> str:
-    c = msg.get("content")
-    if isinstance(c, list):  # content parts: text only
-        parts = []
-        for k, p in enumerate(c):
-            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
-                raise OpenAIError(f"messages[{i}].content[{k}]: only text parts are served", param="messages")
-            parts.append(p["text"])
-        c = "".join(parts)
-    if not isinstance(c, str) or not c.strip():
-        raise OpenAIError(f"messages[{i}].content: expected non-empty text", param="messages")
-    return c
-
-
-def parse_chat(body: Any) -> tuple[str, str, dict[str, Any]]:
-    """``(model, prompt, params)`` of a chat completion request, or :class:`OpenAIError` naming the field."""
-    if not isinstance(body, dict):
-        raise OpenAIError("the body must be a JSON object")
-    params = _common(body, schema.CHAT_FIELDS)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise OpenAIError("model: required, the name of the served cascade", param="model")
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise OpenAIError("messages: expected a non-empty list of messages", param="messages")
-    turns: list[tuple[str, str]] = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict):
-            raise OpenAIError(f"messages[{i}]: expected an object with role and content", param="messages")
-        role = m.get("role")
-        if role not in schema.ROLES:
-            want = ", ".join(schema.ROLES)
-            raise OpenAIError(f"messages[{i}].role: expected one of {want}, got {role!r}", param="messages")
-        turns.append((str(role), _content(m, i)))
-    if turns[-1][0] == "assistant":
-        raise OpenAIError("messages: the last message must not be the assistant's", param="messages")
-    # the stages apply their own chat template to one prompt: a conversation becomes labelled lines
-    one = len(turns) == 1 and turns[0][0] == "user"
-    prompt = turns[0][1] if one else "\n".join(f"{r}: {c}" for r, c in turns)
-    return model, prompt, params
-
-
-def parse_completion(body: Any) -> tuple[str, str, dict[str, Any]]:
-    """``(model, prompt, params)`` of a (legacy) completion request."""
-    if not isinstance(body, dict):
-        raise OpenAIError("the body must be a JSON object")
-    params = _common(body, schema.COMPLETION_FIELDS)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise OpenAIError("model: required, the name of the served cascade", param="model")
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1:
-        prompt = prompt[0]
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise OpenAIError("prompt: expected one non-empty string", param="prompt")
-    return model, prompt, params
+def _refusal(e: OpenAIError) -> JSONResponse:
+    kind = "invalid_request_error" if e.status < 500 else "server_error"
+    if e.status == 503:
+        kind = "overloaded_error"
+    body = {"error": {"message": str(e), "type": kind, "param": e.param, "code": e.code}}
+    return JSONResponse(body, status_code=e.status)
 
 
 def _cascade_info(a: Answer) -> dict[str, Any]:
@@ -251,6 +118,15 @@ def _headers(a: Answer) -> dict[str, str]:
     }
 
 
+def _failure(e: ServingError, ask: Ask) -> OpenAIError:
+    """A request's serving error in OpenAI's shape; a stage's refusal of the prompt (400) names the field."""
+    message, status = public_error(e)
+    if isinstance(e, ModelFailed) and status == 400:
+        param = "messages" if ask.chat else "prompt"
+        return OpenAIError(message, 400, param if e.param in ("prompt", "messages") else e.param, e.code)
+    return OpenAIError(message, status)
+
+
 class _Front:
     """The handlers, over the V2 app's handlers (admission, deadlines, the served model)."""
 
@@ -262,18 +138,36 @@ class _Front:
         bad = self.api._auth(request)
         if bad is None:
             return None
-        refused = OpenAIError(json.loads(bytes(bad.body))["error"], bad.status_code).response()
+        refused = _refusal(OpenAIError(json.loads(bytes(bad.body))["error"], bad.status_code))
         if "www-authenticate" in bad.headers:
             refused.headers["WWW-Authenticate"] = bad.headers["www-authenticate"]
         return refused
+
+    def _entry(self) -> dict[str, Any]:
+        return {"id": self.api.model.name, "object": "model", "created": 0, "owned_by": "cascadeserve"}
+
+    @describe(answers=())
+    async def health(self, request: Request) -> Response:
+        """Liveness as vLLM answers it: 200 with an empty body while the process answers."""
+        return Response(status_code=200)
 
     @describe(responses=(401, 403), secured=True, error=schema.ERROR)
     async def models(self, request: Request) -> Response:
         """The served cascade, as OpenAI's model list."""
         if (bad := self._auth(request)) is not None:
             return bad
-        entry = {"id": self.api.model.name, "object": "model", "created": 0, "owned_by": "cascadeserve"}
-        return JSONResponse({"object": "list", "data": [entry]})
+        return JSONResponse({"object": "list", "data": [self._entry()]})
+
+    @describe(responses=(401, 403, 404), secured=True, error=schema.ERROR)
+    async def model(self, request: Request) -> Response:
+        """One served cascade, as OpenAI's model object (404 for a name not served)."""
+        if (bad := self._auth(request)) is not None:
+            return bad
+        name = request.path_params["model"]
+        if name != self.api.model.name:
+            message = f"model {name!r} not found; this server serves {self.api.model.name!r}"
+            return _refusal(OpenAIError(message, 404, "model", "model_not_found"))
+        return JSONResponse(self._entry())
 
     @describe(
         body=schema.CHAT_BODY, responses=schema.REFUSALS, secured=True, error=schema.ERROR, answers=schema.ANSWERS
@@ -301,81 +195,95 @@ class _Front:
             except ProtocolError as e:  # over the size limit (413), or not JSON at all (400)
                 message = f"the body is not JSON: {e.message}" if e.status == 400 else e.message
                 raise OpenAIError(message, e.status) from None
-            model, prompt, params = (parse_chat if chat else parse_completion)(body)
-            if model != api.model.name:
+            ask = (parse_chat if chat else parse_completion)(body)
+            if ask.model != api.model.name:
                 raise OpenAIError(
-                    f"model {model!r} not found; this server serves {api.model.name!r}", 404, "model", "model_not_found"
+                    f"model {ask.model!r} not found; this server serves {api.model.name!r}",
+                    404,
+                    "model",
+                    "model_not_found",
                 )
             if len(api.model.inputs) > 1 or api.model.input.datatype != "BYTES":
                 takes = ", ".join(f"{i.name} ({i.datatype})" for i in api.model.inputs)
-                raise OpenAIError(f"model {model!r} takes the tensors {takes}, not text", param="model")
-            if len(prompt) > MAX_PROMPT_CHARS:
-                raise OpenAIError(
-                    f"the prompt is {len(prompt)} characters, over this server's limit of {MAX_PROMPT_CHARS}",
-                    413,
-                    "messages" if chat else "prompt",
-                    "context_length_exceeded",
-                )
-            answer = await self._ask(request, prompt, params)
-            text = self._text(answer, params)
+                raise OpenAIError(f"model {ask.model!r} takes the tensors {takes}, not text", param="model")
+            answers = await self._ask(request, ask)
+            texts = [self._text(a, ask) for a in answers]
         except OpenAIError as e:
-            return e.response()
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        out = answer.output
-        usage = {
-            "prompt_tokens": 0 if out is None else out.prompt_tokens,
-            "completion_tokens": 0 if out is None else out.output_tokens,
-        }
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        cap = params["max_tokens"]
-        finish = "length" if out is not None and cap is not None and out.output_tokens >= cap else "stop"
-        base = {"id": rid, "created": int(time.time()), "model": model, "cascade": _cascade_info(answer)}
-        if params["stream"]:
-            events = _events(base, chat, text, finish, usage if params["usage"] else None)
-            return StreamingResponse(events, media_type="text/event-stream", headers=_headers(answer))
-        top = params["logprobs"]
-        lps = None if top is None or out is None else out.logprobs
-        if chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
-            choice["logprobs"] = None if lps is None else _chat_logprobs(lps, top)
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None if lps is None else _completion_logprobs(lps, top)}
-        choice["finish_reason"] = finish
-        obj = {**base, "object": "chat.completion" if chat else "text_completion", "choices": [choice], "usage": usage}
-        return JSONResponse(obj, headers=_headers(answer))
+            return _refusal(e)
+        return self._respond(ask, answers, texts)
 
-    async def _ask(self, request: Request, prompt: str, params: dict[str, Any]) -> Answer:
+    def _respond(self, ask: Ask, answers: list[Answer], texts: list[str]) -> Response:
+        chat = ask.chat
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        outs = [a.output for a in answers]
+        prompt_tokens = sum(0 if o is None else o.prompt_tokens for o in outs)
+        completion_tokens = sum(0 if o is None else o.output_tokens for o in outs)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        cap = ask.max_tokens
+        finishes = []
+        for o in outs:
+            if o is not None and o.finish_reason is not None:
+                finishes.append(o.finish_reason)
+            else:
+                finishes.append("length" if o is not None and cap is not None and o.output_tokens >= cap else "stop")
+        base = {"id": rid, "created": int(time.time()), "model": ask.model, "cascade": _cascade_info(answers[0])}
+        several = len(answers) > 1
+        if ask.stream:
+            events = _events(base, chat, texts, finishes, usage if ask.usage else None)
+            return StreamingResponse(events, media_type="text/event-stream", headers=_headers(answers[0]))
+        top = ask.logprobs
+        choices = []
+        for i, (a, o, text, finish) in enumerate(zip(answers, outs, texts, finishes, strict=True)):
+            lps = None if top is None or o is None else o.logprobs
+            if chat:
+                choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text}}
+                choice["logprobs"] = None if lps is None else _chat_logprobs(lps, top or 0)
+            else:
+                logprobs = None if lps is None else _completion_logprobs(lps, top or 0)
+                choice = {"index": i, "text": text, "logprobs": logprobs}
+            choice["finish_reason"] = finish
+            if several:
+                choice["cascade"] = _cascade_info(a)
+            choices.append(choice)
+        kind = "chat.completion" if chat else "text_completion"
+        obj = {**base, "object": kind, "choices": choices, "usage": usage}
+        return JSONResponse(obj, headers=_headers(answers[0]))
+
+    async def _ask(self, request: Request, ask: Ask) -> list[Answer]:
         api = self.api
-        item: dict[str, Any] = {"prompt": prompt}
-        if params["options"] is not None:
-            item["options"] = params["options"]
-        if params["echo"]:
-            item["echo"] = True
-        elif params["max_tokens"] is not None:
-            item["max_new_tokens"] = params["max_tokens"]
         try:
-            (req,) = api.layer.submit([json.dumps(item)], params["timeout"])
+            reqs = api.layer.submit([json.dumps(item) for item in ask.items], ask.timeout)
         except Overloaded as e:
             raise OpenAIError(str(e), 503, code="overloaded") from None
         except ServingError as e:
             raise OpenAIError(*public_error(e)) from None
         gone = asyncio.ensure_future(disconnected(request.receive))
+        futures = [r.future for r in reqs]
         try:
-            await asyncio.wait((req.future, gone), return_when=asyncio.FIRST_COMPLETED)
-            if not req.future.done():  # the client went away: drop the request if it has not started
-                api.runtime.cancel([req])
-            try:
-                answer: Answer = await req.future
-                return answer
-            except ServingError as e:  # a model's own text only in the server log
-                raise OpenAIError(*public_error(e)) from None
+            every = asyncio.gather(*futures, return_exceptions=True)
+            await asyncio.wait((every, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not every.done():  # the client went away: drop the requests that have not started
+                api.runtime.cancel(reqs)
+            results = await every
         finally:
             gone.cancel()
+        answers: list[Answer] = []
+        for r in results:
+            if isinstance(r, ServingError):  # a model's own text only in the server log
+                raise _failure(r, ask)
+            if isinstance(r, BaseException):
+                raise r
+            answers.append(r)
+        return answers
 
-    def _text(self, answer: Answer, params: dict[str, Any]) -> str:
+    def _text(self, answer: Answer, ask: Ask) -> str:
         if answer.output is not None:
             return answer.output.text
-        options = params["options"]
+        options = ask.options
         if options is None:
             raise OpenAIError(
                 "options: this cascade scores given answers; send them as options (a list of strings)", param="options"
@@ -411,26 +319,27 @@ def _chat_logprobs(lps: TokenLogprobs, top: int) -> dict[str, Any]:
 
 
 async def _events(
-    base: dict[str, Any], chat: bool, text: str, finish: str, usage: dict[str, int] | None
+    base: dict[str, Any], chat: bool, texts: list[str], finishes: list[str], usage: dict[str, int] | None
 ) -> AsyncIterator[bytes]:
     kind = "chat.completion.chunk" if chat else "text_completion"
 
-    def chunk(delta: dict[str, Any] | str, reason: str | None, extra: dict[str, Any] | None = None) -> bytes:
+    def chunk(i: int, delta: dict[str, Any] | str, reason: str | None) -> bytes:
         if chat:
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": reason}
+            choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": reason}
         else:
-            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
-        obj = {**base, "object": kind, "choices": [choice], **(extra or {})}
+            choice = {"index": i, "text": delta, "logprobs": None, "finish_reason": reason}
+        obj = {**base, "object": kind, "choices": [choice]}
         return f"data: {json.dumps(obj)}\n\n".encode()
 
-    if chat:
-        yield chunk({"role": "assistant", "content": ""}, None)
-    pieces = text.split(" ")
-    for i, p in enumerate(pieces):  # the released answer, word by word
-        piece = p if i == len(pieces) - 1 else p + " "
-        if piece:
-            yield chunk({"content": piece} if chat else piece, None)
-    yield chunk({} if chat else "", finish)
+    for i, (text, finish) in enumerate(zip(texts, finishes, strict=True)):
+        if chat:
+            yield chunk(i, {"role": "assistant", "content": ""}, None)
+        pieces = text.split(" ")
+        for k, p in enumerate(pieces):  # the released answer, word by word
+            piece = p if k == len(pieces) - 1 else p + " "
+            if piece:
+                yield chunk(i, {"content": piece} if chat else piece, None)
+        yield chunk(i, {} if chat else "", finish)
     if usage is not None:
         obj = {**base, "object": kind, "choices": [], "usage": usage}
         yield f"data: {json.dumps(obj)}\n\n".encode()
@@ -440,7 +349,9 @@ async def _events(
 def openai_routes(api: _Api) -> list[BaseRoute]:
     front = _Front(api)
     return [
+        Route("/health", front.health, methods=["GET"]),
         Route("/v1/models", front.models, methods=["GET"]),
+        Route("/v1/models/{model}", front.model, methods=["GET"]),
         Route("/v1/chat/completions", front.chat, methods=["POST"]),
         Route("/v1/completions", front.completions, methods=["POST"]),
     ]

@@ -6,46 +6,64 @@ from __future__ import annotations
 
 from typing import Any
 
+from cascadeserve.models.llm_prompts import ROLES
+
 __all__ = [
     "ANSWERS", "CHAT_BODY", "CHAT_FIELDS", "COMPLETION_BODY", "COMPLETION_FIELDS", "ERROR", "MAX_TOP", "REFUSALS",
-    "ROLES",
+    "REFUSED_FIELDS", "ROLES",
 ]  # fmt: skip
 
-ROLES = ("system", "user", "assistant", "developer")
-# accepted and honoured, or accepted as the only value they may take
+# accepted and honoured, or accepted as the only value they may take (http/openai_params.py says which)
 CHAT_FIELDS = {
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p",
     "n", "user", "seed", "options", "timeout", "stop", "metadata", "store", "logprobs", "top_logprobs",
+    "frequency_penalty", "presence_penalty", "ignore_eos",
 }  # fmt: skip
 COMPLETION_FIELDS = (CHAT_FIELDS - {"messages", "max_completion_tokens", "store", "metadata", "top_logprobs"}) | {
     "prompt",
     "echo",
+    "best_of",
+    "suffix",
 }
+# refused unless they take the one value that asks for nothing (http/openai_params.py): listed in the document so
+# that a client learns of them from a 400 naming them, not from "unsupported parameter"
+REFUSED_FIELDS = (
+    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "logit_bias",
+)  # fmt: skip
 MAX_TOP = 5  # top_logprobs per token (the stages keep 5 alternatives; OpenAI's completions API allows 5 too)
 
 # The OpenAPI document's request bodies: the checks every request gets whatever its other fields say (a field
 # whose check depends on another, such as max_tokens with echo or logprobs with stream, is left open here)
 NULL = {"type": "null"}
 TEXT = {"type": "string", "pattern": r"\S"}
+IDS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}  # a prompt in token ids
 FIELDS: dict[str, Any] = {
     "model": {"type": "string", "minLength": 1, "description": "the served cascade"},
-    "stream": {"type": "boolean"},
-    "n": {"type": "integer", "minimum": 1, "maximum": 1},
-    "temperature": {"type": "number", "minimum": 0, "maximum": 0, "description": "decoding is greedy"},
-    "stop": {"anyOf": [NULL, {"const": ""}, {"type": "array", "maxItems": 0}], "description": "not served"},
+    "stream": {"type": ["boolean", "null"]},
+    "n": {"anyOf": [NULL, {"type": "integer", "minimum": 1, "maximum": 1}], "description": "one choice per prompt"},
+    "temperature": {"anyOf": [NULL, {"type": "number", "minimum": 0, "maximum": 2}], "description": "0: greedy"},
+    "top_p": {"anyOf": [NULL, {"type": "number", "exclusiveMinimum": 0, "maximum": 1}]},
+    "frequency_penalty": {"anyOf": [NULL, {"type": "number", "minimum": -2, "maximum": 2}]},
+    "presence_penalty": {"anyOf": [NULL, {"type": "number", "minimum": -2, "maximum": 2}]},
+    "seed": {"anyOf": [NULL, {"type": "integer"}]},
+    "ignore_eos": {"type": ["boolean", "null"]},
+    "stop": {
+        "anyOf": [NULL, {"type": "string"}, {"type": "array", "maxItems": 16, "items": {"type": "string"}}],
+        "description": "stop strings, in place of the stage's own",
+    },
     "options": {
         "anyOf": [NULL, {"type": "array", "minItems": 2, "items": {"type": "string", "minLength": 1}}],
         "description": "the candidate answers of a scoring cascade",
     },
     "timeout": {"anyOf": [NULL, {"type": "number", "exclusiveMinimum": 0}], "description": "seconds"},
-    **{k: {} for k in ("stream_options", "max_tokens", "top_p", "user", "seed", "logprobs")},
+    **{k: {} for k in ("stream_options", "max_tokens", "user", "logprobs", *REFUSED_FIELDS)},
 }
 CHAT_BODY: dict[str, Any] = {
     "type": "object",
     "required": ["model", "messages"],
     "additionalProperties": False,
     "properties": {
-        **{k: v for k, v in FIELDS.items() if k in CHAT_FIELDS},
+        **{k: v for k, v in FIELDS.items() if k in CHAT_FIELDS or k in REFUSED_FIELDS},
         "messages": {
             "type": "array",
             "minItems": 1,
@@ -81,9 +99,18 @@ COMPLETION_BODY: dict[str, Any] = {
     "required": ["model", "prompt"],
     "additionalProperties": False,
     "properties": {
-        **{k: v for k, v in FIELDS.items() if k in COMPLETION_FIELDS},
-        "prompt": {"anyOf": [TEXT, {"type": "array", "minItems": 1, "maxItems": 1, "items": TEXT}]},
-        "echo": {"type": "boolean"},
+        **{k: v for k, v in FIELDS.items() if k in COMPLETION_FIELDS or k in REFUSED_FIELDS},
+        "prompt": {
+            "anyOf": [
+                TEXT,
+                {"type": "array", "minItems": 1, "maxItems": 64, "items": TEXT},
+                IDS,
+                {"type": "array", "minItems": 1, "maxItems": 64, "items": IDS},
+            ]
+        },
+        "echo": {"type": ["boolean", "null"]},
+        "best_of": {"anyOf": [NULL, {"type": "integer", "minimum": 1, "maximum": 1}]},
+        "suffix": {"anyOf": [NULL, {"const": ""}]},
         "max_tokens": {"anyOf": [NULL, {"type": "integer", "minimum": 0}]},
         "logprobs": {"anyOf": [NULL, {"const": False}, {"type": "integer", "minimum": 0, "maximum": MAX_TOP}]},
     },

@@ -6,7 +6,8 @@ request to the cascade it names:
 
 * ``/v2/models/<name>/...`` (infer, metadata, ready, stats) to that cascade; an unknown name is a 404 listing the
   served ones;
-* ``POST /v1/completions`` and ``/v1/chat/completions`` by the body's ``model``; ``GET /v1/models`` lists them all;
+* ``POST /v1/completions`` and ``/v1/chat/completions`` by the body's ``model``; ``GET /v1/models`` lists them all,
+  ``GET /v1/models/<name>`` goes to that cascade (an unknown name: the first cascade answers OpenAI's 404);
 * ``GET /metrics``: every cascade's metrics, each sample labelled ``cascade="<name>"`` (Triton's
   ``nv_inference_*`` are labelled ``model="<name>"`` instead, as Triton labels them);
 * ``/v2/health/ready``: ready while every cascade is (Triton's rule); live while the process is;
@@ -214,6 +215,8 @@ class Repository:
             return app.asgi, None
         if several and method == "GET" and path == "/v1/models":
             return None, self._auth(scope) or self._models()
+        if several and method == "GET" and path.startswith("/v1/models/"):  # one model object: its cascade answers
+            return (self.app(path[len("/v1/models/") :]) or self.first).asgi, None
         if several and method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             body = await _read(receive, self.options.max_body_bytes)
             scope["_body"] = body
