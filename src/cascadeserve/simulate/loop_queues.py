@@ -10,6 +10,8 @@ what the host's other busy devices add is :func:`cascadeserve.profile.host.conte
 
 Queues are linked lists through one ``nxt`` array indexed by request (a request sits in at most one queue or batch
 at a time); ``rq`` holds per replica the head, tail and length of its queue of arrivals and of forwarded requests.
+The helpers take the loop's records (:mod:`cascadeserve.simulate.loop_records`: ``inp``, ``plan``, ``routes``,
+``costs``, the state ``st`` and the outcomes ``out``) or plain arrays, and write only the arrays inside them.
 """
 
 from __future__ import annotations
@@ -52,31 +54,32 @@ def push(rq, nxt, head_col, rr, i):  # type: ignore[no-untyped-def]
     rq[rr, head_col + 2] += 1
 
 
-def route(  # type: ignore[no-untyped-def]
-    lo, hi, k0, seqs, seq_start, seq_len, rpos, route_reps, route_start, rq, nxt, head_col, rep_dirty, dirty,
-    replica_device,
-):
-    """Requests ``lo..hi-1``, in order, to the replicas router ``k0`` picks (smooth weighted round-robin)."""
-    s0 = seq_start[k0]
-    seq = seqs[s0 : s0 + seq_len[k0]]
+def route(lo, hi, k0, plan, routes, st):  # type: ignore[no-untyped-def]
+    """Requests ``lo..hi-1``, in order, to the replicas router ``k0`` picks (smooth weighted round-robin), each at
+    the end of its queue of arrivals."""
+    s0 = routes.seq_start[k0]
+    seq = routes.seqs[s0 : s0 + routes.seq_len[k0]]
     for i in range(lo, hi):
-        j, p2 = swrr_pick(seq, rpos[k0, 0])  # new requests: the front end's routers (lane 0)
-        rpos[k0, 0] = p2
-        rr = route_reps[route_start[k0] + j]
-        push(rq, nxt, head_col, rr, i)
-        rep_dirty[rr] = True
-        dirty[replica_device[rr]] = True
+        j, p2 = swrr_pick(seq, st.rpos[k0, 0])  # new requests: the front end's routers (lane 0)
+        st.rpos[k0, 0] = p2
+        rr = routes.route_reps[routes.route_start[k0] + j]
+        push(st.rq, st.nxt, P_HEAD, rr, i)
+        st.rep_dirty[rr] = True
+        st.dirty[plan.replica_device[rr]] = True
 
 
-def ready(  # type: ignore[no-untyped-def]
-    d, now, dev_start, dev_reps, rep_dirty, rep_t, rep_first, rq, ftime, arr, nxt, cur_minq, lim, cur_wait
-):
+def ready(d, now, arr, plan, st, lim, cur_wait):  # type: ignore[no-untyped-def]
     """When free device ``d`` fires next and which replica (inf, -1: none), as the policy's ``next_batch`` picks;
     each replica's fire time is recomputed only when its queue or trigger changed."""
     inf = math.inf
+    rq = st.rq
+    nxt = st.nxt
+    rep_t = st.rep_t
+    rep_first = st.rep_first
+    rep_dirty = st.rep_dirty
     best = (inf, inf, -1, -1)
-    for jj in range(dev_start[d], dev_start[d + 1]):
-        r = dev_reps[jj]
+    for jj in range(plan.dev_start[d], plan.dev_start[d + 1]):
+        r = plan.dev_reps[jj]
         if rep_dirty[r]:  # when this queue's trigger fires, ignoring "not before now"
             rep_dirty[r] = False
             fn = rq[r, F_N]
@@ -84,13 +87,13 @@ def ready(  # type: ignore[no-untyped-def]
             if fn == 0 and pn == 0:
                 rep_t[r] = inf
             else:
-                f_old = ftime[rq[r, F_HEAD]] if fn else inf
+                f_old = st.ftime[rq[r, F_HEAD]] if fn else inf
                 if pn:
                     p_old = arr[rq[r, P_HEAD]]
                     first = p_old if p_old < f_old else f_old
                 else:
                     first = f_old
-                need = capped_min_queue(cur_minq[r], lim[r]) - fn
+                need = capped_min_queue(st.cur_minq[r], lim[r]) - fn
                 if need <= 0:
                     mth = -inf
                 elif need <= pn:
@@ -127,9 +130,9 @@ def arrives_at(d, t, dev_start, dev_reps, rq, nxt, arr):  # type: ignore[no-unty
     return False
 
 
-def woken(d, t, busy, poke_t, dev_start, dev_reps, rq, nxt, arr):  # type: ignore[no-untyped-def]
+def woken(d, t, arr, plan, st):  # type: ignore[no-untyped-def]
     """Whether free device ``d`` was woken at ``t`` by an event (a batch end, a forward, the drain) or an arrival."""
-    return not busy[d] and (poke_t[d] == t or arrives_at(d, t, dev_start, dev_reps, rq, nxt, arr))
+    return not st.busy[d] and (st.poke_t[d] == t or arrives_at(d, t, plan.dev_start, plan.dev_reps, st.rq, st.nxt, arr))
 
 
 def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
@@ -212,69 +215,70 @@ def take(r, t, cap, limit, rq, nxt, arr, ftime):  # type: ignore[no-untyped-def]
     return head, size
 
 
-def token_secs(head, size, row, nxt, by_index, n_samples, samp, base_s, prompt_s, output_s, p_tok, d_tok):  # type: ignore[no-untyped-def]
+def token_secs(head, size, row, nxt, inp, costs):  # type: ignore[no-untyped-def]
     """Seconds of a batch of model ``row`` by its tokens: its longest prompt and longest output, priced by
     ``profile.tokens.batch_seconds`` (the rule the emulated devices apply)."""
+    by_index = inp.samp.shape[0] == 0  # request i takes sample i mod n_samples
     node = head
     pm = 0.0
     dm = 0.0
     for _ in range(size):
-        s = node % n_samples if by_index else samp[node]
-        pm = max(pm, p_tok[row, s])
-        dm = max(dm, d_tok[row, s])
+        s = node % inp.n_samples if by_index else inp.samp[node]
+        pm = max(pm, costs.prompt_tokens[row, s])
+        dm = max(dm, costs.output_tokens[row, s])
         node = nxt[node]
-    return batch_seconds(base_s[row, size], prompt_s[row, size], output_s[row, size], pm, dm)
+    return batch_seconds(costs.rt[row, size], costs.prompt_s[row, size], costs.output_s[row, size], pm, dm)
 
 
-def exits(  # type: ignore[no-untyped-def]
-    head, size, t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right, stage_table, finish, answer_row,
-    correct, stage, scratch,
-):
+def exits(head, size, t, row, inp, plan, st, out, scratch):  # type: ignore[no-untyped-def]
     """The exit decision for each request of a batch of model ``row`` ending at ``t``: the sure ones are answered,
     the others listed in ``scratch`` in batch order; returns how many were not sure."""
+    by_index = inp.samp.shape[0] == 0  # request i takes sample i mod n_samples
     node = head
     n_un = 0
     for _ in range(size):
         i = node
-        node = nxt[i]
-        g = gear_of[i]
-        s = i % n_samples if by_index else samp[i]
-        if stage_exits(thr, g, row, cert[row, s]):
-            finish[i] = t
-            answer_row[i] = row
-            correct[i] = right[row, s]
-            stage[i] = stage_table[g, row]
+        node = st.nxt[i]
+        g = out.gear_of[i]
+        s = i % inp.n_samples if by_index else inp.samp[i]
+        if stage_exits(plan.thr, g, row, inp.cert[row, s]):
+            out.finish[i] = t
+            out.answer_row[i] = row
+            out.correct[i] = inp.right[row, s]
+            out.stage[i] = plan.stage_table[g, row]
         else:
             scratch[n_un] = i
             n_un += 1
     return n_un
 
 
-def exits_audited(  # type: ignore[no-untyped-def]
-    head, size, t, row, nxt, gear_of, by_index, n_samples, samp, thr, cert, right, stage_table, finish, answer_row,
-    correct, stage, scratch, audit_f, audited, audit_c, next_row,
-):
+def exits_audited(head, size, t, row, inp, plan, st, out, scratch, audit_f):  # type: ignore[no-untyped-def]
     """:func:`exits` with online tuning's audit sampling (its own function: the plain path stays as fast as it was):
-    an early exit that ``audit_pick`` picks (counter ``audit_c[0]``) is answered and also goes on, flagged in
-    ``audited``; an audited request goes on to its gear's last stage whatever the later stages say, answering nobody
-    again (``AuditSampler.split``'s rule). Returns how many go on (listed in ``scratch``) and how many were answered."""
+    an early exit that ``audit_pick`` picks (counter ``st.audit_c[0]``) is answered and also goes on, flagged in
+    ``st.audited``; an audited request goes on to its gear's last stage whatever the later stages say, answering
+    nobody again (``AuditSampler.split``'s rule). Returns how many go on (listed in ``scratch``) and how many were
+    answered."""
+    by_index = inp.samp.shape[0] == 0  # request i takes sample i mod n_samples
+    next_row = plan.next_row
+    audited = st.audited
+    audit_c = st.audit_c
     node = head
     n_un = 0
     n_ans = 0
     for _ in range(size):
         i = node
-        node = nxt[i]
-        g = gear_of[i]
-        s = i % n_samples if by_index else samp[i]
-        sure = stage_exits(thr, g, row, cert[row, s])
+        node = st.nxt[i]
+        g = out.gear_of[i]
+        s = i % inp.n_samples if by_index else inp.samp[i]
+        sure = stage_exits(plan.thr, g, row, inp.cert[row, s])
         go_on = not sure
         if audited[i]:
             go_on = next_row[g, row] >= 0
         elif sure:
-            finish[i] = t
-            answer_row[i] = row
-            correct[i] = right[row, s]
-            stage[i] = stage_table[g, row]
+            out.finish[i] = t
+            out.answer_row[i] = row
+            out.correct[i] = inp.right[row, s]
+            out.stage[i] = plan.stage_table[g, row]
             n_ans += 1
             if next_row[g, row] >= 0:  # an early exit: audited, or not
                 go_on = audit_pick(audit_c[0], audit_f)
@@ -305,12 +309,10 @@ def record_batch(rec_f, rec_i, n_rec, t0, t, d, r, row, size, answered):  # type
     return rec_f, rec_i
 
 
-def forward(  # type: ignore[no-untyped-def]
-    n_un, scratch, t, row, gear_of, route_of, next_row, seqs, seq_start, seq_len, rpos, route_reps, route_start, rq,
-    nxt, ftime, rep_dirty, dirty, replica_device, lane, poke_t,
-):
-    """The unsure requests of a batch of ``row``, in batch order, each to the next stage by its own gear's router
-    (of the batch's ``lane``: ``PlanTables.forward_lane``)."""
+def forward(n_un, scratch, t, row, lane, plan, routes, st, gear_of):  # type: ignore[no-untyped-def]
+    """The unsure requests of a batch of ``row`` (``scratch[:n_un]``), in batch order, each to the next stage by its
+    own gear's router (of the batch's ``lane``: ``PlanTables.forward_lane``)."""
+    seqs = routes.seqs
     last_g = -1
     k0 = -1
     seq = seqs[:1]
@@ -319,17 +321,18 @@ def forward(  # type: ignore[no-untyped-def]
         g = gear_of[i]
         if g != last_g:  # the router of this sample's gear (most batches hold one gear)
             last_g = g
-            k0 = route_of[g, next_row[g, row]]
-            s0 = seq_start[k0]
-            seq = seqs[s0 : s0 + seq_len[k0]]
-        j, p2 = swrr_pick(seq, rpos[k0, lane])
-        rpos[k0, lane] = p2
-        rr = route_reps[route_start[k0] + j]
-        push(rq, nxt, F_HEAD, rr, i)
-        ftime[i] = t
-        rep_dirty[rr] = True
-        dirty[replica_device[rr]] = True
-        poke_t[replica_device[rr]] = t  # the runtime wakes its consumer now
+            k0 = routes.route_of[g, plan.next_row[g, row]]
+            s0 = routes.seq_start[k0]
+            seq = seqs[s0 : s0 + routes.seq_len[k0]]
+        j, p2 = swrr_pick(seq, st.rpos[k0, lane])
+        st.rpos[k0, lane] = p2
+        rr = routes.route_reps[routes.route_start[k0] + j]
+        push(st.rq, st.nxt, F_HEAD, rr, i)
+        st.ftime[i] = t
+        st.rep_dirty[rr] = True
+        dev = plan.replica_device[rr]
+        st.dirty[dev] = True
+        st.poke_t[dev] = t  # the runtime wakes its consumer now
 
 
 # Compiled in this order (and copied into their callers), each seeing the kernels and the helpers before it.

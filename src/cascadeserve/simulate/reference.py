@@ -29,7 +29,7 @@ from cascadeserve.policy import PlanTables
 from cascadeserve.policy.tuning import OnlineTuning
 from cascadeserve.runtime import Overloaded, Recorder, Request, RuntimeOptions, emulated_runtime
 from cascadeserve.runtime.virtual import VirtualClock, run_virtual
-from cascadeserve.simulate.result import BatchRecord, SimResult, build_result
+from cascadeserve.simulate.result import BatchRecord, SimResult, TickSeries, build_result
 from cascadeserve.simulate.scenario import Scenario
 from cascadeserve.simulate.ticks import tick_windows
 
@@ -171,12 +171,7 @@ def _result(
         predictions=prof.predictions,
         labels=prof.labels,
         stage_table=scn.tables.stage,
-        tick_s=tick,
-        n_ticks=n_ticks,
-        tick_qps=tick_qps,
-        tick_gear=tick_gear,
-        tick_q0=tick_q0,
-        tick_busy_s=busy,
+        ticks=TickSeries(tick, n_ticks, tick_qps, tick_gear, tick_q0, busy),
         wall_s=time.perf_counter() - wall0,
         batches=batches,
         cached=cached,

@@ -9,13 +9,13 @@ first stage's queue length (Q0), and the busy fraction of each device during the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from cascadeserve.policy.tuning import ThresholdDecision
 
-__all__ = ["BatchRecord", "SimResult", "build_result"]
+__all__ = ["BatchRecord", "SimResult", "TickSeries", "build_result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,17 @@ class BatchRecord:
     row: int  # model row
     size: int
     answered: int
+
+
+class TickSeries(NamedTuple):
+    """What an engine recorded per producer tick, for :func:`build_result`."""
+
+    tick_s: float  # the tick's length
+    n_ticks: int
+    qps: np.ndarray  # the metered QPS
+    gear: np.ndarray  # the gear in force
+    q0: np.ndarray  # the first stage's queue length
+    busy_s: np.ndarray  # [tick, device] busy seconds of the batches that start in the tick (a last row: the drain)
 
 
 @dataclass
@@ -119,12 +130,7 @@ def build_result(
     predictions: np.ndarray,
     labels: np.ndarray,
     stage_table: np.ndarray,
-    tick_s: float,
-    n_ticks: int,
-    tick_qps: np.ndarray,
-    tick_gear: np.ndarray,
-    tick_q0: np.ndarray,
-    tick_busy_s: np.ndarray,
+    ticks: TickSeries,
     wall_s: float,
     batches: list[BatchRecord],
     cached: np.ndarray | None,
@@ -134,7 +140,7 @@ def build_result(
     correct: np.ndarray | None = None,
     stage: np.ndarray | None = None,
 ) -> SimResult:
-    """The :class:`SimResult` of a run, from per-request outcomes and busy seconds per tick (both engines).
+    """The :class:`SimResult` of a run, from per-request outcomes and the per-tick series (both engines).
 
     ``correct`` and ``stage`` come precomputed from the compiled loop (which also takes ``samples=None``); the
     reference leaves them to this function."""
@@ -147,8 +153,9 @@ def build_result(
         )
     if stage is None:
         stage = stage_table[gear, answer_row] if n else np.zeros(0, dtype=np.int64)
-    d_count = tick_busy_s.shape[1]
-    busy_frac = np.minimum(tick_busy_s[:n_ticks] / tick_s, 1.0) if n_ticks else np.zeros((0, d_count))
+    tick_s, n_ticks = ticks.tick_s, ticks.n_ticks
+    d_count = ticks.busy_s.shape[1]
+    busy_frac = np.minimum(ticks.busy_s[:n_ticks] / tick_s, 1.0) if n_ticks else np.zeros((0, d_count))
     return SimResult(
         arrivals=arrivals,
         finish=finish,
@@ -157,9 +164,9 @@ def build_result(
         gear=gear,
         correct=np.asarray(correct, dtype=bool),
         tick_times=tick_s * np.arange(n_ticks),
-        tick_qps=tick_qps,
-        tick_gear=tick_gear,
-        tick_q0=tick_q0,
+        tick_qps=ticks.qps,
+        tick_gear=ticks.gear,
+        tick_q0=ticks.q0,
         tick_busy=busy_frac,
         wall_s=wall_s,
         batches=batches,
