@@ -1,11 +1,12 @@
 """The shipped LLM cascade (examples/llm/models.yaml: SmolLM2-135M-Instruct, then Gemma 3 270M) served by
 ``cascadeserve serve`` in a process of its own on 127.0.0.1, asked by the stock clients with their own defaults: the
 ``openai`` SDK, LangChain's ``ChatOpenAI`` and ``OpenAI``, and litellm; then what lm-eval and guidellm send
-(``echo`` with ``max_tokens: 1`` and ``logprobs: 1``, token-id prompts, ``GET /health``) and what a cascade refuses.
-One server for the module, short answers."""
+(``echo`` with ``max_tokens: 1`` and ``logprobs: 1``, token-id prompts, ``GET /health``, a streamed chat) and what a
+cascade refuses. One server for the module, short answers."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -171,3 +172,29 @@ def test_refusals_name_the_parameter(url: str) -> None:
     scored = post("/v1/chat/completions", messages=review, options=[" negative", " positive"]).json()
     assert scored["choices"][0]["message"]["content"] == " positive"
     assert scored["usage"]["prompt_tokens"] > 10 and scored["usage"]["completion_tokens"] == 0
+
+
+def test_what_guidellm_sends(url: str) -> None:
+    # guidellm 0.8's synthetic run: a streamed chat, the text as content parts, usage after every chunk, a cap in
+    # max_completion_tokens that ignore_eos makes the answer's exact length
+    text = [{"type": "text", "text": "Finish medical want almost away until. Its culture song reveal return finally."}]
+    body = {
+        "model": "llm",
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "max_completion_tokens": 8,
+        "ignore_eos": True,
+        "messages": [{"role": "user", "content": text}],
+    }
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line) for line in lines[:-1]]
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert content
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]] == [
+        "length"
+    ]
+    usage = chunks[-1]["usage"]
+    assert usage["completion_tokens"] == 8 and usage["prompt_tokens"] > 16
