@@ -204,9 +204,9 @@ def test_a_slow_model_says_cost_drift_and_slo_missed_once_then_met_again(
     got = re.fullmatch(
         r"toy: cost drift: m0 batches take x([\d.]+) the plan's cost \((\d+) batches in the last 1 s\)", drift
     )
-    # the drift is said when the window's factor first passes the tolerance (0.25): its batches may mix fast ones from
-    # before the slowdown with slow ones (read x7.99 beside the suite, ~x100 alone), so only the rule's bound is exact
-    assert got is not None and float(got.group(1)) > 1.25, drift
+    # the drift is said when the window's factor first passes 1 + tolerance (x2 here): its batches may mix fast ones
+    # from before the slowdown with slow ones (read x7.99 beside the suite, ~x100 alone), so only the rule's bound holds
+    assert got is not None and float(got.group(1)) > 2.0, drift
     text = _metrics(tunable)
     for kind, n in (("cost_drift", 1), ("slo_missed", 1), ("slo_met", 1), ("shedding_started", 0)):
         assert metric(text, f'cascadeserve_events_total{{kind="{kind}"}}') == n, kind
