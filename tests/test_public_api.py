@@ -40,7 +40,6 @@ EXPECTED: dict[str, list[str]] = {
         "write_calibrated",
     ],
     "cascadeserve.api.config": ["DEFAULTS", "ServeConfig"],
-    "cascadeserve.steps_module": ["make_callable"],
     "cascadeserve.api.serving": ["Server", "Serving", "assemble", "serve"],
     "cascadeserve.api.settings": [
         "batch_sizes",

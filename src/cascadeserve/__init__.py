@@ -17,6 +17,9 @@ The library, as a script uses it (``examples/python_api.py``)::
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,16 +35,45 @@ _LAZY = {
     "Server": "cascadeserve.api.serving",
     "Workload": "cascadeserve.workload",
 }
-# The steps are the packages of the same names, made callable (cascadeserve.steps_module): importing one binds it.
-_STEPS = ("plan", "profile", "simulate")
 
 
 def __getattr__(name: str) -> Any:
     """The library's names, imported on first use: ``import cascadeserve`` stays quick (the CLI's --help too)."""
-    import importlib
-
-    if name in _STEPS:
-        return importlib.import_module(f"cascadeserve.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), "LoadedWorkload" if name == "Workload" else name)
     raise AttributeError(f"module 'cascadeserve' has no attribute {name!r}")
+
+
+class _Step:
+    """``cascadeserve.profile`` (``plan``, ``simulate``): called, the workload step of :mod:`cascadeserve.api.steps`;
+    otherwise the package of that name (``cascadeserve.profile.Profile``), imported on first use.
+
+    Python binds a subpackage as an attribute of its parent once it is imported, over any function of that name, so
+    the package root answers these three names itself (:class:`_Package`). The packages know nothing of it: the
+    layers still point one way, and ``from cascadeserve.profile import Profile`` is untouched."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module("cascadeserve.api.steps"), self._name)(*args, **kwargs)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(f"cascadeserve.{self._name}"), attr)
+
+    def __repr__(self) -> str:
+        return f"<cascadeserve.{self._name}: the workload step, and the package of that name>"
+
+
+_STEPS = {name: _Step(name) for name in ("plan", "profile", "simulate")}
+
+
+class _Package(types.ModuleType):
+    def __getattribute__(self, name: str) -> Any:
+        step = _STEPS.get(name)  # the module global: this class's own attribute lookups never reach here for it
+        return step if step is not None else super().__getattribute__(name)
+
+
+sys.modules[__name__].__class__ = _Package

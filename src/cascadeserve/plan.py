@@ -486,9 +486,3 @@ def fixed_plan(
         hop_ms=profile.ray_hop_ms if backend == "ray" else 0.0,
         hop_p95_ms=profile.ray_hop_p95_ms if backend == "ray" else 0.0,
     )
-
-
-# called, the module runs the workload step of its name: cascadeserve.plan(...) (cascadeserve.steps_module)
-from cascadeserve.steps_module import make_callable  # noqa: E402
-
-make_callable(__name__)

@@ -1,6 +1,6 @@
 """The Python API as the README shows it: ``examples/python_api.py`` profiles, plans, simulates and serves the
 example workload (real digits models) with ``cascadeserve`` names only, and the server answers V2 metadata; the
-packages named like the steps stay packages."""
+names of the steps still reach the packages named alike."""
 
 from __future__ import annotations
 
@@ -41,10 +41,14 @@ def test_the_example_script_profiles_plans_simulates_and_serves(
     assert (state / "plan.json").stat().st_mtime_ns == plan_mtime
 
 
-def test_the_step_packages_are_callable_and_still_packages() -> None:
+def test_the_step_names_are_callable_and_still_reach_their_packages() -> None:
     assert cs.profile is cascadeserve.profile and cs.plan is cascadeserve.plan and cs.simulate is cascadeserve.simulate
     assert callable(cs.profile) and callable(cs.plan) and callable(cs.simulate)
     assert cs.profile.Profile.__name__ == "Profile" and cs.plan.GearPlan.__name__ == "GearPlan"
+    assert cs.simulate.simulate.__module__ == "cascadeserve.simulate.engine"
+    import cascadeserve.profile.io as io  # a submodule through the name, as `import a.b as c` reads it
+
+    assert io.load_profile is cascadeserve.profile.load_profile
     with pytest.raises(TypeError, match="workload"):  # the call reaches the step: its own signature answers
         cs.profile()
     assert steps.profile.__module__ == "cascadeserve.api.steps"

@@ -36,9 +36,3 @@ __all__ = [
     "useful_votes",
     "with_votes",
 ]
-
-
-# called, the package runs the workload step of its name: cascadeserve.profile(...) (cascadeserve.steps_module)
-from cascadeserve.steps_module import make_callable
-
-make_callable(__name__)

@@ -30,9 +30,3 @@ from cascadeserve.simulate.engine import simulate
 from cascadeserve.simulate.result import BatchRecord, SimResult
 
 __all__ = ["BatchRecord", "SimResult", "simulate"]
-
-
-# called, the package runs the workload step of its name: cascadeserve.simulate(...) (cascadeserve.steps_module)
-from cascadeserve.steps_module import make_callable
-
-make_callable(__name__)
